@@ -1,0 +1,29 @@
+"""Triton kernels and their host launchers. No autograd, no validation, no registration here."""
+
+import functools
+import os
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether Triton imports (it need not: normkit falls back to the reference)."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the machine
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run through the interpreter on CPU tensors (how CI tests them)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def runs_kernels_on(tensor) -> bool:
+    """Whether normkit's Triton kernels (rather than the reference) handle tensors on this device."""
+    if not available():
+        return False
+    if tensor.device.type == "cuda":
+        return True
+    return tensor.device.type == "cpu" and interpreting()

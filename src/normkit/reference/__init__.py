@@ -1,0 +1,1 @@
+"""The ATen contract as plain torch code (being written)."""
