@@ -1,0 +1,364 @@
+"""GPU sweep of normkit's batch norm kernels against eager PyTorch, with the copy bandwidth
+measured in the same run.
+
+    PYTHONPATH=src python benchmarks/bn_kernels.py --out DIR [--budget SECONDS] [--jobs N]
+
+Shapes are the batch_norm rows of the public suite (shared/bench/suite.json). For each shape,
+layout (contiguous / channels_last), dtype (bf16 and fp32 inputs, fp32 params) and mode
+(train forward, train backward, eval forward) it records:
+
+* ``nk_graph_ms``: normkit, median per call of a CUDA-graph replay of K calls (kernel time,
+  launch overhead excluded); inputs rotate over several buffers for tensors near L2 size;
+* ``nk_bench_ms``: normkit through ``triton.testing.do_bench`` (median; includes Python launch
+  overhead when the GPU work is shorter than it);
+* ``eager_ms``: eager PyTorch (cuDNN where F.batch_norm uses it, else native), same graph method;
+* SOL fractions under the minimal byte count (forward/eval: read x + write y; backward:
+  read x + dy, write dx) against the device-to-device copy bandwidth measured here.
+
+Block-size variants of ``batch_norm._TUNE`` are swept on the bf16 rows. Compilation is done
+first by parallel worker processes (``--jobs``) sharing Triton's cache. Results go to
+``DIR/bn_kernels.jsonl`` (one line per measurement, written as they come) and a table is printed
+last.
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def load_bn():
+    try:
+        from normkit.kernels import batch_norm as B
+
+        return B
+    except Exception as e:  # the package may be mid-edit by others: load the file alone
+        print(f"[bn_kernels] package import failed ({type(e).__name__}: {e}); loading the file", flush=True)
+        spec = importlib.util.spec_from_file_location(
+            "normkit_bn_kernels", os.path.join(ROOT, "src", "normkit", "kernels", "batch_norm.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+
+# the batch_norm rows of shared/bench/suite.json
+SHAPES = [(256, 64, 112, 112), (256, 64, 56, 56), (256, 256, 56, 56), (256, 512, 28, 28),
+          (256, 1024, 14, 14), (256, 2048, 7, 7), (65536, 1024), (1048576, 64), (16, 64, 32, 64, 64)]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+VARIANTS = {
+    "default": {},
+    "red8k": {"red_tile_bytes": 8192},
+    "red32k": {"red_tile_bytes": 32768},
+    "ew32k": {"ew_tile_bytes": 32768},
+    "ew8k": {"ew_tile_bytes": 8192},
+    "tp512": {"target_programs": 512},
+    "tp2048": {"target_programs": 2048},
+}
+L2_BYTES = 60 * 2**20
+DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
+
+
+def configs():
+    out = []
+    for shape in SHAPES:
+        for layout in ("contig", "cl"):
+            if layout == "cl" and len(shape) < 4:
+                continue
+            for dt in ("bf16", "fp32"):
+                for mode in ("fwd", "bwd", "eval"):
+                    variants = list(VARIANTS) if dt == "bf16" else ["default"]
+                    if mode == "eval":
+                        variants = [v for v in variants if v in ("default", "ew32k", "ew8k")]
+                    for var in variants:
+                        out.append((shape, layout, dt, mode, var))
+    return out
+
+
+class Case:
+    def __init__(self, B, shape, layout, dt, nbuf):
+        dtype = DTYPES[dt]
+        C = shape[1]
+        self.B = B
+        self.shape = shape
+        self.xs, self.gs = [], []
+        for _ in range(nbuf):
+            x = torch.randn(shape, device=DEV, dtype=dtype)
+            g = torch.randn(shape, device=DEV, dtype=dtype)
+            if layout == "cl":
+                fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+                x = x.contiguous(memory_format=fmt)
+                g = g.contiguous(memory_format=fmt)
+            self.xs.append(x)
+            self.gs.append(g)
+        self.w = torch.rand(C, device=DEV) + 0.5
+        self.b = torch.randn(C, device=DEV)
+        self.rm = torch.randn(C, device=DEV)
+        self.rv = torch.rand(C, device=DEV) + 0.5
+        self.eps = 1e-5
+        self.saved = []
+        for x in self.xs:
+            _, m, r = B.bn_forward_train(x, self.w, self.b, None, None, 0.1, self.eps)
+            self.saved.append((m, r))
+        self.eager_saved = []
+        self.cudnn = (DEV == "cuda" and dtype != torch.bfloat16 and len(shape) >= 3 and shape[0] <= 880801
+                      and torch.backends.cudnn.enabled)
+        for x in self.xs:
+            if self.cudnn:
+                out = torch.ops.aten.cudnn_batch_norm(x, self.w, self.b, self.rm.clone(), self.rv.clone(),
+                                                      True, 0.1, self.eps)
+                self.eager_saved.append(out[1:])
+            else:
+                out = torch.ops.aten.native_batch_norm(x, self.w, self.b, self.rm.clone(), self.rv.clone(),
+                                                       True, 0.1, self.eps)
+                self.eager_saved.append(out[1:])
+
+    # normkit
+    def nk(self, mode, i):
+        B, x = self.B, self.xs[i]
+        if mode == "fwd":
+            return B.bn_forward_train(x, self.w, self.b, self.rm, self.rv, 0.1, self.eps)
+        if mode == "eval":
+            return B.bn_forward_eval(x, self.w, self.b, self.rm, self.rv, self.eps)
+        m, r = self.saved[i]
+        return B.bn_backward(self.gs[i], x, self.w, m, r, True, (True, True, True))
+
+    # eager torch (what F.batch_norm / autograd run)
+    def eager(self, mode, i):
+        x = self.xs[i]
+        if mode == "fwd":
+            return torch.batch_norm(x, self.w, self.b, self.rm, self.rv, True, 0.1, self.eps, True)
+        if mode == "eval":
+            return torch.batch_norm(x, self.w, self.b, self.rm, self.rv, False, 0.1, self.eps, True)
+        if self.cudnn:
+            sm, sv, reserve = self.eager_saved[i]
+            return torch.ops.aten.cudnn_batch_norm_backward(x, self.gs[i], self.w, self.rm, self.rv, sm, sv,
+                                                            self.eps, reserve)
+        sm, sv = self.eager_saved[i]
+        return torch.ops.aten.native_batch_norm_backward(self.gs[i], x, self.w, self.rm, self.rv, sm, sv, True,
+                                                         self.eps, [True, True, True])
+
+
+def graph_ms(call, nbuf, calls=10, reps=15):
+    if DEV == "cpu":
+        t = time.perf_counter()
+        for i in range(nbuf):
+            call(i)
+        return (time.perf_counter() - t) * 1e3 / nbuf
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(nbuf):
+            call(i)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    k = max(calls, nbuf)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for j in range(k):
+            call(j % nbuf)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / k)
+    del g
+    return statistics.median(ts)
+
+
+def bench_ms(call, nbuf):
+    if DEV == "cpu":
+        return graph_ms(call, nbuf)
+    import triton.testing
+
+    state = [0]
+
+    def fn():
+        state[0] = (state[0] + 1) % nbuf
+        call(state[0])
+
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def copy_bw():
+    n = 2**30 // 4 if DEV == "cuda" else 2**20
+    a = torch.randn(n, device=DEV)
+    b = torch.empty_like(a)
+    ms = graph_ms(lambda i: b.copy_(a), 1, calls=5, reps=10)
+    return 2 * a.numel() * 4 / (ms * 1e-3) / 1e9, ms
+
+
+def relerr(a, b):
+    a, b = a.float(), b.float()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def check(case, mode):
+    """normkit vs eager on the same inputs (sanity, fp32 math): relative L2 error of the main output."""
+    if mode == "fwd":
+        a = case.nk("fwd", 0)[0]
+        bref = torch.batch_norm(case.xs[0].float(), case.w, case.b, None, None, True, 0.1, case.eps, True)
+        return relerr(a, bref)
+    if mode == "eval":
+        a = case.nk("eval", 0)
+        bref = torch.batch_norm(case.xs[0].float(), case.w, case.b, case.rm, case.rv, False, 0.1, case.eps, True)
+        return relerr(a, bref)
+    m, r = case.saved[0]
+    a = case.nk("bwd", 0)
+    bref = torch.ops.aten.native_batch_norm_backward(case.gs[0].float(), case.xs[0].float(), case.w, None, None,
+                                                     m, r, True, case.eps, [True, True, True])
+    return max(relerr(a[0], bref[0]), relerr(a[1], bref[1]), relerr(a[2], bref[2]))
+
+
+def nbytes(shape, dt, mode):
+    n = math.prod(shape) * (2 if dt == "bf16" else 4)
+    return n * (3 if mode == "bwd" else 2)
+
+
+def set_variant(B, var, base):
+    B._TUNE.clear()
+    B._TUNE.update(base)
+    B._TUNE.update(VARIANTS[var])
+
+
+def warm(shard, nshard):
+    B = load_bn()
+    base = dict(B._TUNE)
+    cfgs = configs()
+    groups = {}
+    for c in cfgs:
+        groups.setdefault(c[:3], []).append(c)
+    keys = sorted(groups)[shard::nshard]
+    for key in keys:
+        shape, layout, dt = key
+        case = Case(B, shape, layout, dt, 1)
+        for (_, _, _, mode, var) in groups[key]:
+            set_variant(B, var, base)
+            case.nk(mode, 0)
+        torch.cuda.synchronize()
+        del case
+    print(f"[warm {shard}] done {len(keys)} groups", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--budget", type=float, default=200.0, help="seconds for the timed sweep")
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--warm", action="store_true")
+    ap.add_argument("--shard", type=int, default=0)
+    ap.add_argument("--nshard", type=int, default=1)
+    ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--dry", action="store_true")
+    a = ap.parse_args()
+    global DEV, SHAPES
+    if a.dry:
+        DEV = "cpu"
+        SHAPES = [(4, 6, 5, 3), (2, 3, 4), (33, 5), (2, 3, 2, 3, 4)]
+        a.jobs = 0
+    if a.warm:
+        warm(a.shard, a.nshard)
+        return
+    t0 = time.time()
+    if a.jobs > 0:
+        env = dict(os.environ)
+        procs = [subprocess.Popen([sys.executable, __file__, "--warm", "--shard", str(i), "--nshard", str(a.jobs)],
+                                  env=env) for i in range(a.jobs)]
+        for p in procs:
+            p.wait()
+        print(f"[bn_kernels] compile warm-up {time.time() - t0:.1f}s", flush=True)
+    B = load_bn()
+    base = dict(B._TUNE)
+    os.makedirs(a.out, exist_ok=True)
+    log = open(os.path.join(a.out, "bn_kernels.jsonl"), "w")
+    bw, cms = copy_bw()
+    meta = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "copy_GBps": bw, "copy_ms": cms,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tune": base}
+    log.write(json.dumps({"meta": meta}) + "\n")
+    log.flush()
+    print(f"[bn_kernels] copy {bw:.0f} GB/s", flush=True)
+    rows = []
+    cfgs = configs()
+    if a.no_variants:
+        cfgs = [c for c in cfgs if c[4] == "default"]
+    # default variant first (the table), variants after, so a budget cut loses variants only
+    cfgs.sort(key=lambda c: (c[4] != "default", c[:3]))
+    groups = {}
+    for c in cfgs:
+        groups.setdefault((c[4] != "default",) + c[:3], []).append(c)
+    t1 = time.time()
+    for key in groups:
+        if time.time() - t1 > a.budget:
+            print("[bn_kernels] budget reached; skipping the rest", flush=True)
+            break
+        _, shape, layout, dt = key
+        nb = math.prod(shape) * (2 if dt == "bf16" else 4)
+        nbuf = 3 if 3 * nb < 4 * L2_BYTES else 1
+        case = Case(B, shape, layout, dt, nbuf)
+        for (_, _, _, mode, var) in groups[key]:
+            set_variant(B, var, base)
+            rec = {"shape": list(shape), "layout": layout, "dtype": dt, "params": "fp32", "mode": mode,
+                   "variant": var}
+            try:
+                rec["nk_graph_ms"] = graph_ms(lambda i: case.nk(mode, i), nbuf)
+                if var == "default":
+                    rec["nk_bench_ms"] = bench_ms(lambda i: case.nk(mode, i), nbuf)
+                    rec["eager_ms"] = graph_ms(lambda i: case.eager(mode, i), nbuf)
+                    rec["relerr_vs_eager_fp32"] = check(case, mode)
+            except Exception as e:  # record and go on
+                rec["error"] = f"{type(e).__name__}: {e}"[:500]
+            by = nbytes(shape, dt, mode)
+            rec["bytes"] = by
+            for k in ("nk_graph_ms", "nk_bench_ms", "eager_ms"):
+                if k in rec:
+                    rec[k.replace("_ms", "_sol")] = by / (rec[k] * 1e-3) / 1e9 / bw
+            if "error" in rec:
+                print("[bn_kernels] error", rec, flush=True)
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            rows.append(rec)
+        set_variant(B, "default", base)
+        del case
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+    log.close()
+    # table: default variant; best variant per row
+    best = {}
+    for r in rows:
+        k = (tuple(r["shape"]), r["layout"], r["dtype"], r["mode"])
+        if "nk_graph_ms" in r and (k not in best or r["nk_graph_ms"] < best[k][0]):
+            best[k] = (r["nk_graph_ms"], r["variant"])
+    print(f"copy {bw:.0f} GB/s; SOL = minimal bytes / time / copy BW; graph = kernel time, bench = do_bench")
+    print(f"{'shape':>20} {'lay':>6} {'dt':>4} {'mode':>4} | {'nk ms':>7} {'SOL':>5} {'bench':>6} | {'eager':>7} {'SOL':>5} | {'x':>5} | best variant | err")
+    for r in rows:
+        if r["variant"] != "default":
+            continue
+        k = (tuple(r["shape"]), r["layout"], r["dtype"], r["mode"])
+        if "error" in r:
+            print(f"{'x'.join(map(str, r['shape'])):>20} {r['layout']:>6} {r['dtype']:>4} {r['mode']:>4} | ERROR {r['error'][:80]}")
+            continue
+        bv = best.get(k, (0, "-"))
+        print(f"{'x'.join(map(str, r['shape'])):>20} {r['layout']:>6} {r['dtype']:>4} {r['mode']:>4} | "
+              f"{r['nk_graph_ms']:7.3f} {r['nk_graph_sol']:5.2f} {r['nk_bench_sol']:6.2f} | "
+              f"{r['eager_ms']:7.3f} {r['eager_sol']:5.2f} | {r['eager_ms'] / r['nk_graph_ms']:5.2f} | "
+              f"{bv[1]:>7} {bv[0]:6.3f} | {r['relerr_vs_eager_fp32']:.1e}")
+    print(f"[bn_kernels] total {time.time() - t0:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

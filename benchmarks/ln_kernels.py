@@ -1,0 +1,259 @@
+"""GPU sweep for normkit's layer/RMS norm kernels: correctness on large shapes, then timing over the
+suite's layer_norm / rms_norm rows, side by side with ATen eager, with the copy bandwidth measured in
+the same run. Optional ``--sweep`` compares tunable variants (``layer_norm._CFG``) on chosen rows.
+
+    PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep] [--quick]
+
+Bytes: forward = read x + write y; backward = read x + read dy + write dx (dw/db and the partials
+are not counted: they are overhead). SOL fraction = (bytes / time) / copy bandwidth.
+Writes ``ln_bench.json`` and ``ln_bench.log`` under ``--out`` (default ``$OUT`` or ``.``); the short
+table is printed last.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from normkit.kernels import layer_norm as L
+
+SHAPES = [
+    (1048576, 64), (262144, 256), (32768, 768), (16384, 1024), (16384, 4096),
+    (8192, 8192), (4096, 16384), (2048, 65536), (512, 262144),
+]
+DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+LOG = []
+DEV = "cuda"
+
+
+def log(*a):
+    line = " ".join(str(v) for v in a)
+    LOG.append(line)
+    print(line, flush=True)
+
+
+def bench(fn, warm=10, rep=40):
+    if DEV == "cpu":  # --dry: one call, host clock (checks the script, not the kernels' speed)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return do_bench(fn, warmup=warm, rep=rep, return_mode="median")
+
+
+def copy_bw():
+    n = (1 << 30) // 4 if DEV == "cuda" else 1 << 20
+    a = torch.randn(n, device=DEV)
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a), 25, 100)
+    del a, b
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+def rel(a, ref):
+    return ((a.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def make(op, M, N, dt, pdt):
+    x = torch.randn(M, N, device=DEV, dtype=dt)
+    dy = torch.randn(M, N, device=DEV, dtype=dt)
+    w = (torch.rand(N, device=DEV) + 0.5).to(pdt)
+    b = torch.randn(N, device=DEV).to(pdt) if op == "ln" else None
+    return x, dy, w, b
+
+
+def check(op, M, N, dt, pdt):
+    """Errors of normkit and of ATen against an fp64 computation on the same inputs (rows subset)."""
+    x, dy, w, b = make(op, M, N, dt, pdt)
+    rows = slice(0, M)
+    xs, dys = x[rows], dy[rows]
+    xd = xs.double().requires_grad_()
+    wd = w.double().requires_grad_()
+    bd = b.double().requires_grad_() if b is not None else None
+    if op == "ln":
+        yr = torch.nn.functional.layer_norm(xd, (N,), wd, bd, 1e-5)
+        y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+        dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+        ya, ma, ra = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
+    else:
+        yr = torch.nn.functional.rms_norm(xd, (N,), wd, 1e-6)
+        y, rstd = L.rms_forward(x, w, 1e-6)
+        dx, dw = L.rms_backward(dy, x, rstd, w, (True, True))
+        db = None
+        ya = torch.nn.functional.rms_norm(x, (N,), w, 1e-6)
+    yr.backward(dys.double())
+    out = {"y": rel(y[rows], yr), "aten_y": rel(ya[rows], yr), "dx": rel(dx[rows], xd.grad)}
+    out["dw"] = rel(dw, wd.grad)
+    if db is not None:
+        out["db"] = rel(db, bd.grad)
+    out["finite"] = bool(torch.isfinite(y).all() and torch.isfinite(dx).all() and torch.isfinite(dw).all())
+    return out
+
+
+def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True):
+    x, dy, w, b = make(op, M, N, dt, pdt)
+    esz = x.element_size()
+    fb, bb = 2 * M * N * esz, 3 * M * N * esz
+    r = {"op": op, "M": M, "N": N, "dtype": str(dt).split(".")[-1], "params": str(pdt).split(".")[-1]}
+    if op == "ln":
+        y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+        r["nk_fwd"] = bench(lambda: L.ln_forward(x, w, b, 1e-5))
+        r["nk_bwd"] = bench(lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True)))
+        if with_aten:
+            try:
+                _, am, ar = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
+                r["aten_fwd"] = bench(lambda: torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5))
+                r["aten_bwd"] = bench(lambda: torch.ops.aten.native_layer_norm_backward(
+                    dy, x, [N], am, ar, w, b, [True, True, True]))
+            except Exception as e:  # pragma: no cover
+                r["aten_err"] = repr(e)[:200]
+    else:
+        y, rstd = L.rms_forward(x, w, 1e-6)
+        r["nk_fwd"] = bench(lambda: L.rms_forward(x, w, 1e-6))
+        r["nk_bwd"] = bench(lambda: L.rms_backward(dy, x, rstd, w, (True, True)))
+        if with_aten:
+            try:
+                _, ar = torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6)
+                r["aten_fwd"] = bench(lambda: torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6))
+                r["aten_bwd"] = bench(lambda: torch.ops.aten._fused_rms_norm_backward(
+                    dy, x, [N], ar, w, [True, True]))
+            except Exception as e:  # pragma: no cover
+                r["aten_err"] = repr(e)[:200]
+    for k in ("nk_fwd", "aten_fwd"):
+        if k in r:
+            r[k + "_sol"] = fb / (r[k] * 1e-3) / 1e9 / sol_bw
+    for k in ("nk_bwd", "aten_bwd"):
+        if k in r:
+            r[k + "_sol"] = bb / (r[k] * 1e-3) / 1e9 / sol_bw
+    del x, dy
+    return r
+
+
+def _empty_cache():
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def sweep(sol_bw):
+    """Variants of the tunables on the rows they matter for; returns a list of dicts."""
+    base = dict(L._CFG)
+    cases = [
+        # (label, cfg override, op, M, N, which)
+        ("fwd16k_rows", {"fwd_max_block": 16384}, "ln", 4096, 16384, "fwd"),
+        ("fwd16k_loop", {"fwd_max_block": 8192}, "ln", 4096, 16384, "fwd"),
+        ("bwd16k_rows", {"bwd_max_block": 16384}, "ln", 4096, 16384, "bwd"),
+        ("bwd16k_cols", {"bwd_max_block": 8192}, "ln", 4096, 16384, "bwd"),
+        ("rms_bwd16k_rows", {"bwd_max_block": 16384}, "rms", 4096, 16384, "bwd"),
+        ("rms_bwd16k_cols", {"bwd_max_block": 8192}, "rms", 4096, 16384, "bwd"),
+    ]
+    for N, M in ((65536, 2048), (262144, 512)):
+        for warps, chunk in ((8, 4096), (16, 8192), (4, 2048)):
+            for budget, pps in ((32 << 20, 4), (16 << 20, 4), (0, 4), (0, 1)):
+                cases.append((f"fwdloop_w{warps}_c{chunk}_b{budget >> 20}_p{pps}",
+                              {"fwd_loop_warps": warps, "fwd_chunk": chunk, "l2_budget": budget,
+                               "loop_progs_per_sm": pps}, "ln", M, N, "fwd"))
+        for cb, cr in ((1024, 4), (2048, 2), (512, 8), (256, 16)):
+            cases.append((f"bwdcols_b{cb}_r{cr}", {"bwd_col_block": cb, "bwd_col_rows": cr}, "ln", M, N, "bwd"))
+    for M, N in ((1048576, 64), (262144, 256), (32768, 768)):
+        for te in (4096, 8192, 16384):
+            cases.append((f"tile{te}", {"tile_elems": te}, "ln", M, N, "fwd"))
+            cases.append((f"tile{te}", {"tile_elems": te}, "ln", M, N, "bwd"))
+    out = []
+    if DEV == "cpu":
+        cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5]) for c in cases[::9]]
+    for label, cfg, op, M, N, which in cases:
+        L._CFG.clear()
+        L._CFG.update(base)
+        L._CFG.update(cfg)
+        try:
+            r = time_row(op, M, N, torch.bfloat16, torch.bfloat16, sol_bw, with_aten=False)
+            v = r["nk_" + which]
+            s = r["nk_" + which + "_sol"]
+            out.append({"label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": s, "cfg": cfg})
+            log(f"sweep {op} {M}x{N} {which:3s} {label:34s} {v:8.4f} ms  SOL {s:.3f}")
+        except Exception as e:
+            log(f"sweep {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
+    L._CFG.clear()
+    L._CFG.update(base)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="bf16 only")
+    ap.add_argument("--no-rows", action="store_true")
+    ap.add_argument("--dry", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes: checks the script")
+    args = ap.parse_args()
+    global DEV, SHAPES
+    if args.dry:
+        DEV = "cpu"
+        SHAPES = [(64, 64), (16, 1000), (4, 20000)]
+    t0 = time.time()
+    props = torch.cuda.get_device_properties(0) if DEV == "cuda" else None
+    meta = {"device": props.name if props else "cpu", "sms": props.multi_processor_count if props else 0,
+            "torch": torch.__version__,
+            "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+            "cfg": dict(L._CFG)}
+    bw = copy_bw()
+    meta["copy_GBps"] = bw
+    log(f"# {meta}")
+    log(f"copy bandwidth {bw:.0f} GB/s")
+    checks = []
+    for op in ("ln", "rms"):
+        for (M, N) in ([(262144, 256), (32768, 768), (4096, 16384), (2048, 65536), (512, 262144)]
+                       if DEV == "cuda" else SHAPES):
+            combos = [(torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)]
+            if op == "ln":
+                combos.append((torch.bfloat16, torch.float32))
+            for dt, pdt in combos:
+                c = check(op, M, N, dt, pdt)
+                c.update(op=op, M=M, N=N, dtype=str(dt), params=str(pdt))
+                checks.append(c)
+                log("check", op, M, N, dt, pdt, {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in c.items()
+                                                   if k in ("y", "aten_y", "dx", "dw", "db", "finite")})
+    _empty_cache()
+    log(f"checks done {time.time() - t0:.0f}s")
+    sw = sweep(bw) if args.sweep else []
+    log(f"sweep done {time.time() - t0:.0f}s")
+    rows = []
+    if not args.no_rows:
+        combos = {"ln": [("bfloat16", "bfloat16"), ("float32", "float32"), ("bfloat16", "float32")],
+                  "rms": [("bfloat16", "bfloat16"), ("float32", "float32")]}
+        if args.quick:
+            combos = {"ln": [("bfloat16", "bfloat16")], "rms": [("bfloat16", "bfloat16")]}
+        for op in ("ln", "rms"):
+            for dts, pds in combos[op]:
+                for M, N in SHAPES:
+                    try:
+                        r = time_row(op, M, N, DT[dts], DT[pds], bw)
+                    except Exception as e:
+                        log(f"row {op} {M}x{N} {dts} FAILED {repr(e)[:300]}")
+                        continue
+                    rows.append(r)
+                    _empty_cache()
+    with open(os.path.join(args.out, "ln_bench.json"), "w") as f:
+        json.dump({"meta": meta, "checks": checks, "sweep": sw, "rows": rows}, f, indent=1)
+    log(f"total {time.time() - t0:.0f}s")
+    log("")
+    log(f"{'op':3s} {'shape':>14s} {'dtype':>9s} {'par':>5s} | {'nk fwd ms':>9s} {'SOL':>5s} {'aten':>5s} {'x':>5s} |"
+        f" {'nk bwd ms':>9s} {'SOL':>5s} {'aten':>5s} {'x':>5s}")
+    for r in rows:
+        sh = f"{r['M']}x{r['N']}"
+        fa = r.get("aten_fwd_sol", float("nan"))
+        ba = r.get("aten_bwd_sol", float("nan"))
+        fx = r.get("aten_fwd", float("nan")) / r["nk_fwd"]
+        bx = r.get("aten_bwd", float("nan")) / r["nk_bwd"]
+        log(f"{r['op']:3s} {sh:>14s} {r['dtype']:>9s} {r['params'][:5]:>5s} | {r['nk_fwd']:9.4f} {r['nk_fwd_sol']:5.2f}"
+            f" {fa:5.2f} {fx:5.2f} | {r['nk_bwd']:9.4f} {r['nk_bwd_sol']:5.2f} {ba:5.2f} {bx:5.2f}")
+    with open(os.path.join(args.out, "ln_bench.log"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+"""Input validation with torch's exact error types and messages (contract §2.5, §3, §4, §5, §6, §7).
+
+Every check looks only at shapes, dtypes and Python scalars, never at tensor data, so it is safe under
+``torch.compile`` and CUDA-graph capture. Messages are torch 2.13's CPU text where torch raises; where raw
+aten leaves an input unchecked (and reads out of bounds or crashes), normkit raises the message torch's
+own higher-level entry point (``torch.batch_norm``) gives for the same mistake.
+
+Two levels:
+
+* aten level (``check_batch_norm`` ...): what the aten-named functions of ``normkit.reference`` and
+  ``normkit.ops`` validate before touching any data or running statistic.
+* functional level (``verify_batch_size``, ``check_batch_norm_eps`` ...): the extra Python-side checks of
+  ``torch.nn.functional`` (batch of one, eps sign, spatial size, group count).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "dtype_name",
+    "check_floating",
+    "check_channel_dim",
+    # batch norm, aten level
+    "check_batch_norm",
+    "check_batch_norm_running_stats",
+    "check_batch_norm_backward",
+    "check_batch_norm_update_stats",
+    "check_weight_required",
+    # batch norm, functional level
+    "verify_batch_size",
+    "check_batch_norm_eps",
+    # SyncBatchNorm primitives
+    "check_batch_norm_stats",
+    "check_batch_norm_gather_stats",
+    "check_batch_norm_elemt",
+    "check_batch_norm_backward_reduce",
+    "check_batch_norm_backward_elemt",
+    # layer / rms norm
+    "check_layer_norm",
+    "check_layer_norm_backward",
+    "check_rms_norm",
+    "check_rms_norm_backward",
+    # group norm
+    "check_group_norm",
+    "check_group_norm_backward",
+    "check_group_norm_functional",
+    # instance norm
+    "check_instance_norm",
+    "verify_spatial_size",
+]
+
+# The input dtypes every normkit op computes in; anything else is "not implemented" as in torch.
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# C++ ScalarType names as torch prints them in "not implemented for 'X'" messages.
+_SCALAR_TYPE_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _SCALAR_TYPE_NAMES[getattr(torch, _name)] = _name.capitalize().replace("int", "Int")
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+    if hasattr(torch, _name):
+        _SCALAR_TYPE_NAMES[getattr(torch, _name)] = "Float8_" + _name[len("float8_"):]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The C++ ScalarType name torch uses in dispatch errors ('Long', 'BFloat16', 'ComplexFloat')."""
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _shape(t: Optional[Tensor]) -> list:
+    # torch prints IntArrayRefs as [a, b]; an undefined tensor has sizes [0] in those messages.
+    return [0] if t is None else [int(s) for s in t.shape]
+
+
+def check_floating(input: Tensor, kernel: str, allow_complex: bool = False) -> None:
+    """NotImplementedError like an AT_DISPATCH miss: '"batch_norm" not implemented for 'Long''."""
+    if input.dtype in FLOAT_DTYPES:
+        return
+    if allow_complex and input.dtype.is_complex:
+        return
+    raise NotImplementedError(f'"{kernel}" not implemented for \'{dtype_name(input.dtype)}\'')
+
+
+def check_channel_dim(input: Tensor) -> None:
+    """Batch-style ops read the channel count from dim 1: raise what ``input.size(1)`` raises in torch.
+
+    Raw aten reads a nonexistent dim for 1-D input (garbage sizes, contract §2.5); normkit refuses it.
+    """
+    if input.dim() == 0:
+        raise IndexError("Dimension specified as 1 but tensor has no dimensions")
+    if input.dim() == 1:
+        raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Batch norm: aten level
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_numel(name: str, t: Tensor, expected: int) -> None:
+    if t.numel() != expected:
+        raise RuntimeError(f"{name} should contain {expected} elements not {t.numel()}")
+
+
+def check_batch_norm_running_stats(running_mean, running_var) -> None:
+    """One running statistic without the other (checked by torch's CPU and CUDA kernels)."""
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+
+
+def check_batch_norm(
+    input: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    running_mean: Optional[Tensor],
+    running_var: Optional[Tensor],
+    training: bool,
+    *,
+    kernel: str = "batch_norm",
+    allow_empty: bool = False,
+) -> None:
+    """Every forward batch-norm check, in the order ``torch.batch_norm`` applies them.
+
+    Order: rank (channel dim exists), running stats defined in eval and of size C, weight/bias of size C
+    (``_batch_norm_impl_index``), one running stat without the other, dtype (the kernel), and finally
+    an empty input in training (the CPU kernel). ``allow_empty`` skips the last one for callers that
+    handle empty training batches themselves (``instance_norm``, the functional API).
+    """
+    check_channel_dim(input)
+    c = input.shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None:
+            _check_numel(name, stat, c)
+        elif not training:
+            raise RuntimeError(f"{name} must be defined in evaluation mode")
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None:
+            _check_numel(name, param, c)
+    check_batch_norm_running_stats(running_mean, running_var)
+    check_floating(input, kernel)
+    if training and input.numel() == 0 and not allow_empty:
+        raise RuntimeError(
+            "input tensor must have at least one element, but got input_sizes = "
+            f"{_shape(input)}"
+        )
+
+
+def check_weight_required(weight: Optional[Tensor], arg_index: int = 2, name: str = "weight") -> None:
+    """aten ops whose schema says ``Tensor weight`` (``batch_norm_backward``, ``cudnn_batch_norm``)."""
+    if weight is None:
+        raise RuntimeError(
+            "Expected a proper Tensor but got None (or an undefined Tensor in C++) for argument "
+            f"#{arg_index} '{name}'"
+        )
+
+
+def check_batch_norm_backward(
+    grad_out: Tensor,
+    input: Tensor,
+    weight: Optional[Tensor],
+    running_mean: Optional[Tensor],
+    running_var: Optional[Tensor],
+    save_mean: Optional[Tensor],
+    save_invstd: Optional[Tensor],
+    train: bool,
+    *,
+    kernel: str = "batch_norm_backward_cpu",
+) -> None:
+    """``native_batch_norm_backward`` / ``batch_norm_backward``.
+
+    Training needs the saved stats (size C); eval needs the running stats (size C) and accepts saved
+    stats that are empty or filled. Raw aten crashes on the missing ones; normkit raises instead.
+    """
+    check_channel_dim(input)
+    c = input.shape[1]
+    if train:
+        for name, stat in (("save_mean", save_mean), ("save_invstd", save_invstd)):
+            if stat is None:
+                raise RuntimeError(f"{name} must be defined in training mode")
+            _check_numel(name, stat, c)
+    else:
+        for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+            if stat is None:
+                raise RuntimeError(f"{name} must be defined in evaluation mode")
+            _check_numel(name, stat, c)
+    if weight is not None:
+        _check_numel("weight", weight, c)
+    check_floating(input, kernel)
+    if grad_out.dtype != input.dtype:
+        raise RuntimeError(
+            f"expected scalar type {dtype_name(input.dtype)} but found {dtype_name(grad_out.dtype)}"
+        )
+    if grad_out.shape != input.shape:
+        raise RuntimeError(
+            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
+            f"{_shape(grad_out)} and input of shape {_shape(input)}"
+        )
+
+
+def check_batch_norm_update_stats(input: Tensor, running_mean, running_var) -> None:
+    """``batch_norm_update_stats``: torch accepts one running stat alone here (it updates that one)."""
+    check_channel_dim(input)
+    c = input.shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None:
+            _check_numel(name, stat, c)
+    check_floating(input, "batch_norm_update_stats_cpu")
+    if input.numel() == 0:
+        raise RuntimeError(
+            "input tensor must have at least one element, but got input_sizes = "
+            f"{_shape(input)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Batch norm: functional level (torch/nn/functional.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def verify_batch_size(size) -> None:
+    """``F._verify_batch_size``: training needs more than one value per channel.
+
+    ``size`` is printed as given: ``input.size()`` prints ``torch.Size([1, 3])``, a list prints ``[1, 3]``
+    (``F.group_norm`` passes a list), an int prints as an int (SyncBatchNorm).
+    """
+    if isinstance(size, int):
+        prod = size
+    else:
+        prod = size[0]
+        for s in size[2:]:
+            prod *= s
+    if prod == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
+
+
+def check_batch_norm_eps(eps, training: bool) -> None:
+    """``F.batch_norm``: eps > 0 in training, eps >= 0 in eval (eps is printed as passed: 0 or 0.0)."""
+    if training and eps <= 0.0:
+        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+    if eps < 0.0:
+        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+
+
+# --------------------------------------------------------------------------------------------------
+# SyncBatchNorm primitives (CUDA-only in torch; normkit runs them anywhere)
+# --------------------------------------------------------------------------------------------------
+
+
+def check_batch_norm_stats(input: Tensor) -> None:
+    check_channel_dim(input)
+    check_floating(input, "batch_norm_stats")
+
+
+def check_batch_norm_gather_stats(input: Tensor, mean: Tensor, invstd: Tensor, running_mean, running_var,
+                                  counts: Tensor) -> None:
+    """Shape checks of newer torch sources: mean 2-D (world, C), invstd like mean, one count per row."""
+    if mean.dim() != 2:
+        raise RuntimeError(f"Expected mean to be a 2-D tensor, but got {mean.dim()}-D")
+    if invstd.shape != mean.shape:
+        raise RuntimeError(
+            f"Expected invstd to have the same shape as mean, but got {_shape(invstd)} and {_shape(mean)}"
+        )
+    if counts.numel() < mean.shape[0]:
+        raise RuntimeError(
+            f"Expected counts to have at least {mean.shape[0]} elements, but got {counts.numel()}"
+        )
+    c = mean.shape[1]
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None:
+            _check_numel(name, stat, c)
+    check_floating(mean, "batch_norm_update_stats_cuda")
+
+
+def _check_mean_invstd(input: Tensor, mean: Tensor, invstd: Tensor) -> None:
+    check_channel_dim(input)
+    c = input.shape[1]
+    _check_numel("mean", mean, c)
+    _check_numel("invstd", invstd, c)
+    if mean.dtype != invstd.dtype:
+        raise RuntimeError("mean and invstd need to have the same data types")
+
+
+def check_batch_norm_elemt(input: Tensor, weight, bias, mean: Tensor, invstd: Tensor) -> None:
+    _check_mean_invstd(input, mean, invstd)
+    c = input.shape[1]
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None:
+            _check_numel(name, param, c)
+    check_floating(input, "batch_norm_elementwise_cuda")
+
+
+def check_batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
+                                     weight) -> None:
+    _check_mean_invstd(input, mean, invstd)
+    if weight is not None:
+        _check_numel("weight", weight, input.shape[1])
+    check_floating(input, "batch_norm_backward_reduce")
+    if grad_out.shape != input.shape:
+        raise RuntimeError(
+            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
+            f"{_shape(grad_out)} and input of shape {_shape(input)}"
+        )
+
+
+def check_batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
+                                    weight, sum_dy: Tensor, sum_dy_xmu: Tensor) -> None:
+    check_batch_norm_backward_reduce(grad_out, input, mean, invstd, weight)
+    _check_numel("sum_dy", sum_dy, input.shape[1])
+    _check_numel("sum_dy_xmu", sum_dy_xmu, input.shape[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# Layer norm and RMS norm
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_normalized_shape(input: Tensor, normalized_shape: Sequence[int], params, star: str) -> None:
+    # Mirrors aten's _check_layer_norm_inputs / _check_rms_norm_inputs; `star` is "*, " for layer norm
+    # and "*" for rms norm (torch's rms message lacks the comma).
+    ns = [int(s) for s in normalized_shape]
+    if len(ns) < 1:
+        raise RuntimeError(
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+            f"element, but got normalized_shape = {ns}"
+        )
+    for name, p in params:
+        if p is not None and [int(s) for s in p.shape] != ns:
+            raise RuntimeError(
+                f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                f"{_shape(p)} and normalized_shape = {ns}"
+            )
+    shape = _shape(input)
+    if len(shape) < len(ns) or shape[len(shape) - len(ns):] != ns:
+        expected = "[" + star + ", ".join(str(s) for s in ns) + "]"
+        raise RuntimeError(
+            f"Given normalized_shape={ns}, expected input with shape {expected}, but got input of "
+            f"size{shape}"
+        )
+
+
+def check_layer_norm(input: Tensor, normalized_shape, weight, bias) -> None:
+    """``native_layer_norm`` (and ``F.layer_norm``, which adds nothing)."""
+    _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
+    check_floating(input, "LayerNormKernelImpl")
+
+
+def check_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape, mean: Tensor, rstd: Tensor,
+                              weight, bias) -> None:
+    _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
+    check_floating(input, "LayerNormBackwardKernelImpl")
+    if grad_out.shape != input.shape:
+        raise RuntimeError(
+            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
+            f"{_shape(grad_out)} and input of shape {_shape(input)}"
+        )
+    rows = _prod(input.shape[: input.dim() - len(normalized_shape)])
+    for name, stat in (("mean", mean), ("rstd", rstd)):
+        if stat.numel() != rows:
+            raise RuntimeError(f"{name} should contain {rows} elements not {stat.numel()}")
+
+
+def _prod(shape) -> int:
+    p = 1
+    for s in shape:
+        p *= int(s)
+    return p
+
+
+def check_rms_norm(input: Tensor, normalized_shape, weight) -> None:
+    """``rms_norm`` / ``_fused_rms_norm`` (torch's fused op skips the shape checks on CPU; normkit doesn't)."""
+    _check_normalized_shape(input, normalized_shape, (("weight", weight),), "*")
+    check_floating(input, "rms_norm", allow_complex=True)
+
+
+def check_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape, rstd: Tensor, weight) -> None:
+    _check_normalized_shape(input, normalized_shape, (("weight", weight),), "*")
+    check_floating(input, "rms_norm")
+    if grad_out.shape != input.shape:
+        raise RuntimeError(
+            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
+            f"{_shape(grad_out)} and input of shape {_shape(input)}"
+        )
+    rows = _prod(input.shape[: input.dim() - len(normalized_shape)])
+    if rstd.numel() != rows:
+        raise RuntimeError(f"rstd should contain {rows} elements not {rstd.numel()}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Group norm
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_group_norm_inputs(input: Tensor, weight, bias, C: int, group: int) -> None:
+    if group <= 0:
+        raise RuntimeError(f"Expected num groups to be greater than 0, got {group}")
+    if C % group != 0:
+        raise RuntimeError(
+            "Expected number of channels in input to be divisible by num_groups, but got input of shape "
+            f"{_shape(input)} and num_groups={group}"
+        )
+    if weight is not None and not (weight.dim() == 1 and weight.numel() == C):
+        raise RuntimeError(
+            "Expected weight to be a vector of size equal to the number of channels in input, but got "
+            f"weight of shape {_shape(weight)} and input of shape {_shape(input)}"
+        )
+    if bias is not None and not (bias.dim() == 1 and bias.numel() == C):
+        # torch prints the *weight's* shape here (a long-standing aten bug; [0] when weight is None).
+        raise RuntimeError(
+            "Expected bias to be a vector of size equal to the number of channels in input, but got "
+            f"bias of shape {_shape(weight)} and input of shape {_shape(input)}"
+        )
+
+
+def _check_nchw(input: Tensor, N: int, C: int, HxW: int) -> None:
+    if input.numel() != N * C * HxW:
+        raise RuntimeError(
+            "Expected X.numel() == N * C * HxW to be true, but got false.  (Could this error message be "
+            "improved?  If so, please report an enhancement request to PyTorch.)"
+        )
+
+
+def check_group_norm(input: Tensor, weight, bias, N: int, C: int, HxW: int, group: int) -> None:
+    """``native_group_norm``. Unlike aten on CPU, any input strides are accepted."""
+    _check_group_norm_inputs(input, weight, bias, C, group)
+    _check_nchw(input, N, C, HxW)
+    check_floating(input, "GroupNormKernelImpl")
+
+
+def check_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, weight,
+                              N: int, C: int, HxW: int, group: int) -> None:
+    _check_group_norm_inputs(input, weight, None, C, group)
+    _check_nchw(input, N, C, HxW)
+    if grad_out.dtype != input.dtype:
+        raise RuntimeError("Expected scalar types of X and dY are same.")
+    if grad_out.shape != input.shape:
+        raise RuntimeError(
+            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
+            f"{_shape(grad_out)} and input of shape {_shape(input)}"
+        )
+    for name, stat in (("mean", mean), ("rstd", rstd)):
+        if stat.numel() != N * group:
+            raise RuntimeError(f"{name} should contain {N * group} elements not {stat.numel()}")
+    check_floating(input, "GroupNormBackwardKernelImpl")
+
+
+def check_group_norm_functional(input: Tensor, num_groups: int) -> None:
+    """``F.group_norm``'s own checks, before aten's: rank, then group size (always, not only training)."""
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    if num_groups == 0:
+        raise ZeroDivisionError("integer division or modulo by zero")
+    shape = list(input.shape)
+    verify_batch_size([shape[0] * shape[1] // num_groups, num_groups] + shape[2:])
+
+
+# --------------------------------------------------------------------------------------------------
+# Instance norm
+# --------------------------------------------------------------------------------------------------
+
+
+def check_instance_norm(input: Tensor, weight, bias, running_mean, running_var, use_input_stats: bool) -> None:
+    """``instance_norm``: its own running-stat rule, then batch norm's checks on the (1, N*C, *) view.
+
+    Sizes are reported as torch does, after repeating C-sized parameters N times
+    (``weight should contain 6 elements not 8`` for N=2, C=3, weight of 4).
+    """
+    if not use_input_stats and (running_mean is None or running_var is None):
+        raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
+    check_channel_dim(input)
+    n, c = input.shape[0], input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() * n != n * c:
+            raise RuntimeError(f"{name} should contain {n * c} elements not {t.numel() * n}")
+    check_batch_norm_running_stats(running_mean, running_var)
+    check_floating(input, "batch_norm")
+
+
+def verify_spatial_size(size) -> None:
+    """``F._verify_spatial_size``: instance norm with input stats needs more than 1 spatial element."""
+    prod = 1
+    for s in list(size)[2:]:
+        prod *= s
+    if prod == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {size}")

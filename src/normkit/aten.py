@@ -1,0 +1,281 @@
+"""`normkit.enable()`: normkit's ops at the CUDA dispatch key of ``aten``.
+
+How it works
+------------
+``enable()`` opens one ``torch.library.Library("aten", "IMPL")`` and registers a Python kernel at the
+backend key (``CUDA``) for every normalization op that eager PyTorch reaches on that device
+(``../shared/contract.md`` §13): the batch-norm family including ``cudnn_batch_norm`` /
+``cudnn_batch_norm_backward`` (what fp32/fp16 ``F.batch_norm`` calls when cuDNN is on),
+``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``.  Because the kernels sit at the
+backend key, ATen's own autograd formulas still run above them and call normkit's backward ops.
+
+Per-input fallback
+------------------
+Before registering, the kernel that was active at that key is captured with
+``torch.library.get_kernel(op, key)`` (torch >= 2.9; present on 2.11-2.13).  Each normkit kernel first
+asks whether normkit handles the input (floating dtype, strided layout, the Triton kernels importable
+for the device); if not, it calls the captured kernel with the same dispatch key set, so the answer is
+exactly ATen's.  On a torch without ``get_kernel`` the unhandled inputs go to normkit's reference
+implementation instead (slower, never wrong), and unsupported dtypes raise ATen's
+``NotImplementedError``.  Calls made while a normkit kernel is already running (re-entrancy) always go
+to the captured kernel.
+
+Restore
+-------
+``disable()`` calls ``Library._destroy()`` (torch >= 2.5), which deregisters every kernel normkit added
+and brings back the previous ones.  Where ``_destroy`` is missing, the registrations stay but turn into
+pass-throughs to the captured kernels (the observable behaviour is restored).
+
+Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (and ``rms_norm`` at
+``AutogradCPU``, since on CPU ``F.rms_norm`` never reaches ``_fused_rms_norm``) so that routing,
+fallback and restore can be proven without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections import Counter
+
+import torch
+
+__all__ = ["enable", "disable", "enabled", "is_enabled", "call_counts", "fallback_counts", "reset_counts",
+           "registered_ops"]
+
+_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+_state = threading.local()
+_lock = threading.RLock()
+_lib = None
+_key = None
+_active = False
+_registered: list = []
+_counts: Counter = Counter()
+_fallbacks: Counter = Counter()
+
+
+def _busy() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _inside():
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def _family_available(family: str, x) -> bool:
+    """Whether normkit should take this input: the device's Triton kernels exist (or, at the CPU test key,
+    the reference runs)."""
+    if _key == "CPU":
+        return True
+    from normkit import kernels
+
+    if not kernels.runs_kernels_on(x):
+        return False
+    from normkit.ops import _select
+
+    return _select.kernel_module(family) is not None
+
+
+def _plain_float(t) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dtype in _FLOATING
+        and t.layout == torch.strided
+        and not t.is_nested
+        and type(t) in (torch.Tensor, torch.nn.Parameter)
+    )
+
+
+def _opt_ok(t) -> bool:
+    return t is None or (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested)
+
+
+def _takes(family: str, x, *others) -> bool:
+    return _plain_float(x) and all(_opt_ok(o) for o in others) and _family_available(family, x)
+
+
+# --- the table: aten overload -> (normkit implementation, predicate over the call's arguments) ---------
+
+def _table():
+    from normkit import ops
+
+    bn = "batch_norm"
+    ln = "layer_norm"
+    rms = "rms_norm"
+    return [
+        ("native_batch_norm", ops.native_batch_norm, lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("_native_batch_norm_legit", ops._native_batch_norm_legit,
+         lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("_native_batch_norm_legit.no_stats", ops._native_batch_norm_legit_no_stats,
+         lambda x, w, b, *a: _takes(bn, x, w, b)),
+        ("_native_batch_norm_legit_no_training", ops._native_batch_norm_legit_no_training,
+         lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("_batch_norm_with_update", ops._batch_norm_with_update,
+         lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("_batch_norm_no_update", ops._batch_norm_no_update,
+         lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("native_batch_norm_backward", ops.native_batch_norm_backward,
+         lambda g, x, w, rm, rv, sm, si, *a: _takes(bn, x, g, w, rm, rv, sm, si)),
+        ("batch_norm_backward", ops.batch_norm_backward,
+         lambda g, x, w, rm, rv, sm, sv, *a: _takes(bn, x, g, w, rm, rv, sm, sv)),
+        ("cudnn_batch_norm", ops.cudnn_batch_norm, lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
+        ("cudnn_batch_norm_backward", ops.cudnn_batch_norm_backward,
+         lambda x, g, w, rm, rv, sm, sv, *a: _takes(bn, x, g, w, rm, rv, sm, sv)),
+        ("native_layer_norm", ops.native_layer_norm, lambda x, ns, w, b, *a: _takes(ln, x, w, b)),
+        ("native_layer_norm_backward", ops.native_layer_norm_backward,
+         lambda g, x, ns, m, r, w, b, *a: _takes(ln, x, g, m, r, w, b)),
+        ("_fused_rms_norm", ops._fused_rms_norm, lambda x, ns, w, *a: _takes(rms, x, w)),
+        ("_fused_rms_norm_backward", ops._fused_rms_norm_backward,
+         lambda g, x, ns, r, w, *a: _takes(rms, x, g, r, w)),
+    ]
+
+
+def registered_ops() -> list:
+    """The aten overloads normkit currently overrides (empty when disabled)."""
+    return [name for name, _ in _registered]
+
+
+def call_counts() -> dict:
+    """Calls normkit handled since the last `reset_counts()`, per aten op name."""
+    return dict(_counts)
+
+
+def fallback_counts() -> dict:
+    """Calls that went to the original kernel, per aten op name."""
+    return dict(_fallbacks)
+
+
+def reset_counts() -> None:
+    _counts.clear()
+    _fallbacks.clear()
+
+
+def is_enabled() -> bool:
+    return _active
+
+
+def _lookup_original(qualname: str, key: str):
+    getter = getattr(torch.library, "get_kernel", None)
+    if getter is None:
+        return None
+    try:
+        return getter("aten::" + qualname, key)
+    except Exception:  # op missing on this build, or no kernel at that key
+        return None
+
+
+def _not_implemented(name, x):
+    dtype = getattr(x, "dtype", None)
+    raise NotImplementedError(f'"{name}" not implemented for \'{str(dtype).replace("torch.", "").capitalize()}\'')
+
+
+def _make_kernel(name, impl, takes, original):
+    def kernel(keyset, *args, **kwargs):
+        if _active and not _busy() and takes(*args, **kwargs):
+            _counts[name] += 1
+            with _inside():
+                return impl(*args, **kwargs)
+        _fallbacks[name] += 1
+        if original is not None:
+            return original.call_boxed(keyset, *args, **kwargs)
+        # No captured kernel (torch without get_kernel): the reference path of normkit.ops is correct
+        # for every floating input; anything else is not implemented, as in ATen.
+        x = args[1] if name.endswith("backward") and not name.startswith("cudnn") else args[0]
+        if not _plain_float(x):
+            _not_implemented(name, x)
+        with _inside():
+            return impl(*args, **kwargs)
+
+    kernel.__name__ = "normkit_" + name.replace(".", "_")
+    return kernel
+
+
+def _make_rms_norm_autograd(original):
+    """`aten::rms_norm` is CompositeImplicitAutograd: on devices without a fused kernel, and for a weight
+    whose dtype differs from the input's, it never reaches `_fused_rms_norm`.  Overriding it at the
+    Autograd key routes it through normkit's custom op, which carries its own autograd."""
+
+    def kernel(keyset, x, normalized_shape, weight=None, eps=None):
+        if _active and not _busy() and _takes("rms_norm", x, weight):
+            from normkit import functional
+
+            _counts["rms_norm"] += 1
+            with _inside():
+                return functional.rms_norm(x, list(normalized_shape), weight, eps)
+        _fallbacks["rms_norm"] += 1
+        return original.call_boxed(keyset, x, normalized_shape, weight, eps)
+
+    return kernel
+
+
+def enable(*, _dispatch_key: str = "CUDA") -> None:
+    """Route aten's normalization ops on CUDA tensors through normkit (idempotent)."""
+    global _lib, _key, _active
+    with _lock:
+        if _active:
+            if _dispatch_key != _key:
+                raise RuntimeError(f"normkit is already enabled at the {_key} key; disable() first")
+            return
+        if _lib is not None and _key == _dispatch_key and _registered:
+            # torch without Library._destroy: the old registrations are pass-throughs; reactivate them.
+            _active = True
+            return
+        if _lib is not None:
+            raise RuntimeError("normkit cannot re-register at another key on a torch without Library._destroy")
+        _key = _dispatch_key
+        lib = torch.library.Library("aten", "IMPL")
+        registered = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+            warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
+            for name, impl, takes in _table():
+                try:
+                    torch._C._dispatch_find_schema_or_throw("aten::" + name.split(".")[0],
+                                                            name.split(".")[1] if "." in name else "")
+                except Exception:
+                    continue  # op absent on this torch
+                original = _lookup_original(name, _dispatch_key)
+                lib.impl(name, _make_kernel(name, impl, takes, original), _dispatch_key, with_keyset=True)
+                registered.append((name, original))
+            autograd_key = "Autograd" + _dispatch_key
+            original = _lookup_original("rms_norm", autograd_key)
+            if original is not None:
+                lib.impl("rms_norm", _make_rms_norm_autograd(original), autograd_key, with_keyset=True)
+                registered.append(("rms_norm", original))
+        _lib = lib
+        _registered[:] = registered
+        _active = True
+
+
+def disable() -> None:
+    """Restore every kernel that `enable()` replaced (idempotent)."""
+    global _lib, _active
+    with _lock:
+        _active = False
+        if _lib is None:
+            return
+        destroy = getattr(_lib, "_destroy", None)
+        if destroy is not None:
+            destroy()
+            _lib = None
+            _registered.clear()
+        # else: registrations stay in place as pass-throughs to the captured kernels (see module doc).
+
+
+@contextlib.contextmanager
+def enabled(*, _dispatch_key: str = "CUDA"):
+    """`with normkit.enabled(): ...` — enable() for the block, then restore the previous state."""
+    was = _active
+    if not was:
+        enable(_dispatch_key=_dispatch_key)
+    try:
+        yield
+    finally:
+        if not was:
+            disable()

@@ -1,0 +1,247 @@
+"""The benchmark suite: loading, expansion into cases, byte accounting and input generation."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+OPS = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
+
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+_ALIASES = {v: k for k, v in SHORT.items()}
+_ALIASES.update({"half": "float16", "float": "float32", "double": "float64", "bfloat": "bfloat16"})
+
+EPS = 1e-5
+RMS_EPS = 1e-6
+MOMENTUM = 0.1
+
+SUITE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite.json")
+
+# --quick: the same ops, dtypes, layouts and modes as the suite, at sizes a CPU handles in milliseconds.
+QUICK_SHAPES = {
+    "batch_norm": [[8, 4, 5, 5], [64, 8], [2, 4, 3, 4, 4]],
+    "layer_norm": [[64, 32], [16, 100]],
+    "rms_norm": [[64, 32], [16, 100]],
+    "group_norm": [[4, 8, 6, 6, 4], [2, 8, 3, 4, 4, 2]],
+    "instance_norm": [[4, 4, 6, 6], [2, 3, 3, 4, 4]],
+}
+
+# --accuracy: one moderate shape per op (error against float64, randn and randn + 1000 inputs).
+ACCURACY_SHAPES = {
+    "batch_norm": [64, 128, 28, 28],
+    "layer_norm": [4096, 4096],
+    "rms_norm": [4096, 4096],
+    "group_norm": [16, 256, 32, 32, 32],
+    "instance_norm": [16, 64, 64, 64],
+}
+QUICK_ACCURACY_SHAPES = {
+    "batch_norm": [8, 4, 5, 5],
+    "layer_norm": [32, 64],
+    "rms_norm": [32, 64],
+    "group_norm": [4, 8, 6, 6, 4],
+    "instance_norm": [4, 4, 6, 6],
+}
+
+
+def canon_dtype(name: str) -> str:
+    name = str(name).strip().lower().replace("torch.", "")
+    name = _ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r} (expected one of {sorted(DTYPES) + sorted(SHORT.values())})")
+    return name
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmarked configuration; each direction of it is a row per implementation."""
+
+    op: str
+    shape: tuple            # input shape (group_norm: without num_groups)
+    dtype: str              # input dtype name
+    params: str             # weight / bias / running-stat dtype name
+    layout: str = "contiguous"   # contiguous | channels_last (4-D: channels_last, 5-D: channels_last_3d)
+    mode: str = "train"     # train (fwd + bwd) | eval (fwd; batch norm only)
+    groups: int = 0         # group_norm only
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=DTYPES[self.dtype]).element_size()
+
+    @property
+    def tensor_bytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1] if self.op in ("layer_norm", "rms_norm") else self.shape[1]
+
+    @property
+    def directions(self) -> tuple:
+        return ("fwd", "bwd") if self.mode == "train" else ("fwd",)
+
+    @property
+    def shape_label(self) -> str:
+        s = "x".join(str(d) for d in self.shape)
+        return f"{s}/g{self.groups}" if self.op == "group_norm" else s
+
+    @property
+    def dtype_label(self) -> str:
+        if self.params == self.dtype:
+            return SHORT[self.dtype]
+        return f"{SHORT[self.dtype]}/{SHORT[self.params]}"
+
+    @property
+    def layout_label(self) -> str:
+        if self.layout == "contiguous":
+            return {2: "NC", 3: "NCL", 4: "NCHW", 5: "NCDHW"}.get(len(self.shape), "contig") \
+                if self.op not in ("layer_norm", "rms_norm") else "rows"
+        return {4: "NHWC", 5: "NDHWC"}.get(len(self.shape), self.layout)
+
+    @property
+    def memory_format(self):
+        if self.layout == "channels_last":
+            return torch.channels_last if len(self.shape) == 4 else torch.channels_last_3d
+        return torch.contiguous_format
+
+    def label(self) -> str:
+        return f"{self.op} {self.shape_label} {self.dtype_label} {self.layout_label} {self.mode}"
+
+    def key(self) -> dict:
+        return {
+            "op": self.op, "shape": list(self.shape), "groups": self.groups or None, "dtype": self.dtype,
+            "params": self.params, "layout": self.layout, "mode": self.mode,
+        }
+
+
+def min_bytes(case: Case, direction: str) -> int:
+    """The physical minimum traffic: forward reads x and writes y (2 passes); backward reads x and dy and
+    writes dx (3 passes). Parameters and statistics are O(C) and left out."""
+    passes = {"fwd": 2, "bwd": 3}[direction]
+    return passes * case.tensor_bytes
+
+
+def load_suite(path: str | None = None) -> dict:
+    with open(path or SUITE_PATH) as f:
+        return json.load(f)
+
+
+def _shape_matches(case: Case, wanted) -> bool:
+    if not wanted:
+        return True
+    labels = {case.shape_label, "x".join(str(d) for d in case.shape)}
+    return any(w.replace(",", "x").replace("*", "x") in labels for w in wanted)
+
+
+def _dtype_matches(dtype: str, params: str, wanted) -> bool:
+    if not wanted:
+        return True
+    for w in wanted:
+        if ":" in w or "/" in w:
+            a, b = w.replace("/", ":").split(":", 1)
+            if canon_dtype(a) == dtype and canon_dtype(b) == params:
+                return True
+        elif canon_dtype(w) == dtype:
+            return True
+    return False
+
+
+def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, modes=None,
+                 quick: bool = False) -> list:
+    """The suite's cases in suite order, narrowed by the filters (None = everything).
+
+    Layouts apply to 4-D and 5-D inputs of batch/group/instance norm only: a (N, C) batch-norm shape is run
+    once, as contiguous. Batch norm has train and eval modes; the other ops train (forward + backward)."""
+    cases = []
+    for op in OPS:
+        if ops and op not in ops:
+            continue
+        spec = suite.get(op)
+        if not spec:
+            continue
+        shapes_list = QUICK_SHAPES[op] if quick else spec["shapes"]
+        op_layouts = spec.get("layouts", ["contiguous"])
+        op_modes = spec.get("modes", ["train"])
+        for raw in shapes_list:
+            raw = list(raw)
+            groups = 0
+            if op == "group_norm":
+                groups, raw = int(raw[-1]), raw[:-1]
+            shape = tuple(int(d) for d in raw)
+            for dt in spec["dtypes"]:
+                dtype, params = (dt, dt) if isinstance(dt, str) else (dt[0], dt[1])
+                dtype, params = canon_dtype(dtype), canon_dtype(params)
+                if not _dtype_matches(dtype, params, dtypes):
+                    continue
+                for layout in op_layouts:
+                    if layout != "contiguous" and (len(shape) < 4 or op in ("layer_norm", "rms_norm")):
+                        continue
+                    if layouts and layout not in layouts:
+                        continue
+                    for mode in op_modes:
+                        if modes and mode not in modes:
+                            continue
+                        case = Case(op, shape, dtype, params, layout, mode, groups)
+                        if _shape_matches(case, shapes):
+                            cases.append(case)
+    return cases
+
+
+@dataclass
+class Inputs:
+    """One input set of a case, in the case's dtypes and layout."""
+
+    x: torch.Tensor
+    dy: torch.Tensor
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    running_mean: torch.Tensor | None = None
+    running_var: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def make_inputs(case: Case, device, seed: int, offset: float = 0.0) -> Inputs:
+    """Fresh random inputs (never zeros). ``offset`` is added to x before rounding (randn + 1000)."""
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    dt, pt = DTYPES[case.dtype], DTYPES[case.params]
+    if offset:
+        x = (torch.randn(case.shape, generator=gen, device=dev, dtype=torch.float32) + offset).to(dt)
+    else:
+        x = torch.randn(case.shape, generator=gen, device=dev, dtype=dt)
+    dy = torch.randn(case.shape, generator=gen, device=dev, dtype=dt)
+    if case.layout != "contiguous":
+        x = x.contiguous(memory_format=case.memory_format)
+        dy = dy.contiguous(memory_format=case.memory_format)
+    c = case.channels
+    weight = (torch.randn(c, generator=gen, device=dev, dtype=torch.float32) * 0.5 + 1.0).to(pt)
+    bias = (torch.randn(c, generator=gen, device=dev, dtype=torch.float32) * 0.5).to(pt)
+    rm = rv = None
+    if case.op == "rms_norm":
+        bias = None
+    if case.op == "batch_norm":
+        rm = (torch.randn(c, generator=gen, device=dev, dtype=torch.float32) * 0.1).to(pt)
+        rv = (torch.rand(c, generator=gen, device=dev, dtype=torch.float32) + 0.5).to(pt)
+    return Inputs(x, dy, weight, bias, rm, rv)
+
+
+def rotation_count(case: Case, l2_bytes: int | None, direction: str, cap: int = 8) -> int:
+    """How many input sets to rotate through so that the working set is >= 4x L2 (1 when it already is)."""
+    if not l2_bytes:
+        return 1
+    ws = (4 if direction == "bwd" else 2) * case.tensor_bytes
+    return max(1, min(cap, math.ceil(4 * l2_bytes / max(ws, 1))))

@@ -1,0 +1,283 @@
+"""`python -m normkit bench`: argument parsing and the run's orchestration."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+
+from normkit.bench import cases as C
+from normkit.bench import report
+from normkit.bench.impls import ALL_PEERS, make_impls
+from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, device_info, estimate_seconds, fmt_s,
+                                  git_sha, headline_dtypes, run_accuracy, run_case)
+from normkit.bench.timing import Progress, Timer
+
+COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled once per case{scope}; every "
+                "implementation (compile included) is timed as the replay of a CUDA graph that holds the "
+                "rotated calls, so Python, dispatcher, guard and launch overhead are excluded; the first call "
+                "(compilation) is reported as first_call_s, not timed")
+TIMING_NOTE = ("median over replays of a CUDA graph holding the calls, rotating among {{k}} input sets so "
+               "that the working set is >= 4x L2 (CUDA events; eager CUDA events where capture fails: "
+               "timer=cuda-events); warmup {w} ms, rep {r} ms")
+
+EPILOG = """examples:
+  python -m normkit bench                                 # the suite, every peer available
+  python -m normkit bench --ops layer_norm,rms_norm --dtypes bf16 --peers aten,liger
+  python -m normkit bench --ops batch_norm --shapes 256x64x56x56 --layouts channels_last --modes train
+  python -m normkit bench --accuracy                      # error vs float64, randn and randn+1000
+  python -m normkit bench --models resnet50 --steps 20    # whole training steps, with / without enable()
+  python -m normkit bench --quick --json out.json --out outdir   # tiny sizes on CPU (CI)
+"""
+
+
+def _csv(values):
+    if values is None:
+        return None
+    out = []
+    for v in values:
+        out += [s.strip() for s in str(v).split(",") if s.strip()]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m normkit bench", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Side-by-side benchmarks of normkit against ATen eager (cuDNN on/off), "
+                                            "torch.compile, Liger-Kernel and FlagGems, checked against float64.")
+    p.add_argument("--quick", action="store_true", help="tiny sizes on CPU: tests the harness (CI)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
+    p.add_argument("--suite", default=None, help="suite JSON (default: the packaged copy of the public suite)")
+    p.add_argument("--ops", nargs="+", default=None, help=f"subset of {','.join(C.OPS)}")
+    p.add_argument("--shapes", nargs="+", default=None, help="shapes like 256x64x56x56 (group norm: 32x256x64x64)")
+    p.add_argument("--dtypes", nargs="+", default=None, help="input dtypes (bf16, fp32, ...) or pairs bf16:fp32")
+    p.add_argument("--layouts", nargs="+", default=None, help="contiguous, channels_last")
+    p.add_argument("--modes", nargs="+", default=None, help="train (fwd+bwd), eval (batch norm fwd)")
+    p.add_argument("--peers", nargs="+", default=None,
+                   help=f"subset of {','.join(ALL_PEERS)}, 'all' or 'none' (normkit always runs); "
+                        "default: all on CUDA, aten,aten-native on CPU")
+    p.add_argument("--compile-scope", choices=["headline", "all"], default="headline",
+                   help="headline (default): torch.compile only on each op's first suite dtype, to fit the "
+                        "time budget; all: every row")
+    p.add_argument("--compile-dynamic", action="store_true",
+                   help="compile with dynamic=True, one compiled fn per (op, mode, dtypes, layout, ndim)")
+    p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
+    p.add_argument("--warmup-ms", type=float, default=None, help="default 10 (CUDA), 1 (CPU)")
+    p.add_argument("--rep-ms", type=float, default=None, help="default 40 (CUDA), 3 (CPU)")
+    p.add_argument("--no-graphs", action="store_true", help="time eagerly with CUDA events (no CUDA graphs)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds; rows not started when it is spent are recorded as skipped")
+    p.add_argument("--perf", action="store_true", help="run the timing suite too when --accuracy/--models are given")
+    p.add_argument("--accuracy", action="store_true", help="error against float64 per op/dtype, randn and randn+1000")
+    p.add_argument("--models", nargs="*", default=None,
+                   help="whole training steps: resnet50 (both layouts), resnet50-nchw, resnet50-cl, vit_b16, "
+                        "gpt2, tiny (CPU); no names = the suite's models")
+    p.add_argument("--steps", type=int, default=20, help="training steps per model and setting (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", dest="json_path", default=None, help="write results JSON here")
+    p.add_argument("--out", default=None, help="directory for summary.md and PNG plots")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="list the cases, estimate the GPU time, exit")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a normkit row is WRONG or an error")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    t_start = time.time()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("bench: --device cuda but no CUDA device", file=sys.stderr)
+        return 2
+    quick = args.quick
+    if device == "cpu" and not quick:
+        print("bench: no CUDA device: running the --quick sizes on CPU", file=sys.stderr)
+        quick = True
+    try:
+        suite = C.load_suite(args.suite)
+    except Exception as e:
+        print(f"bench: cannot read suite: {e}", file=sys.stderr)
+        return 2
+    ops = _csv(args.ops)
+    if ops:
+        bad = [o for o in ops if o not in C.OPS]
+        if bad:
+            print(f"bench: unknown op(s) {bad}; known: {', '.join(C.OPS)}", file=sys.stderr)
+            return 2
+    peers = _csv(args.peers)
+    if peers is None:
+        peers = list(ALL_PEERS) if device == "cuda" else ["aten", "aten-native"]
+    elif peers in (["all"],):
+        peers = list(ALL_PEERS)
+    elif peers in (["none"],):
+        peers = []
+    bad = [x for x in peers if x not in ALL_PEERS]
+    if bad:
+        print(f"bench: unknown peer(s) {bad}; known: {', '.join(ALL_PEERS)}", file=sys.stderr)
+        return 2
+    try:
+        cases = C.expand_suite(suite, ops=ops, shapes=_csv(args.shapes), dtypes=_csv(args.dtypes),
+                               layouts=_csv(args.layouts), modes=_csv(args.modes), quick=quick)
+    except ValueError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    want_models = args.models is not None
+    sections = {"perf": args.perf or not (args.accuracy or want_models), "accuracy": args.accuracy,
+                "models": want_models}
+    warmup = args.warmup_ms if args.warmup_ms is not None else (10.0 if device == "cuda" else 1.0)
+    rep = args.rep_ms if args.rep_ms is not None else (40.0 if device == "cuda" else 3.0)
+    impls = make_impls(peers, compile_dynamic=args.compile_dynamic, compile_mode=args.compile_mode)
+    heads = headline_dtypes(suite)
+
+    if args.dry_run:
+        est = estimate_seconds(cases, impls, scope=args.compile_scope, heads=heads)
+        n_rows = sum(len(c.directions) for c in cases) * len(impls)
+        for c in cases:
+            print(c.label())
+        print(f"{len(cases)} cases, {n_rows} rows ({len(impls)} implementations); estimated GPU time "
+              f"{fmt_s(est)} (compile scope: {args.compile_scope})")
+        return 0
+
+    timer = Timer(device, warmup_ms=warmup, rep_ms=rep, graphs=not args.no_graphs)
+    ctx = Context(device=device, timer=timer, seed=args.seed, quick=quick, budget_s=args.budget, t0=t_start,
+                  compile_scope=args.compile_scope, headline_dtypes=heads)
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        ctx.l2_bytes = getattr(props, "L2_cache_size", None) or (60 << 20)
+
+    versions = {"torch": torch.__version__}
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except Exception:
+        versions["triton"] = None
+    try:
+        import normkit
+
+        versions["normkit"] = getattr(normkit, "__version__", None)
+    except Exception:
+        pass
+    for impl in impls:
+        if impl.name in ("liger", "flaggems"):
+            versions[impl.name] = impl.version if impl.unavailable() is None else None
+    scope_txt = "" if args.compile_scope == "all" else \
+        " (only on each op's first suite dtype: --compile-scope all for every row)"
+    result = {
+        "schema": report.SCHEMA,
+        "complete": False,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_sha": git_sha(),
+        "device": device_info(device),
+        "gpu_name": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        "versions": versions,
+        "quick": quick,
+        "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device},
+        "suite_file": os.path.abspath(args.suite) if args.suite else "packaged suite.json",
+        "timing": {
+            "method": (TIMING_NOTE.format(w=warmup, r=rep).replace("{k}", "k") if device == "cuda" else
+                       f"CPU wall clock (time.perf_counter), median of batches; warmup {warmup} ms, rep {rep} ms"),
+            "compile": COMPILE_NOTE.format(dyn=args.compile_dynamic, scope=scope_txt),
+            "warmup_ms": warmup, "rep_ms": rep, "graphs": timer.graphs,
+        },
+        "implementations": {i.name: i.note for i in impls},
+        "oracle": "normkit.reference in float64 (torch float64 where a row's oracle field says so)",
+        "copy_bytes": suite.get("copy_bytes", 1 << 30),
+        "copy_bandwidth_gbps": None,
+        "rows": [],
+        "accuracy": [],
+        "models": [],
+    }
+
+    def save(final=False):
+        result["elapsed_s"] = time.time() - t_start
+        result["complete"] = final
+        if args.json_path:
+            try:
+                report.write_json(report.clean_floats(result), args.json_path)
+            except Exception as e:
+                print(f"bench: could not write {args.json_path}: {e}", file=sys.stderr)
+
+    units = 1
+    if sections["perf"]:
+        units += len(cases) * len(impls)
+    if sections["accuracy"]:
+        units += accuracy_units(ops or C.OPS, suite)
+    if sections["models"]:
+        from normkit.bench import models as M
+
+        try:
+            model_names = M.resolve(_csv(args.models) or (["tiny"] if device == "cpu" else None))
+        except ValueError as e:
+            print(f"bench: {e}", file=sys.stderr)
+            return 2
+        units += 2 * len(model_names)
+    progress = Progress(units, "bench", enabled=not args.no_progress)
+
+    # copy bandwidth, the SOL ceiling of this run
+    try:
+        result["copy_bandwidth_gbps"] = ctx.copy_gbps = copy_bandwidth(ctx, int(result["copy_bytes"]))
+    except Exception as e:
+        print(f"bench: copy bandwidth failed: {type(e).__name__}: {e}", file=sys.stderr)
+    progress.update(1, "copy bandwidth")
+    save()
+
+    if sections["perf"]:
+        for case in cases:
+            result["rows"].extend(run_case(case, impls, ctx, progress))
+            save()
+    if sections["accuracy"]:
+        result["accuracy"] = run_accuracy(ops or C.OPS, suite, impls, ctx, progress)
+        save()
+    if sections["models"]:
+        from normkit.bench import models as M
+
+        steps = args.steps if not quick else min(args.steps, 4)
+        result["models"] = M.run_models(model_names, device, steps=steps, warmup=min(5, max(steps // 4, 1)),
+                                        seed=args.seed, progress=progress, over_budget=ctx.over_budget)
+        for k in ("torchvision", "timm", "transformers"):
+            versions[k] = _dist_version(k)
+        save()
+    progress.close()
+
+    plots = []
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        if result["rows"]:
+            try:
+                plots = report.plot(result, args.out)
+            except Exception as e:
+                print(f"bench: plots failed: {type(e).__name__}: {e}", file=sys.stderr)
+    result["elapsed_s"] = time.time() - t_start
+    print(report.console_report(result))
+    print(f"\n{len(result['rows'])} rows, {len(result['accuracy'])} accuracy rows, {len(result['models'])} model "
+          f"rows in {fmt_s(result['elapsed_s'])}")
+    if args.out:
+        with open(os.path.join(args.out, "summary.md"), "w") as f:
+            f.write(report.summary_markdown(result, plots))
+        print(f"wrote {os.path.join(args.out, 'summary.md')}" + (f" and {len(plots)} plots" if plots else ""))
+    save(final=True)
+    if args.json_path:
+        print(f"wrote {args.json_path}")
+    if args.strict:
+        bad = [r for r in result["rows"] + result["accuracy"] if r["impl"] == "normkit"
+               and r.get("status") in ("WRONG", "error")]
+        return 1 if bad else 0
+    return 0
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

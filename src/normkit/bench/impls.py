@@ -1,0 +1,335 @@
+"""The implementations a row can run: normkit, ATen eager (cuDNN on / off), torch.compile, Liger-Kernel,
+FlagGems. Each one says whether it supports a case (else the row reads "n/a" with the reason), opens a
+context for its session (cuDNN flags), and builds ``fn(x, weight, bias, running_mean, running_var) -> y``
+with autograd, with the op's constants (eps, momentum, groups, normalized_shape) bound in.
+
+FlagGems is called through its own functions (``flag_gems.ops.*`` with autograd wrappers written here,
+its ``RmsNorm`` and ``InstanceNorm`` autograd functions), not through ``use_gems()``: F.batch_norm on
+CUDA reaches ``cudnn_batch_norm`` / ``_batch_norm_with_update``, which FlagGems does not override, so the
+context would silently time ATen's kernels (``../shared/baselines`` saw exactly that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+
+import torch
+import torch.nn.functional as TF
+
+from normkit.bench.cases import EPS, MOMENTUM, RMS_EPS, Case
+
+ALL_PEERS = ("aten", "aten-native", "compile", "liger", "flaggems")
+
+
+def _version(dist: str):
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def functional_call(F, case: Case, x, w, b, rm, rv):
+    """The torch.nn.functional-style call of the case's op through module (or namespace) ``F``."""
+    op = case.op
+    if op == "batch_norm":
+        return F.batch_norm(x, rm, rv, w, b, case.mode == "train", MOMENTUM, EPS)
+    if op == "layer_norm":
+        return F.layer_norm(x, (x.shape[-1],), w, b, EPS)
+    if op == "rms_norm":
+        return F.rms_norm(x, (x.shape[-1],), w, RMS_EPS)
+    if op == "group_norm":
+        return F.group_norm(x, case.groups, w, b, EPS)
+    if op == "instance_norm":
+        return F.instance_norm(x, None, None, w, b, True, MOMENTUM, EPS)
+    raise ValueError(op)
+
+
+class Impl:
+    name = "?"
+    ops = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
+    cuda_only = False
+    version = None
+    note = ""
+
+    def unavailable(self):
+        """None when usable in this process, else the reason."""
+        return None
+
+    def supports(self, case: Case, device: str):
+        """None when the case can run, else the reason ("n/a: ...")."""
+        if case.op not in self.ops:
+            return f"{self.name} has no {case.op}"
+        if self.cuda_only and device != "cuda":
+            return f"{self.name} needs CUDA"
+        return None
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def build(self, case: Case):
+        raise NotImplementedError
+
+
+class NormkitImpl(Impl):
+    name = "normkit"
+    note = "normkit.functional (Triton kernels on CUDA, reference elsewhere)"
+
+    def __init__(self):
+        self._F = None
+        self._err = None
+
+    def _module(self):
+        if self._F is None and self._err is None:
+            try:
+                self._F = importlib.import_module("normkit.functional")
+            except Exception as e:
+                try:  # the top-level names are the same functions
+                    import normkit
+
+                    if all(hasattr(normkit, n) for n in ("batch_norm", "layer_norm")):
+                        self._F = normkit
+                    else:
+                        raise
+                except Exception:
+                    self._err = f"{type(e).__name__}: {e}"
+        return self._F
+
+    def unavailable(self):
+        self._module()
+        return self._err
+
+    def supports(self, case, device):
+        r = super().supports(case, device)
+        if r:
+            return r
+        F = self._module()
+        if F is not None and not hasattr(F, case.op):
+            return f"normkit.functional has no {case.op}"
+        return None
+
+    def build(self, case):
+        F = self._module()
+        if F is None:
+            raise RuntimeError(self._err)
+        return lambda x, w, b, rm, rv: functional_call(F, case, x, w, b, rm, rv)
+
+
+class AtenImpl(Impl):
+    """Eager PyTorch: torch.nn.functional, cuDNN as torch picks it (on) or off."""
+
+    def __init__(self, cudnn: bool = True):
+        self.cudnn = cudnn
+        self.name = "aten" if cudnn else "aten-native"
+        self.note = ("eager torch.nn.functional, cuDNN enabled (torch picks cuDNN or native)" if cudnn
+                     else "eager torch.nn.functional with torch.backends.cudnn.flags(enabled=False)")
+        if not cudnn:
+            self.ops = ("batch_norm", "instance_norm")
+
+    def context(self):
+        return torch.backends.cudnn.flags(enabled=self.cudnn)
+
+    def build(self, case):
+        return lambda x, w, b, rm, rv: functional_call(TF, case, x, w, b, rm, rv)
+
+
+class CompileImpl(Impl):
+    """torch.compile of the eager call. Compiled functions are cached per case key (dynamic=False) or per
+    (op, mode, dtypes, layout, ndim) with --compile-dynamic."""
+
+    name = "compile"
+
+    def __init__(self, dynamic: bool = False, mode=None):
+        self.dynamic = dynamic
+        self.mode = mode
+        self._cache = {}
+        self.note = (f"torch.compile(dynamic={dynamic}{', mode=' + repr(mode) if mode else ''}) of the eager "
+                     "call; timed as CUDA-graph replay, so guard and launch overhead are excluded; compile "
+                     "time reported separately (compile_s)")
+        try:
+            import torch._dynamo
+
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+            if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
+                torch._dynamo.config.accumulated_cache_size_limit = max(
+                    torch._dynamo.config.accumulated_cache_size_limit, 4096)
+        except Exception:
+            pass
+
+    def build(self, case):
+        if self.dynamic:
+            key = (case.op, case.mode, case.dtype, case.params, case.layout, len(case.shape), case.groups)
+        else:
+            key = case
+        fn = self._cache.get(key)
+        if fn is None:
+            def eager(x, w, b, rm, rv):
+                return functional_call(TF, case, x, w, b, rm, rv)
+
+            kwargs = {"dynamic": self.dynamic}
+            if self.mode:
+                kwargs["mode"] = self.mode
+            fn = torch.compile(eager, **kwargs)
+            self._cache[key] = fn
+        return fn
+
+    def clear(self):
+        self._cache.clear()
+
+
+class LigerImpl(Impl):
+    name = "liger"
+    ops = ("layer_norm", "rms_norm", "group_norm")
+    cuda_only = True
+    note = "liger_kernel.ops: LigerLayerNormFunction, LigerRMSNormFunction (in_place=False), LigerGroupNormFunction"
+
+    def __init__(self):
+        self.version = _version("liger-kernel")
+        self._err = None
+        self._mods = None
+
+    def unavailable(self):
+        if self._mods is None and self._err is None:
+            try:
+                self._mods = {
+                    "ln": importlib.import_module("liger_kernel.ops.layer_norm"),
+                    "rms": importlib.import_module("liger_kernel.ops.rms_norm"),
+                    "gn": importlib.import_module("liger_kernel.ops.group_norm"),
+                }
+            except Exception as e:
+                self._err = f"liger-kernel not importable ({type(e).__name__}: {e})"[:200]
+        return self._err
+
+    def build(self, case):
+        m = self._mods
+        if case.op == "layer_norm":
+            f = m["ln"].LigerLayerNormFunction
+            return lambda x, w, b, rm, rv: f.apply(x, w, b, EPS)
+        if case.op == "rms_norm":
+            f = m["rms"].LigerRMSNormFunction
+            # (X, W, eps, offset, casting_mode, in_place): in_place=False keeps dy intact across calls
+            return lambda x, w, b, rm, rv: f.apply(x, w, RMS_EPS, 0.0, "llama", False)
+        if case.op == "group_norm":
+            f = m["gn"].LigerGroupNormFunction
+            c = case.shape[1]
+            return lambda x, w, b, rm, rv: f.apply(x, w, b, c, case.groups, EPS)
+        raise ValueError(case.op)
+
+
+class _FGBatchNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, rm, rv, training, fg):
+        y, mean, invstd = fg["bn"].batch_norm(x, w, b, rm, rv, training, MOMENTUM, EPS)
+        ctx.save_for_backward(x, w, rm, rv, mean, invstd)
+        ctx.training, ctx.fg = training, fg
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rm, rv, mean, invstd = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gi, gw, gb = ctx.fg["bn"].batch_norm_backward(dy, x, w, rm, rv, mean, invstd, ctx.training, EPS, mask)
+        return gi, gw, gb, None, None, None, None
+
+
+class _FGLayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, fg):
+        shape = [x.shape[-1]]
+        y, mean, rstd = fg["ln"].layer_norm(x, shape, w, b, EPS)
+        ctx.save_for_backward(x, w, b, mean, rstd)
+        ctx.fg = fg
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b, mean, rstd = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gi, gw, gb = ctx.fg["ln"].layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b, mask)
+        return gi, gw, gb, None
+
+
+class _FGGroupNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, groups, fg):
+        n, c = x.shape[0], x.shape[1]
+        hxw = math.prod(x.shape[2:])
+        y, mean, rstd = fg["gn"].group_norm(x, w, b, n, c, hxw, groups, EPS)
+        ctx.save_for_backward(x, w, mean, rstd)
+        ctx.dims, ctx.fg = (n, c, hxw, groups), fg
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, mean, rstd = ctx.saved_tensors
+        n, c, hxw, groups = ctx.dims
+        mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+        gi, gw, gb = ctx.fg["gn"].group_norm_backward(dy, x, mean, rstd, w, n, c, hxw, groups, mask)
+        return gi, gw, gb, None, None
+
+
+class FlagGemsImpl(Impl):
+    name = "flaggems"
+    cuda_only = True
+    note = ("flag_gems.ops batch_norm/layer_norm/group_norm (+ their aten-style backward, wrapped in "
+            "autograd here), flag_gems.ops.rms_norm, flag_gems.fused.instance_norm")
+
+    def __init__(self):
+        self.version = _version("flag-gems") or _version("flag_gems")
+        self._err = None
+        self._fg = None
+
+    def unavailable(self):
+        if self._fg is None and self._err is None:
+            try:
+                import flag_gems  # noqa: F401
+
+                self._fg = {
+                    "bn": importlib.import_module("flag_gems.ops.batch_norm"),
+                    "ln": importlib.import_module("flag_gems.ops.layernorm"),
+                    "gn": importlib.import_module("flag_gems.ops.groupnorm"),
+                    "rms": importlib.import_module("flag_gems.ops.rms_norm"),
+                    "in": importlib.import_module("flag_gems.fused.instance_norm"),
+                }
+            except Exception as e:
+                self._err = f"flag_gems not importable ({type(e).__name__}: {e})"[:200]
+        return self._err
+
+    def build(self, case):
+        fg = self._fg
+        train = case.mode == "train"
+        if case.op == "batch_norm":
+            return lambda x, w, b, rm, rv: _FGBatchNorm.apply(x, w, b, rm, rv, train, fg)
+        if case.op == "layer_norm":
+            return lambda x, w, b, rm, rv: _FGLayerNorm.apply(x, w, b, fg)
+        if case.op == "group_norm":
+            return lambda x, w, b, rm, rv: _FGGroupNorm.apply(x, w, b, case.groups, fg)
+        if case.op == "rms_norm":
+            f = fg["rms"].rms_norm
+            return lambda x, w, b, rm, rv: f(x, [x.shape[-1]], w, RMS_EPS)
+        if case.op == "instance_norm":
+            f = fg["in"].instance_norm
+            return lambda x, w, b, rm, rv: f(x, w, b, None, None, True, MOMENTUM, EPS, False)
+        raise ValueError(case.op)
+
+
+def make_impls(peers, compile_dynamic: bool = False, compile_mode=None) -> list:
+    """normkit first, then the requested peers in ALL_PEERS order."""
+    impls = [NormkitImpl()]
+    for p in ALL_PEERS:
+        if p not in peers:
+            continue
+        if p == "aten":
+            impls.append(AtenImpl(True))
+        elif p == "aten-native":
+            impls.append(AtenImpl(False))
+        elif p == "compile":
+            impls.append(CompileImpl(compile_dynamic, compile_mode))
+        elif p == "liger":
+            impls.append(LigerImpl())
+        elif p == "flaggems":
+            impls.append(FlagGemsImpl())
+    return impls

@@ -1,0 +1,439 @@
+"""Rows: for each case, each implementation, each direction: check against float64, time, peak memory.
+
+A row is independent of every other: whatever one implementation raises is written into its own row
+("error: ...") and the run continues. Only a lost CUDA context (a sticky device error) ends the device
+work; the remaining rows then say so.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from normkit.bench import cases as C
+from normkit.bench.impls import CompileImpl, Impl, NormkitImpl
+from normkit.bench.oracle import compare, oracle, tolerance
+from normkit.bench.timing import Progress, Timer
+
+
+@dataclass
+class Context:
+    device: str
+    timer: Timer
+    copy_gbps: float | None = None
+    l2_bytes: int | None = None
+    seed: int = 0
+    quick: bool = False
+    budget_s: float | None = None
+    t0: float = field(default_factory=time.time)
+    compile_scope: str = "headline"   # headline: compile rows only for each op's first suite dtype
+    headline_dtypes: dict = field(default_factory=dict)
+    cuda_dead: str | None = None
+
+    def over_budget(self) -> bool:
+        return self.budget_s is not None and time.time() - self.t0 > self.budget_s
+
+
+def _err(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"error: {type(e).__name__}: {first}"[:300]
+
+
+def _sync(ctx: Context):
+    if ctx.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _cleanup(ctx: Context, full: bool = False):
+    """After an implementation: free memory; detect a lost CUDA context. A full garbage collection costs
+    ~0.15 s with torch loaded, so it runs only after an exception (tracebacks hold frames with tensors in
+    reference cycles) and between large cases."""
+    if full:
+        gc.collect()
+    if ctx.device == "cuda" and not ctx.cuda_dead:
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception as e:  # sticky device error: nothing on this device can run any more
+            ctx.cuda_dead = _err(e)
+
+
+def device_info(device: str) -> dict:
+    info = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
+            "host": platform.node()}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception:
+        info["triton"] = None
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu_name=torch.cuda.get_device_name(0), sm_count=p.multi_processor_count,
+                    total_memory_bytes=p.total_memory, capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+                    l2_cache_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda,
+                    cudnn=torch.backends.cudnn.version())
+    else:
+        info["gpu_name"] = None
+        info["cpu"] = platform.processor() or platform.machine()
+    return info
+
+
+def git_sha() -> str | None:
+    if os.environ.get("NORMKIT_GIT_SHA"):
+        return os.environ["NORMKIT_GIT_SHA"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else None
+    except Exception:
+        return None
+
+
+def copy_bandwidth(ctx: Context, nbytes: int) -> float:
+    """Device-to-device copy, GB/s counting bytes read + written (the SOL ceiling)."""
+    if ctx.device != "cuda":
+        nbytes = min(nbytes, 32 << 20)
+    n = nbytes // 4
+    src = torch.randn(n, device=ctx.device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    _sync(ctx)
+    ms, _ = ctx.timer.time([lambda: dst.copy_(src)])
+    del src, dst
+    _cleanup(ctx)
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------------------
+def _base_row(case: C.Case, direction: str, impl: Impl) -> dict:
+    row = case.key()
+    row.update(direction=direction, impl=impl.name, status=None, note=None, ms=None, gbps=None, sol=None,
+               bytes=C.min_bytes(case, direction), tensor_bytes=case.tensor_bytes, peak_mem_bytes=None,
+               timer=None, rotation=None, errors=None, tol=tolerance(case), first_call_s=None, oracle=None)
+    return row
+
+
+def _leaves(inp: C.Inputs, train: bool, fresh_stats: bool):
+    def leaf(t):
+        return None if t is None else t.detach().requires_grad_(train)
+
+    rm, rv = inp.running_mean, inp.running_var
+    if fresh_stats and rm is not None:
+        rm, rv = rm.clone(), rv.clone()
+    return leaf(inp.x), leaf(inp.weight), leaf(inp.bias), rm, rv
+
+
+def _peak(ctx: Context, call):
+    """Peak device memory allocated by ``call`` beyond what was allocated before it."""
+    if ctx.device != "cuda":
+        out = call()
+        del out
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with ctx.timer.stream_ctx():
+        out = call()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return int(peak)
+
+
+def _finish(row: dict, ms: float, timer_name: str, ctx: Context):
+    row["ms"] = ms
+    row["timer"] = timer_name
+    if ms and ms > 0:
+        row["gbps"] = row["bytes"] / (ms * 1e-3) / 1e9
+        if ctx.copy_gbps:
+            row["sol"] = row["gbps"] / ctx.copy_gbps
+
+
+def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context) -> list:
+    """The rows (one per direction) of one implementation on one case."""
+    train = case.mode == "train"
+    rows = {d: _base_row(case, d, impl) for d in case.directions}
+    for r in rows.values():
+        r["rotation"] = len(sets)
+        r["oracle"] = ref_source
+
+    def set_all(status, note=None):
+        for r in rows.values():
+            if r["status"] is None:
+                r["status"], r["note"] = status, note
+
+    if ctx.cuda_dead:
+        set_all("error", f"CUDA context lost earlier ({ctx.cuda_dead})")
+        return list(rows.values())
+    if ctx.over_budget():
+        set_all("skipped", "time budget (--budget) spent")
+        return list(rows.values())
+    reason = impl.unavailable()
+    if reason:
+        set_all("error" if isinstance(impl, NormkitImpl) else "n/a", reason)
+        return list(rows.values())
+    reason = impl.supports(case, ctx.device)
+    if reason:
+        set_all("n/a", reason)
+        return list(rows.values())
+    if isinstance(impl, CompileImpl) and ctx.compile_scope == "headline":
+        head = ctx.headline_dtypes.get(case.op)
+        if head and (case.dtype, case.params) != head:
+            set_all("skipped", "torch.compile runs on each op's first suite dtype only (--compile-scope all)")
+            return list(rows.values())
+
+    timer = ctx.timer
+    failed = False
+    fwd, bwd = rows["fwd"], rows.get("bwd")
+    grad_ctx = torch.enable_grad if train else torch.no_grad
+    try:
+        with impl.context(), timer.stream_ctx():
+            fn = impl.build(case)
+            # ---- check: first call on set 0 (compilation / JIT / autotuning happen here) ---------------
+            x0, w0, b0, rm0, rv0 = _leaves(sets[0], train, fresh_stats=True)
+            t = time.perf_counter()
+            with grad_ctx():
+                y0 = fn(x0, w0, b0, rm0, rv0)
+            _sync(ctx)
+            fwd["first_call_s"] = time.perf_counter() - t
+            got = {"y": y0}
+            if case.op == "batch_norm" and train:
+                got.update(running_mean=rm0, running_var=rv0)
+            if ref is None:
+                fwd["status"], fwd["note"] = "unchecked", "no oracle"
+            else:
+                ok, errs, why = compare(got, {k: v for k, v in ref.items() if k in got}, fwd["tol"],
+                                        C.DTYPES[case.dtype])
+                fwd["errors"] = errs
+                fwd["status"] = "ok" if ok else "WRONG"
+                fwd["note"] = "; ".join(why) or None
+            if bwd is not None:
+                try:
+                    leaves = [t_ for t_ in (x0, w0, b0) if t_ is not None]
+                    t = time.perf_counter()
+                    grads = torch.autograd.grad(y0, leaves, sets[0].dy, allow_unused=True)
+                    _sync(ctx)
+                    bwd["first_call_s"] = time.perf_counter() - t
+                    names = ["dx", "dw", "db"][: len(grads)]
+                    gotb = dict(zip(names, grads))
+                    if ref is None:
+                        bwd["status"], bwd["note"] = "unchecked", "no oracle"
+                    else:
+                        missing = [n for n in names if gotb[n] is None]
+                        ok, errs, why = compare(gotb, {k: v for k, v in ref.items() if k in names},
+                                                bwd["tol"])
+                        if missing:
+                            ok, why = False, why + [f"no gradient for {', '.join(missing)}"]
+                        bwd["errors"] = errs
+                        bwd["status"] = "ok" if ok else "WRONG"
+                        bwd["note"] = "; ".join(why) or None
+                    del grads, gotb
+                except Exception as e:
+                    bwd["status"], bwd["note"] = "error", _err(e)
+            del y0, got
+
+            # ---- forward timing ------------------------------------------------------------------------
+            leaf_sets = [_leaves(s, train, fresh_stats=True) for s in sets]
+
+            def make_fwd(a):
+                def call():
+                    with grad_ctx():
+                        return fn(*a)
+                return call
+
+            ffns = [make_fwd(a) for a in leaf_sets]
+            ms, tname = timer.time(ffns)
+            _finish(fwd, ms, tname, ctx)
+            if tname == "cuda-events" and getattr(timer, "last_graph_error", None):
+                fwd["note"] = ((fwd["note"] + "; ") if fwd["note"] else "") + \
+                    "graph capture failed: " + timer.last_graph_error
+            fwd["peak_mem_bytes"] = _peak(ctx, ffns[0])
+            del ffns
+            _sync(ctx)
+
+            # ---- backward timing -----------------------------------------------------------------------
+            if bwd is not None and bwd["status"] != "error":
+                try:
+                    graphs = []
+                    with torch.enable_grad():
+                        for a, s in zip(leaf_sets, sets):
+                            y = fn(*a)
+                            graphs.append((y, [t_ for t_ in a[:3] if t_ is not None], s.dy))
+
+                    def make_bwd(y, leaves, dy):
+                        return lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True, allow_unused=True)
+
+                    bfns = [make_bwd(*g) for g in graphs]
+                    ms, tname = timer.time(bfns)
+                    _finish(bwd, ms, tname, ctx)
+                    if tname == "cuda-events" and getattr(timer, "last_graph_error", None):
+                        bwd["note"] = ((bwd["note"] + "; ") if bwd["note"] else "") + \
+                            "graph capture failed: " + timer.last_graph_error
+                    bwd["peak_mem_bytes"] = _peak(ctx, bfns[0])
+                    del bfns, graphs
+                except Exception as e:
+                    failed = True
+                    bwd["status"], bwd["note"] = "error", _err(e)
+    except Exception as e:
+        failed = True
+        for r in rows.values():
+            if r["status"] in (None, "ok", "WRONG", "unchecked") and r["ms"] is None:
+                r["status"], r["note"] = "error", _err(e)
+    finally:
+        _cleanup(ctx, full=failed)
+    for r in rows.values():
+        if r["status"] is None:
+            r["status"] = "error"
+    return list(rows.values())
+
+
+def run_case(case: C.Case, impls, ctx: Context, progress: Progress | None = None) -> list:
+    rows = []
+    sets, ref, src = [], None, None
+    try:
+        if ctx.cuda_dead or ctx.over_budget():
+            raise _Skip()
+        if ctx.device == "cuda":
+            k = C.rotation_count(case, ctx.l2_bytes, "fwd")
+        else:
+            k = 2 if ctx.quick else 1
+        sets = [C.make_inputs(case, ctx.device, seed=ctx.seed + 7919 * i) for i in range(k)]
+        try:
+            ref, src = oracle(case, sets[0], want_bwd=case.mode == "train")
+        except Exception as e:
+            ref, src = None, _err(e)
+        _sync(ctx)
+    except _Skip:
+        pass
+    except Exception as e:  # inputs could not be made (out of memory, say): every row says so
+        msg = _err(e)
+        for impl in impls:
+            for d in case.directions:
+                r = _base_row(case, d, impl)
+                r["status"], r["note"] = "error", f"inputs: {msg}"
+                rows.append(r)
+            if progress:
+                progress.update(1, case.label())
+        _cleanup(ctx, full=True)
+        return rows
+    for impl in impls:
+        rows.extend(run_impl_case(case, impl, sets, ref, src, ctx))
+        if progress:
+            progress.update(1, f"{case.label()} {impl.name}")
+    del sets, ref
+    _cleanup(ctx, full=ctx.device == "cuda" and case.tensor_bytes >= (512 << 20))
+    return rows
+
+
+class _Skip(Exception):
+    pass
+
+
+def run_accuracy(ops, suite: dict, impls, ctx: Context, progress: Progress | None = None) -> list:
+    """Error against float64 per op, dtype, input kind (randn, randn + 1000) and implementation."""
+    out = []
+    shapes = C.QUICK_ACCURACY_SHAPES if ctx.quick else C.ACCURACY_SHAPES
+    for op in C.OPS:
+        if op not in ops or op not in suite:
+            continue
+        raw = list(shapes[op])
+        groups = 0
+        if op == "group_norm":
+            groups, raw = raw[-1], raw[:-1]
+        for dt in suite[op]["dtypes"]:
+            dtype, params = (dt, dt) if isinstance(dt, str) else dt
+            case = C.Case(op, tuple(raw), C.canon_dtype(dtype), C.canon_dtype(params), "contiguous", "train",
+                          groups)
+            for kind, offset in (("randn", 0.0), ("randn+1000", 1000.0)):
+                try:
+                    inp = C.make_inputs(case, ctx.device, seed=ctx.seed + 17, offset=offset)
+                    ref, src = oracle(case, inp, want_bwd=True)
+                except Exception as e:
+                    for impl in impls:
+                        out.append(dict(case.key(), input=kind, impl=impl.name, status="error",
+                                        note=f"inputs/oracle: {_err(e)}", errors=None))
+                    continue
+                for impl in impls:
+                    row = dict(case.key(), input=kind, impl=impl.name, status=None, note=None, errors=None,
+                               tol=tolerance(case), oracle=src)
+                    try:
+                        reason = impl.unavailable() or impl.supports(case, ctx.device)
+                        if ctx.cuda_dead:
+                            row["status"], row["note"] = "error", "CUDA context lost earlier"
+                        elif ctx.over_budget():
+                            row["status"], row["note"] = "skipped", "time budget (--budget) spent"
+                        elif reason:
+                            row["status"] = "error" if isinstance(impl, NormkitImpl) else "n/a"
+                            row["note"] = reason
+                        else:
+                            with impl.context(), ctx.timer.stream_ctx():
+                                fn = impl.build(case)
+                                x, w, b, rm, rv = _leaves(inp, True, fresh_stats=True)
+                                with torch.enable_grad():
+                                    y = fn(x, w, b, rm, rv)
+                                leaves = [t for t in (x, w, b) if t is not None]
+                                grads = torch.autograd.grad(y, leaves, inp.dy, allow_unused=True)
+                                got = {"y": y}
+                                got.update(zip(["dx", "dw", "db"], grads))
+                                ok, errs, why = compare(got, ref, row["tol"], C.DTYPES[case.dtype])
+                                row["errors"] = errs
+                                row["status"] = "ok" if ok else "WRONG"
+                                row["note"] = "; ".join(why) or None
+                                del y, grads, got
+                    except Exception as e:
+                        row["status"], row["note"] = "error", _err(e)
+                        _cleanup(ctx, full=True)
+                    out.append(row)
+                if progress:
+                    progress.update(1, f"accuracy {case.label()} {kind}")
+                del inp, ref
+    return out
+
+
+def accuracy_units(ops, suite) -> int:
+    return sum(2 * len(suite[op]["dtypes"]) for op in C.OPS if op in ops and op in suite)
+
+
+def headline_dtypes(suite: dict) -> dict:
+    out = {}
+    for op in C.OPS:
+        if op in suite and suite[op].get("dtypes"):
+            dt = suite[op]["dtypes"][0]
+            d, p = (dt, dt) if isinstance(dt, str) else dt
+            out[op] = (C.canon_dtype(d), C.canon_dtype(p))
+    return out
+
+
+def estimate_seconds(cases, impls, per_timing_s: float = 0.12, compile_s: float = 4.0,
+                     scope: str = "headline", heads: dict | None = None) -> float:
+    """A rough wall-clock estimate for a suite run on a GPU (used by --dry-run and the budget notes)."""
+    total = 0.0
+    for case in cases:
+        for impl in impls:
+            if case.op not in impl.ops:
+                continue
+            n = len(case.directions)
+            if isinstance(impl, CompileImpl):
+                if scope == "headline" and heads and (case.dtype, case.params) != heads.get(case.op):
+                    continue
+                total += compile_s * (1.5 if n == 2 else 0.7)
+            total += per_timing_s * n + 0.05
+    return total
+
+
+def fmt_s(s: float) -> str:
+    return f"{int(s // 60)}m{int(s % 60):02d}s"
+
+
+__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "device_info", "git_sha", "math"]

@@ -1,0 +1,552 @@
+"""The case library: OpInfo-style samples of contract.md §10 plus the edge cases of §2-§7.
+
+A `Case` is data only: which entry point to call (an aten name, or ``F.<name>`` for the
+functional API), the input recipe, and the flags that decide which rules apply. Inputs are
+built by `make_inputs` from a generator seeded with the case name, so every case gets its own
+fresh random values (never zeros) and a failure reproduces exactly from its name.
+
+An `ErrorCase` is a bad call and the error torch's contract says it must raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from typing import Callable
+
+import torch
+
+FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
+
+DTYPES = {
+    "fp64": (torch.float64, None),
+    "fp32": (torch.float32, None),
+    "fp16": (torch.float16, None),
+    "bf16": (torch.bfloat16, None),
+    "fp16+fp32": (torch.float16, torch.float32),
+    "bf16+fp32": (torch.bfloat16, torch.float32),
+}
+ALL_DTYPES = tuple(DTYPES)
+LOW_AND_MIXED = ("fp16", "bf16", "fp16+fp32", "bf16+fp32")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    family: str
+    op: str  # aten name, or "F.<name>" for the functional API (autograd)
+    name: str
+    shape: tuple
+    dtype: str = "fp32"  # key of DTYPES
+    layout: str = "contiguous"  # contiguous | channels_last | channels_last_3d | noncontig
+    training: bool = True
+    momentum: float = 0.1
+    eps: float | None = 1e-5
+    weight: bool = True
+    bias: bool = True
+    stats: bool = True  # running stats passed (batch/instance norm)
+    offset: float = 0.0  # common offset added to the input (randn + offset)
+    constant: bool = False  # one channel (batch/group/instance) or row (layer/rms) is constant
+    norm_ndim: int = 1  # layer/rms norm: number of trailing normalized dims
+    groups: int = 1  # group norm
+    mask: tuple | None = None  # backward output_mask; None = every differentiable input
+    sensitive: bool = False  # ill-conditioned by design: ATen may miss the default tolerance
+    devices: tuple | None = None  # only run on these device types (None = all)
+    backward: bool = True  # False: ATen's own backward is broken here (see the case), forward only
+
+    @property
+    def input_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype][0]
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype][1] or DTYPES[self.dtype][0]
+
+    @property
+    def mixed(self) -> bool:
+        """fp16/bf16 input with fp32 params; without any param defined the call is not mixed (§1.1)."""
+        with_stats = self.stats and self.family in ("batch_norm", "instance_norm")
+        return DTYPES[self.dtype][1] is not None and (self.weight or self.bias or with_stats)
+
+    @property
+    def half(self) -> bool:
+        return self.input_dtype in (torch.float16, torch.bfloat16)
+
+    def param_shape(self) -> tuple:
+        if self.family in ("layer_norm", "rms_norm"):
+            return tuple(self.shape[len(self.shape) - self.norm_ndim:])
+        return (self.shape[1],) if len(self.shape) > 1 else (0,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorCase:
+    family: str
+    op: str  # the entry point that must raise (aten name or "F.<name>")
+    name: str
+    build: Callable  # build(device) -> (args tuple, kwargs dict)
+    exc: str  # expected exception type name
+    message: str | None  # expected message prefix (None: any message)
+    via: str | None = None  # torch only: raw aten would crash here; check this entry instead
+    via_build: Callable | None = None
+    message_devices: tuple = ("cpu", "cuda", "mps")  # where the message text is contract-fixed
+    devices: tuple | None = None
+    torch_only: bool = False  # an ATen kernel limit (not a contract requirement of other backends)
+
+
+def seed_of(name: str) -> int:
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# input construction
+
+
+def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "channels_last":
+        return t.contiguous(memory_format=torch.channels_last)
+    if layout == "channels_last_3d":
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    if layout == "noncontig":
+        # every other element of a tensor twice as wide in the last dim: strided, not dense
+        wide = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+        wide.normal_()
+        wide[..., ::2] = t
+        return wide[..., ::2]
+    return t.contiguous()
+
+
+def _randn(gen, shape, scale=1.0):
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+
+
+def make_inputs(case: Case, device: str) -> dict:
+    """Fresh inputs for `case`: x, grad_out, weight, bias, running_mean, running_var (or None)."""
+    gen = torch.Generator().manual_seed(seed_of(case.name))
+    x = _randn(gen, case.shape, 1.5) + 0.3 + case.offset
+    if case.constant and x.numel():
+        if case.family in ("layer_norm", "rms_norm"):
+            x.reshape(-1, math.prod(case.param_shape()))[0] = float(_randn(gen, ()) + 1.0)
+        else:
+            x[:, 0] = float(_randn(gen, ()) + 1.0 + case.offset)
+    g = _randn(gen, case.shape)
+    pshape = case.param_shape()
+    w = _randn(gen, pshape, 0.5) + 1.0
+    b = _randn(gen, pshape, 0.5)
+    rm = _randn(gen, pshape, 0.5)
+    rv = torch.rand(pshape, generator=gen, dtype=torch.float64) + 0.5
+    dt, pdt = case.input_dtype, case.param_dtype
+    out = {
+        "x": _layout(x.to(dt), case.layout).to(device),
+        "grad_out": _layout(g.to(dt), case.layout if case.layout != "noncontig" else "contiguous").to(device),
+        "weight": w.to(pdt).to(device) if case.weight else None,
+        "bias": b.to(pdt).to(device) if case.bias else None,
+        "running_mean": rm.to(pdt).to(device) if case.stats else None,
+        "running_var": rv.to(pdt).to(device) if case.stats else None,
+    }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the library
+
+_BN_FORWARD = (
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_stats",
+    "_native_batch_norm_legit_no_training",
+    "_batch_norm_with_update",
+    "_batch_norm_no_update",
+)
+
+
+def _bn_op_allows(op: str, training: bool, stats: bool) -> bool:
+    if op == "_native_batch_norm_legit":
+        return stats
+    if op == "_native_batch_norm_legit_no_stats":
+        return not stats and training
+    if op in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
+        return not training and stats
+    if op == "_batch_norm_with_update":
+        return training and stats
+    if op == "native_batch_norm":
+        return training or stats
+    return True
+
+
+def _cname(op, tag, **kw):
+    return op + "/" + tag
+
+
+def batch_norm_cases() -> list:
+    cases = []
+
+    def add(tag, dtypes, **kw):
+        for dk in dtypes:
+            for op in _BN_FORWARD + ("F.batch_norm", "batch_norm_update_stats"):
+                training = kw.get("training", True)
+                stats = kw.get("stats", True)
+                if op == "batch_norm_update_stats":
+                    if not (training and stats) or kw.get("only"):
+                        continue
+                elif not _bn_op_allows(op, training, stats) and not op.startswith("F."):
+                    continue
+                if kw.get("only") and op not in kw["only"]:
+                    continue
+                if op != "F.batch_norm" and 0 in kw["shape"] and training:
+                    continue  # aten rejects empty training input: an error case below
+                args = {k: v for k, v in kw.items() if k != "only"}
+                cases.append(Case("batch_norm", op, f"{op}/{tag}/{dk}", dtype=dk, **args))
+
+    # contract §10 OpInfo samples
+    add("S5_train_m0.5_eps0.6", ALL_DTYPES, shape=(5, 5, 5), momentum=0.5, eps=0.6)
+    add("3x2x4_eval_m-1.2", ALL_DTYPES, shape=(3, 2, 4), training=False, momentum=-1.2)
+    add("3x1_train_m0", ("fp64", "fp32", "bf16"), shape=(3, 1), momentum=0.0)
+    add("3x2x3x4_train_m-1_eps0.5", ALL_DTYPES, shape=(3, 2, 3, 4), momentum=-1.0, eps=0.5)
+    add("3x2x3x4_eval_m-1_eps0.5", ("fp32", "fp16+fp32"), shape=(3, 2, 3, 4), training=False,
+        momentum=-1.0, eps=0.5)
+    add("2x1_eval_defaults", ("fp32", "fp64"), shape=(2, 1), training=False)
+    add("1x2x3_train_no_optional", ALL_DTYPES, shape=(1, 2, 3), weight=False, bias=False, stats=False)
+    add("4x3x5_train_weight_only", ("fp32", "bf16+fp32"), shape=(4, 3, 5), bias=False)
+    add("4x3x5_eval_bias_only", ("fp32", "fp16"), shape=(4, 3, 5), weight=False, training=False)
+    add("4x3x5_train_no_affine", ("fp32", "fp16+fp32"), shape=(4, 3, 5), weight=False, bias=False)
+    # memory formats
+    add("4x3x6x6_channels_last_train", ALL_DTYPES, shape=(4, 3, 6, 6), layout="channels_last")
+    add("4x3x6x6_channels_last_eval", ("fp32", "bf16", "fp16+fp32"), shape=(4, 3, 6, 6),
+        layout="channels_last", training=False)
+    add("2x3x4x4x4_channels_last_3d_train", ("fp64", "fp32", "bf16+fp32"), shape=(2, 3, 4, 4, 4),
+        layout="channels_last_3d")
+    add("2x3x4x4x4_channels_last_3d_eval", ("fp32",), shape=(2, 3, 4, 4, 4),
+        layout="channels_last_3d", training=False)
+    add("4x3x5x6_noncontig_train", ("fp32", "fp16", "bf16+fp32"), shape=(4, 3, 5, 6), layout="noncontig")
+    add("4x3x5x6_noncontig_eval", ("fp32",), shape=(4, 3, 5, 6), layout="noncontig", training=False)
+    # momentum, statistics
+    add("8x4x7_train_m0.1", ("fp32", "fp64"), shape=(8, 4, 7), momentum=0.1)
+    add("8x4x7_train_m1.5", ("fp32",), shape=(8, 4, 7), momentum=1.5)
+    add("8x4x7_train_no_stats", ("fp32", "bf16"), shape=(8, 4, 7), stats=False)
+    # N*HW == 2 (smallest legal training batch)
+    add("2x4_train_nhw2", ("fp64", "fp32", "fp16+fp32"), shape=(2, 4))
+    add("1x3x2_train_nhw2", ("fp32",), shape=(1, 3, 2))
+    # zero-size batch (F level in training; aten eval)
+    add("0x5x9_train_empty", ("fp32",), shape=(0, 5, 9), only=("F.batch_norm",))
+    add("0x5x9_eval_empty", ("fp32",), shape=(0, 5, 9), training=False)
+    # numerics: large common offset, constant channel, eps edges
+    add("8x4x16_train_offset1000", ALL_DTYPES, shape=(8, 4, 16), offset=1000.0, sensitive=True)
+    add("8x4x16_eval_offset1000", ("fp32", "bf16+fp32"), shape=(8, 4, 16), offset=1000.0,
+        training=False, sensitive=True)
+    add("6x3x10_train_constant_channel", ("fp64", "fp32", "bf16"), shape=(6, 3, 10), constant=True,
+        sensitive=True)
+    add("6x3x10_train_eps1", ("fp32",), shape=(6, 3, 10), eps=1.0)
+    add("6x3x10_train_eps1e-12", ("fp64",), shape=(6, 3, 10), eps=1e-12)
+    add("6x3x10_eval_eps0", ("fp32", "fp64"), shape=(6, 3, 10), eps=0.0, training=False)
+    # masks: only some gradients requested
+    for mask in ((True, False, False), (False, True, True)):
+        tag = "".join("1" if m else "0" for m in mask)
+        for op in ("native_batch_norm", "_batch_norm_with_update"):
+            cases.append(Case("batch_norm", op, f"{op}/4x3x5_train_mask{tag}/fp32", shape=(4, 3, 5), mask=mask))
+    return cases
+
+
+def layer_norm_cases() -> list:
+    cases = []
+
+    def add(tag, dtypes, fn=("native_layer_norm", "F.layer_norm"), **kw):
+        for dk in dtypes:
+            for op in fn:
+                cases.append(Case("layer_norm", op, f"{op}/{tag}/{dk}", dtype=dk, **kw))
+
+    add("1x2x3_ns3d_eps0.5", ALL_DTYPES, shape=(1, 2, 3), norm_ndim=3, eps=0.5)
+    add("2x2x3_ns2d_eps-0.5", ("fp64", "fp32"), shape=(2, 2, 3), norm_ndim=2, eps=-0.5, sensitive=True)
+    add("1_ns1", ("fp32", "fp64"), shape=(1,), norm_ndim=1)
+    add("1x2_ns1", ("fp32",), shape=(1, 2), norm_ndim=1)
+    add("0x1_empty_rows", ("fp32",), shape=(0, 1), norm_ndim=1)
+    add("4x5x32", ALL_DTYPES, shape=(4, 5, 32))
+    add("3x4x5_ns2d", ("fp32", "bf16", "fp16+fp32"), shape=(3, 4, 5), norm_ndim=2)
+    for w, b in ((False, False), (True, False), (False, True)):
+        # ATen CPU rejects bias-only mixed layer norm ("expected scalar type BFloat16 but found Float")
+        add(f"6x16_w{int(w)}b{int(b)}", ("fp32", "bf16+fp32") if w else ("fp32",), shape=(6, 16), weight=w, bias=b)
+    add("2x3x4x5_channels_last", ("fp32", "fp16"), shape=(2, 3, 4, 5), layout="channels_last")
+    add("4x6x10_noncontig", ("fp32", "bf16"), shape=(4, 6, 10), layout="noncontig")
+    add("8x64_offset1000", ALL_DTYPES, shape=(8, 64), offset=1000.0, sensitive=True)
+    add("5x40_constant_row", ("fp32", "fp64"), shape=(5, 40), constant=True, sensitive=True)
+    add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
+    add("4x24_eps0", ("fp64",), shape=(4, 24), eps=0.0)
+    add("4x256_wide", ("fp32", "bf16"), shape=(4, 256))
+    return cases
+
+
+def rms_norm_cases() -> list:
+    cases = []
+
+    def add(tag, dtypes, fn=("_fused_rms_norm", "rms_norm", "F.rms_norm"), **kw):
+        for dk in dtypes:
+            for op in fn:
+                cases.append(Case("rms_norm", op, f"{op}/{tag}/{dk}", dtype=dk, **kw))
+
+    add("1x2x3_ns3d_eps0.5", ("fp64", "fp32", "bf16"), shape=(1, 2, 3), norm_ndim=3, eps=0.5)
+    add("4x5x32_eps_default", ("fp64", "fp32", "fp16", "bf16"), shape=(4, 5, 32), eps=None)
+    add("4x5x32_mixed", ("fp16+fp32", "bf16+fp32"), shape=(4, 5, 32), fn=("rms_norm", "F.rms_norm"))
+    add("4x5x32", ("fp32", "fp16"), shape=(4, 5, 32), eps=1e-6)
+    add("3x4x5_ns2d", ("fp32", "bf16"), shape=(3, 4, 5), norm_ndim=2)
+    add("6x16_no_weight", ("fp32", "bf16"), shape=(6, 16), weight=False)
+    add("0x8_empty_rows", ("fp32",), shape=(0, 8))
+    add("2x3x4x5_channels_last", ("fp32",), shape=(2, 3, 4, 5), layout="channels_last",
+        fn=("rms_norm", "F.rms_norm"))
+    add("4x6x10_noncontig", ("fp32", "bf16"), shape=(4, 6, 10), layout="noncontig")
+    add("8x64_offset1000", ("fp32", "bf16"), shape=(8, 64), offset=1000.0, sensitive=True)
+    add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
+    return cases
+
+
+def group_norm_cases() -> list:
+    cases = []
+
+    def add(tag, dtypes, fn=("native_group_norm", "F.group_norm"), **kw):
+        for dk in dtypes:
+            for op in fn:
+                cases.append(Case("group_norm", op, f"{op}/{tag}/{dk}", dtype=dk, stats=False, **kw))
+
+    for w, b in ((True, True), (False, False), (True, False), (False, True)):
+        wb = f"w{int(w)}b{int(b)}"
+        # bias without weight: ATen's CPU group-norm backward fails ("tensor does not have a device"),
+        # so that combination is checked forward only
+        add(f"1x6x3_G2_eps0.5_{wb}", ("fp32",) if w != b else ("fp64", "fp32"), shape=(1, 6, 3),
+            groups=2, eps=0.5, weight=w, bias=b, backward=w or not b)
+    add("2x6x3_G2_eps-0.5", ("fp64",), shape=(2, 6, 3), groups=2, eps=-0.5, sensitive=True)
+    add("1x3_G1", ("fp32",), shape=(1, 3), groups=1, fn=("native_group_norm",))
+    add("0x2_G1_empty", ("fp32",), shape=(0, 2), groups=1)
+    add("S5_G1_eps0.5", ALL_DTYPES, shape=(5, 5, 5), groups=1, eps=0.5)
+    add("4x6x5x5_G3", ALL_DTYPES, shape=(4, 6, 5, 5), groups=3)
+    add("2x6x4x4_G6_instance", ("fp32", "bf16"), shape=(2, 6, 4, 4), groups=6)
+    add("4x6x5x5_G3_channels_last", ("fp32", "bf16", "fp16+fp32"), shape=(4, 6, 5, 5), groups=3,
+        layout="channels_last")
+    add("2x4x3x3x3_G2_channels_last_3d", ("fp32",), shape=(2, 4, 3, 3, 3), groups=2, layout="channels_last_3d")
+    add("3x6x7_G3_noncontig", ("fp32",), shape=(3, 6, 7), groups=3, layout="noncontig", fn=("F.group_norm",))
+    add("4x4x32_G2_offset1000", ("fp32", "bf16"), shape=(4, 4, 32), groups=2, offset=1000.0, sensitive=True)
+    add("3x4x9_G2_constant_channel", ("fp32",), shape=(3, 4, 9), groups=4, constant=True, sensitive=True)
+    return cases
+
+
+def instance_norm_cases() -> list:
+    cases = []
+
+    def add(tag, dtypes, fn=("instance_norm", "F.instance_norm"), **kw):
+        for dk in dtypes:
+            for op in fn:
+                cases.append(Case("instance_norm", op, f"{op}/{tag}/{dk}", dtype=dk, **kw))
+
+    add("S5_m0.5_eps0.6_input_stats", ("fp64", "fp32", "bf16"), shape=(5, 5, 5), momentum=0.5, eps=0.6)
+    add("S5_m0.5_eps0.6_running", ("fp32",), shape=(5, 5, 5), momentum=0.5, eps=0.6, training=False)
+    add("3x2x4_m-1.2", ("fp32",), shape=(3, 2, 4), momentum=-1.2)
+    add("3x2x4_m0", ("fp32",), shape=(3, 2, 4), momentum=0.0)
+    add("3x2x3x4_m-1_eps0.5", ("fp64", "fp32", "fp16"), shape=(3, 2, 3, 4), momentum=-1.0, eps=0.5)
+    add("3x2x3x4_weight_only", ("fp32",), shape=(3, 2, 3, 4), bias=False)
+    add("3x2x3x4_no_affine_no_stats", ("fp32", "bf16"), shape=(3, 2, 3, 4), weight=False, bias=False, stats=False)
+    add("1x2x3_no_kwargs", ("fp32",), shape=(1, 2, 3), weight=False, bias=False, stats=False)
+    add("2x3x5x5_channels_last", ("fp32",), shape=(2, 3, 5, 5), layout="channels_last")
+    add("2x3x4x6_noncontig", ("fp32",), shape=(2, 3, 4, 6), layout="noncontig")
+    add("2x3x32_offset1000", ("fp32",), shape=(2, 3, 32), offset=1000.0, sensitive=True)
+    return cases
+
+
+def all_cases() -> list:
+    return (batch_norm_cases() + layer_norm_cases() + rms_norm_cases() + group_norm_cases()
+            + instance_norm_cases())
+
+
+# ---------------------------------------------------------------------------------------------
+# error cases
+
+
+def _t(device, *shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed + 17)
+    if dtype in (torch.int64, torch.int32):
+        return torch.randint(1, 9, shape, generator=g, dtype=dtype).to(device)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) + 0.5).to(dtype).to(device)
+
+
+def error_cases() -> list:
+    E = ErrorCase
+    out = []
+
+    def bn_args(x, w=None, b=None, rm=None, rv=None, training=True, m=0.1, eps=1e-5):
+        return lambda d: ((x(d), w and w(d), b and b(d), rm and rm(d), rv and rv(d), training, m, eps), {})
+
+    def f_bn(x, w=None, b=None, rm=None, rv=None, training=True, m=0.1, eps=1e-5):
+        return lambda d: ((x(d),), dict(running_mean=rm and rm(d), running_var=rv and rv(d),
+                                        weight=w and w(d), bias=b and b(d), training=training,
+                                        momentum=m, eps=eps))
+
+    def x234(d):
+        return _t(d, 2, 3, 4)
+
+    def c3(d):
+        return _t(d, 3, seed=1)
+
+    def c4(d):
+        return _t(d, 4, seed=2)
+
+    def rv3(d):
+        return _t(d, 3, seed=3).abs() + 0.5
+
+    out += [
+        E("batch_norm", "F.batch_norm", "F.batch_norm/err_one_value_per_channel",
+          f_bn(lambda d: _t(d, 1, 3)), "ValueError",
+          "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])"),
+        E("batch_norm", "F.batch_norm", "F.batch_norm/err_train_eps0",
+          f_bn(x234, eps=0.0), "ValueError", "batch_norm eps must be positive during training, but got 0.0"),
+        E("batch_norm", "F.batch_norm", "F.batch_norm/err_eval_eps_negative",
+          f_bn(x234, rm=c3, rv=rv3, training=False, eps=-1.0), "ValueError",
+          "batch_norm eps must be non-negative, but got -1.0"),
+    ]
+    for which in ("weight", "bias", "running_mean", "running_var"):
+        kw = dict(w=c3, b=c3, rm=c3, rv=rv3)
+        kw[{"weight": "w", "bias": "b", "running_mean": "rm", "running_var": "rv"}[which]] = c4
+        for training in (True, False):
+            mode = "train" if training else "eval"
+            out.append(E("batch_norm", "native_batch_norm", f"native_batch_norm/err_{which}_size_{mode}",
+                         bn_args(x234, training=training, **kw), "RuntimeError",
+                         f"{which} should contain 3 elements not 4",
+                         via="F.batch_norm", via_build=f_bn(x234, training=training, **kw)))
+            out.append(E("batch_norm", "F.batch_norm", f"F.batch_norm/err_{which}_size_{mode}",
+                         f_bn(x234, training=training, **kw), "RuntimeError",
+                         f"{which} should contain 3 elements not 4"))
+    for which, kw in (("running_mean", dict(rv=rv3)), ("running_var", dict(rm=c3))):
+        out.append(E("batch_norm", "F.batch_norm", f"F.batch_norm/err_eval_no_{which}",
+                     f_bn(x234, training=False, **kw), "RuntimeError",
+                     f"{which} must be defined in evaluation mode"))
+    out += [
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_eval_no_running_stats",
+          bn_args(x234, w=c3, b=c3, training=False), "RuntimeError",
+          "running_mean must be defined in evaluation mode",
+          via="F.batch_norm", via_build=f_bn(x234, w=c3, b=c3, training=False)),
+        E("batch_norm", "_native_batch_norm_legit_no_stats",
+          "_native_batch_norm_legit_no_stats/err_eval_no_running_stats",
+          lambda d: ((_t(d, 2, 3, 4), None, None, False, 0.1, 1e-5), {}), "RuntimeError",
+          "running_mean must be defined in evaluation mode",
+          via="F.batch_norm", via_build=f_bn(x234, training=False)),
+        E("batch_norm", "_batch_norm_no_update", "_batch_norm_no_update/err_no_running_stats",
+          lambda d: ((_t(d, 2, 3, 4), None, None, None, None, 0.1, 1e-5), {}), "RuntimeError",
+          "running_mean must be defined in evaluation mode",
+          via="F.batch_norm", via_build=f_bn(x234, training=False)),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_only_running_mean",
+          bn_args(x234, rm=c3, training=True), "ValueError",
+          "running_mean and running_var must either both be None or neither be None"),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_only_running_var_eval",
+          bn_args(x234, rv=rv3, training=False), "ValueError",
+          "running_mean and running_var must either both be None or neither be None"),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_empty_train",
+          bn_args(lambda d: _t(d, 0, 3, 4), rm=c3, rv=rv3), "RuntimeError",
+          "input tensor must have at least one element, but got input_sizes = [0, 3, 4]"),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_long_input",
+          bn_args(lambda d: _t(d, 2, 3, 4, dtype=torch.int64)), "NotImplementedError",
+          "\"batch_norm\" not implemented for 'Long'"),
+        E("batch_norm", "F.batch_norm", "F.batch_norm/err_rank1",
+          f_bn(lambda d: _t(d, 3)), "Exception", None),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_mixed_fp64_input_fp32_params",
+          bn_args(lambda d: _t(d, 2, 3, 4, dtype=torch.float64), w=c3, rm=c3, rv=rv3), "RuntimeError",
+          "mixed dtype (CPU): all inputs must share same datatype.", devices=("cpu",), torch_only=True),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_mixed_fp32_input_fp64_params",
+          bn_args(x234, w=lambda d: _t(d, 3, dtype=torch.float64)), "RuntimeError",
+          "mixed dtype (CPU): expect parameter to have scalar type of Float", devices=("cpu",),
+          torch_only=True),
+        E("batch_norm", "native_batch_norm", "native_batch_norm/err_mixed_bf16_input_fp16_params",
+          bn_args(lambda d: _t(d, 2, 3, 4, dtype=torch.bfloat16), w=lambda d: _t(d, 3, dtype=torch.float16)),
+          "RuntimeError", "mixed dtype (CPU): expect parameter to have scalar type of Float", devices=("cpu",),
+          torch_only=True),
+    ]
+
+    # layer norm
+    def ln(x, ns, w=None, b=None):
+        return lambda d: ((x(d), ns, w and w(d), b and b(d), 1e-5), {})
+
+    x2345 = lambda d: _t(d, 2, 3, 4, 5)  # noqa: E731
+    out += [
+        E("layer_norm", "native_layer_norm", "native_layer_norm/err_empty_normalized_shape", ln(x2345, []),
+          "RuntimeError", "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+          "one element, but got normalized_shape = []"),
+        E("layer_norm", "native_layer_norm", "native_layer_norm/err_weight_shape",
+          ln(x2345, [4, 5], w=lambda d: _t(d, 20)), "RuntimeError",
+          "Expected weight to be of same shape as normalized_shape, but got weight of shape [20] and "
+          "normalized_shape = [4, 5]"),
+        E("layer_norm", "native_layer_norm", "native_layer_norm/err_bias_shape",
+          ln(x2345, [4, 5], b=lambda d: _t(d, 20)), "RuntimeError",
+          "Expected bias to be of same shape as normalized_shape, but got bias of shape [20] and "
+          "normalized_shape = [4, 5]"),
+        E("layer_norm", "native_layer_norm", "native_layer_norm/err_input_shape", ln(x2345, [4]),
+          "RuntimeError", "Given normalized_shape=[4], expected input with shape [*, 4], but got input of "
+          "size[2, 3, 4, 5]"),
+        E("layer_norm", "native_layer_norm", "native_layer_norm/err_long_input",
+          ln(lambda d: _t(d, 2, 3, dtype=torch.int64), [3]), "NotImplementedError",
+          "\"LayerNormKernelImpl\" not implemented for 'Long'", message_devices=("cpu",)),
+        E("layer_norm", "F.layer_norm", "F.layer_norm/err_input_shape",
+          lambda d: ((_t(d, 2, 3, 4, 5), [4]), {}), "RuntimeError",
+          "Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[2, 3, 4, 5]"),
+    ]
+    # rms norm (the shape checks live in rms_norm; _fused_rms_norm is the kernel)
+    out += [
+        E("rms_norm", "rms_norm", "rms_norm/err_input_shape",
+          lambda d: ((_t(d, 2, 3, 8), [4], None, None), {}), "RuntimeError",
+          "Given normalized_shape=[4], expected input with shape [*4], but got input of size[2, 3, 8]"),
+        E("rms_norm", "rms_norm", "rms_norm/err_empty_normalized_shape",
+          lambda d: ((_t(d, 2, 3), [], None, None), {}), "RuntimeError",
+          "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, "
+          "but got normalized_shape = []"),
+        E("rms_norm", "rms_norm", "rms_norm/err_weight_shape",
+          lambda d: ((_t(d, 2, 3, 4, 5), [4, 5], _t(d, 20), None), {}), "RuntimeError",
+          "Expected weight to be of same shape as normalized_shape, but got weight of shape [20] and "
+          "normalized_shape = [4, 5]"),
+        E("rms_norm", "F.rms_norm", "F.rms_norm/err_input_shape",
+          lambda d: ((_t(d, 2, 3, 8), [4]), {}), "RuntimeError",
+          "Given normalized_shape=[4], expected input with shape [*4], but got input of size[2, 3, 8]"),
+        E("rms_norm", "F.rms_norm", "F.rms_norm/err_long_input",
+          lambda d: ((_t(d, 2, 3, dtype=torch.int64), [3]), {}), "NotImplementedError",
+          "\"rms_norm\" not implemented for 'Long'"),
+    ]
+
+    # group norm
+    def gn(x, w=None, b=None, N=2, C=6, HxW=20, G=2):
+        return lambda d: ((x(d), w and w(d), b and b(d), N, C, HxW, G, 1e-5), {})
+
+    x2645 = lambda d: _t(d, 2, 6, 4, 5)  # noqa: E731
+    out += [
+        E("group_norm", "native_group_norm", "native_group_norm/err_zero_groups", gn(x2645, G=0),
+          "RuntimeError", "Expected num groups to be greater than 0, got 0"),
+        E("group_norm", "native_group_norm", "native_group_norm/err_channels_not_divisible", gn(x2645, G=4),
+          "RuntimeError", "Expected number of channels in input to be divisible by num_groups, but got input "
+          "of shape [2, 6, 4, 5] and num_groups=4"),
+        E("group_norm", "native_group_norm", "native_group_norm/err_weight_size",
+          gn(x2645, w=lambda d: _t(d, 5)), "RuntimeError",
+          "Expected weight to be a vector of size equal to the number of channels in input, but got weight "
+          "of shape [5] and input of shape [2, 6, 4, 5]"),
+        E("group_norm", "native_group_norm", "native_group_norm/err_bias_size",
+          gn(x2645, w=lambda d: _t(d, 6), b=lambda d: _t(d, 5)), "RuntimeError",
+          "Expected bias to be a vector of size equal to the number of channels in input, but got bias "
+          "of shape [6] and input of shape [2, 6, 4, 5]"),
+        E("group_norm", "native_group_norm", "native_group_norm/err_numel", gn(x2645, N=3),
+          "RuntimeError", "Expected X.numel() == N * C * HxW to be true, but got false."),
+        E("group_norm", "native_group_norm", "native_group_norm/err_long_input",
+          gn(lambda d: _t(d, 2, 6, 4, 5, dtype=torch.int64)), "NotImplementedError",
+          "\"GroupNormKernelImpl\" not implemented for 'Long'", message_devices=("cpu",)),
+        E("group_norm", "native_group_norm_backward", "native_group_norm_backward/err_dy_dtype",
+          lambda d: ((_t(d, 2, 6, 3, dtype=torch.float64), _t(d, 2, 6, 3), _t(d, 2, 2), _t(d, 2, 2).abs(),
+                      None, 2, 6, 3, 2, [True, False, False]), {}),
+          "RuntimeError", "Expected scalar types of X and dY are same."),
+        E("group_norm", "F.group_norm", "F.group_norm/err_rank1", lambda d: ((_t(d, 3), 1), {}),
+          "RuntimeError", "Expected at least 2 dimensions for input tensor but received 1"),
+        E("group_norm", "F.group_norm", "F.group_norm/err_one_value_per_channel",
+          lambda d: ((_t(d, 1, 3), 3), {}), "ValueError",
+          "Expected more than 1 value per channel when training, got input size [1, 3]"),
+    ]
+    # instance norm
+    out += [
+        E("instance_norm", "instance_norm", "instance_norm/err_no_running_stats",
+          lambda d: ((_t(d, 2, 3, 4), None, None, None, None, False, 0.1, 1e-5, False), {}), "RuntimeError",
+          "Expected running_mean and running_var to be defined when use_input_stats is false"),
+        E("instance_norm", "F.instance_norm", "F.instance_norm/err_no_running_stats",
+          lambda d: ((_t(d, 2, 3, 4),), dict(use_input_stats=False)), "RuntimeError",
+          "Expected running_mean and running_var to be defined when use_input_stats is false"),
+        E("instance_norm", "F.instance_norm", "F.instance_norm/err_one_spatial_element",
+          lambda d: ((_t(d, 2, 3, 1),), {}), "ValueError",
+          "Expected more than 1 spatial element when training, got input size torch.Size([2, 3, 1])"),
+    ]
+    return out

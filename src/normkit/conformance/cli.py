@@ -1,0 +1,102 @@
+"""`python -m normkit check`: conformance of a backend against the ATen contract."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from normkit.conformance.cases import FAMILIES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m normkit check",
+        description="Check a backend's normalization ops against the ATen contract (float64 oracle: "
+                    "normkit.reference). Exit status 1 when any case fails.")
+    p.add_argument("--impl", default="normkit",
+                   help="torch (torch.ops.aten + torch.nn.functional), normkit (normkit.ops + "
+                        "normkit.functional), or an importable MODULE exposing aten-named functions "
+                        "(default: normkit)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    p.add_argument("--ops", default=",".join(FAMILIES),
+                   help=f"comma-separated op families (default: all: {','.join(FAMILIES)})")
+    p.add_argument("--case", default=None, help="only cases whose name contains this substring")
+    p.add_argument("--exact", action="store_true", help="--case must match the whole case name")
+    p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="write a JSON report")
+    p.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    p.add_argument("--no-errors", action="store_true", help="skip the error (bad input) cases")
+    p.add_argument("--max-failures", type=int, default=200, help="failures printed in full (default 200)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--oracle", default="normkit.reference", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    families = [f.strip() for f in args.ops.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        print(f"unknown op family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
+
+    import torch
+
+    from normkit.conformance import report
+    from normkit.conformance.backends import load_backend
+    from normkit.conformance.runner import load_oracle, run_all, select
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: no CUDA device available", file=sys.stderr)
+        return 2
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        print("--device mps: no MPS device available", file=sys.stderr)
+        return 2
+
+    cases, errs = select(families, args.case, args.exact, not args.no_errors)
+    if args.list:
+        for c in cases + errs:
+            print(c.name)
+        return 0
+
+    try:
+        oracle, missing = load_oracle(args.oracle)
+    except Exception as e:  # noqa: BLE001
+        print(f"cannot import the oracle {args.oracle}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    if missing:
+        print(f"the oracle {args.oracle} lacks {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        backend = load_backend(args.impl)
+    except Exception as e:  # noqa: BLE001
+        print(f"cannot load --impl {args.impl}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+    t0 = time.monotonic()
+    bar = None if args.quiet else report.Progress(len(cases) + len(errs))
+    outcomes, runner = run_all(backend, args.device, families, args.case, args.exact, not args.no_errors, oracle,
+                               progress=bar.step if bar else None)
+    if bar:
+        bar.close()
+    elapsed = time.monotonic() - t0
+
+    print(f"normkit check --impl {args.impl} --device {args.device}  (torch {torch.__version__}; "
+          f"oracle {args.oracle} in float64; {elapsed:.1f}s)")
+    print(report.format_table(report.summarize(outcomes)))
+    if runner.not_present:
+        print("not present: " + ", ".join(f"{k} ({v})" for k, v in sorted(runner.not_present.items())))
+    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures)
+    if failures:
+        print("\nfailures:")
+        print(failures)
+    if args.json_path:
+        meta = {"impl": args.impl, "device": args.device, "torch": torch.__version__, "seconds": round(elapsed, 2),
+                "oracle": args.oracle, "ops": families}
+        report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
+    failed = sum(1 for o in outcomes if not o.passed)
+    if not outcomes:
+        print("no case ran (nothing selected, or the backend has none of the functions)")
+    print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else ""))
+    return 1 if failed else 0

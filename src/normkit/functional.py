@@ -1,0 +1,157 @@
+"""`torch.nn.functional`-style normalization with autograd, through normkit's custom ops.
+
+Signatures and the Python-side checks are `torch.nn.functional`'s (contract §2.5, §4-§7): the batch of
+one, eps sign, spatial size and group checks raise the same `ValueError`s, then the aten-level checks of
+`normkit._checks` run before any kernel launch (running statistics stay untouched when a call raises).
+
+Batch, layer and RMS norm go through `torch.ops.normkit.*` (fake implementations, autograd, double
+backward), so they work under `torch.compile(fullgraph=True)` and CUDA-graph capture. Instance norm goes
+through the batch-norm op on the `(1, N*C, *)` view, as ATen does. Group norm runs `normkit.reference`
+(plain differentiable torch) for now.
+
+On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
+they run the Triton kernels through the interpreter.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from normkit import _checks
+
+__all__ = ["batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm", "add_layer_norm",
+           "add_rms_norm"]
+
+
+def _ops():
+    from normkit.ops import custom
+
+    return custom
+
+
+def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
+    if isinstance(normalized_shape, (list, tuple, torch.Size)):
+        return [int(s) for s in normalized_shape]
+    raise TypeError(f"{name}(): argument 'normalized_shape' (position 2) must be tuple of ints, "
+                    f"not {type(normalized_shape).__name__}")
+
+
+def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+    # torch's _batch_norm_impl_index for an empty input: no view of the input, no gradient-chain break.
+    out = input.clone()
+    if weight is not None:
+        out = out * weight[0]
+    if bias is not None:
+        out = out + bias[0]
+    return out
+
+
+def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
+               weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Like `torch.nn.functional.batch_norm`; running statistics are updated in place in training."""
+    if training:
+        _checks.verify_batch_size(input.size())
+    _checks.check_batch_norm_eps(eps, training)
+    _checks.check_batch_norm(input, weight, bias, running_mean, running_var, training, allow_empty=True)
+    if input.numel() == 0:
+        return _empty_batch_output(input, weight, bias)
+    y, _, _ = _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, bool(training),
+                                float(momentum), float(eps))
+    return y
+
+
+def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
+               bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
+    ns = _shape_list(normalized_shape)
+    _checks.check_layer_norm(input, ns, weight, bias)
+    return _ops().layer_norm(input, ns, weight, bias, float(eps))[0]
+
+
+def _rms_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
+    if eps is not None:
+        return float(eps)
+    return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
+
+
+def _keep_channels_last(y: Tensor, input: Tensor) -> Tensor:
+    # ATen's rms_norm keeps channels_last / channels_last_3d inputs in that layout.
+    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
+        return y.contiguous(memory_format=torch.channels_last)
+    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
+        return y.contiguous(memory_format=torch.channels_last_3d)
+    return y
+
+
+def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
+             eps: Optional[float] = None) -> Tensor:
+    """Like `torch.nn.functional.rms_norm`: eps=None means the machine epsilon of the compute type (fp32,
+    fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
+    ns = _shape_list(normalized_shape, "rms_norm")
+    _checks.check_rms_norm(input, ns, weight)
+    if input.dtype.is_complex:
+        from normkit import reference
+
+        return reference.rms_norm(input, ns, weight, eps)
+    y = _ops().rms_norm(input, ns, weight, _rms_eps(input.dtype, eps))[0]
+    return _keep_channels_last(y, input)
+
+
+def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
+                   bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
+    """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)` (one kernel on GPU)."""
+    ns = _shape_list(normalized_shape, "add_layer_norm")
+    _checks.check_layer_norm(x, ns, weight, bias)
+    y, s, _, _ = _ops().add_layer_norm(x, residual, ns, weight, bias, float(eps))
+    return y, s
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
+                 eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+    """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`."""
+    ns = _shape_list(normalized_shape, "add_rms_norm")
+    _checks.check_rms_norm(x, ns, weight)
+    y, s, _ = _ops().add_rms_norm(x, residual, ns, weight, _rms_eps(x.dtype, eps))
+    return y, s
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5) -> Tensor:
+    """Like `torch.nn.functional.group_norm` (reference implementation, autograd through plain torch)."""
+    _checks.check_group_norm_functional(input, num_groups)
+    n, c = input.shape[0], input.shape[1]
+    hxw = 1
+    for s in input.shape[2:]:
+        hxw *= s
+    _checks.check_group_norm(input, weight, bias, n, c, hxw, num_groups)
+    from normkit import reference
+
+    return reference.native_group_norm(input, weight, bias, n, c, hxw, num_groups, eps)[0]
+
+
+def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_var: Optional[Tensor] = None,
+                  weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Like `torch.nn.functional.instance_norm`: batch norm on the `(1, N*C, *)` view (as ATen), running
+    statistics (when given) updated with the batch average of the per-instance statistics."""
+    if use_input_stats:
+        _checks.verify_spatial_size(input.size())
+    _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
+    n, c = input.shape[0], input.shape[1]
+    x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
+    w = None if weight is None else weight.repeat(n)
+    b = None if bias is None else bias.repeat(n)
+    rm = None if running_mean is None else running_mean.repeat(n)
+    rv = None if running_var is None else running_var.repeat(n)
+    if x.numel() == 0:
+        return _empty_batch_output(x, w, b).view(input.shape)
+    y, _, _ = _ops().batch_norm_autograd(x, w, b, rm, rv, bool(use_input_stats), float(momentum), float(eps))
+    if use_input_stats and running_mean is not None:
+        with torch.no_grad():
+            running_mean.copy_(rm.view(n, c).mean(0))
+            running_var.copy_(rv.view(n, c).mean(0))
+    return y.view(input.shape)

@@ -1,0 +1,97 @@
+"""`python -m normkit info`: versions, devices, available kernels, whether `enable()` is active."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+
+_KERNEL_MODULES = {
+    "batch_norm": "normkit.kernels.batch_norm",
+    "layer_norm": "normkit.kernels.layer_norm",
+    "rms_norm": "normkit.kernels.layer_norm",
+}
+
+
+def collect() -> dict:
+    import torch
+
+    import normkit
+    from normkit import aten, kernels
+
+    info: dict = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": None,
+        "normkit": normkit.__version__,
+        "platform": platform.platform(),
+    }
+    if kernels.available():
+        import triton
+
+        info["triton"] = triton.__version__
+    cuda = torch.cuda.is_available()
+    devices = []
+    if cuda:
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            devices.append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
+                            "memory_gib": round(p.total_memory / 2**30, 1), "sms": p.multi_processor_count})
+    info["cuda"] = {"available": cuda, "torch_cuda": torch.version.cuda, "devices": devices}
+    info["triton_interpreter"] = kernels.interpreting()
+    kinfo = {}
+    for family, modname in _KERNEL_MODULES.items():
+        if not kernels.available():
+            kinfo[family] = "unavailable (triton does not import)"
+            continue
+        try:
+            importlib.import_module(modname)
+        except Exception as exc:  # module not written yet, or broken
+            kinfo[family] = f"unavailable ({type(exc).__name__}: {exc})".splitlines()[0][:120]
+            continue
+        if cuda:
+            kinfo[family] = "triton (cuda)"
+        elif kernels.interpreting():
+            kinfo[family] = "triton (interpreter, cpu)"
+        else:
+            kinfo[family] = "importable; cpu tensors run the reference (set TRITON_INTERPRET=1 for the kernels)"
+    kinfo["group_norm"] = "reference (no kernel yet)"
+    kinfo["instance_norm"] = "through batch_norm"
+    info["kernels"] = kinfo
+    info["enable"] = {"active": aten.is_enabled(), "ops": aten.registered_ops()}
+    info["get_kernel_fallback"] = hasattr(torch.library, "get_kernel")
+    return info
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m normkit info",
+                                     description="versions, devices, available kernels, enable() state")
+    parser.add_argument("--json", action="store_true", help="print the same as JSON")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    info = collect()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"normkit {info['normkit']}")
+    print(f"python  {info['python']}  ({info['platform']})")
+    print(f"torch   {info['torch']}  (cuda {info['cuda']['torch_cuda']})")
+    print(f"triton  {info['triton'] or 'not available'}")
+    print("devices:")
+    print("  cpu")
+    for d in info["cuda"]["devices"]:
+        print(f"  cuda:{d['index']}  {d['name']}  sm_{d['capability'].replace('.', '')}  "
+              f"{d['memory_gib']} GiB  {d['sms']} SMs")
+    if not info["cuda"]["available"]:
+        print("  (no CUDA device)")
+    print(f"triton interpreter (TRITON_INTERPRET=1): {'on' if info['triton_interpreter'] else 'off'}")
+    print("kernels:")
+    for family, state in info["kernels"].items():
+        print(f"  {family:<22} {state}")
+    en = info["enable"]
+    print(f"enable(): {'active' if en['active'] else 'inactive'}"
+          + (f" ({len(en['ops'])} aten ops overridden)" if en["active"] else ""))
+    print(f"fallback to the original aten kernels: "
+          f"{'torch.library.get_kernel' if info['get_kernel_fallback'] else 'unavailable (normkit reference instead)'}")
+    return 0

@@ -1,0 +1,733 @@
+"""Batch norm kernels (Triton) and their host launchers.
+
+Layouts. Every input is seen as one of two canonical views, both handled natively:
+
+* ``rows``: a row-major ``(M, C)`` matrix, ``M = N * prod(spatial)``: channels_last (NHWC),
+  channels_last_3d (NDHWC), 2-D ``(N, C)`` input, and contiguous input whose spatial size is 1.
+  A channel is a column.
+* ``ncs``: contiguous ``(N, C, S)`` with ``S = prod(spatial) > 1`` (NCL, NCHW, NCDHW). A channel is
+  ``N`` planes of ``S`` contiguous elements.
+
+The output (and grad_input) keeps ``x.suggest_memory_format()``; any other strides are copied once
+to that format first.
+
+Passes over HBM (a "pass" = one full read or write of an input-sized tensor):
+
+* training forward: 3 passes -- a split reduction reads x once (per-(program, channel) fp32 partial
+  shifted sums), a small fixed-order combine kernel (O(C x programs) bytes) makes mean/invstd,
+  updates the running stats and writes per-channel coefficients, then an elementwise kernel
+  reads x and writes y. Ceiling: 2/3 of copy bandwidth under the 2-pass byte count.
+* eval forward: 2 passes, one elementwise kernel (per-channel affine computed in each program).
+* backward, training: 5 passes -- split reduction over (x, dy), combine, elementwise
+  (read x, dy; write dx). Ceiling 3/5 of copy bandwidth under the 3-pass byte count.
+* backward, eval: grad_input alone is 2 passes (read dy, write dx); grad_weight needs the
+  reduction over (x, dy) too.
+
+Regime: split reduction (many programs per channel block, grid-stride over chunks so that the
+whole grid sweeps memory front to back), then the elementwise pass walks memory back to front so
+that its first tiles hit what the reduction left in L2.
+
+Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the
+channel's first element, in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
+order. The normalisation uses ``((x - shift) - (mean - shift)) * (w * invstd) + b`` so a large
+common offset costs no digits. No atomics, no host synchronisation, the same bits on every run
+(the split depends on the shape only, never on the device).
+"""
+
+import functools
+import math
+import struct
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
+
+# Heuristic knobs (shape-keyed; tests shrink them to exercise many programs/iterations on tiny
+# shapes, the GPU sweep varies them).
+_TUNE = {
+    "red_tile_bytes": 16384,  # bytes of one tensor per reduction program per loop step
+    "ew_tile_bytes": 16384,  # bytes of one tensor per elementwise program
+    "target_programs": 1024,  # programs of the split reduction (fixed: results never depend on the GPU)
+    "min_rows": 128,  # rows-layout reduction: at least this many rows per program before splitting C finer
+    "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
+    "ew_warps": 8,
+    "red_warps": 8,
+}
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# elementwise modes
+_FWD_TRAIN, _FWD_EVAL, _BWD_TRAIN, _BWD_EVAL = 0, 1, 2, 3
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _bn_reduce_rows_kernel(
+    x_ptr, g_ptr, ref_ptr, part_ptr,
+    M, C, P, NCB, n_iter,
+    BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+):
+    """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
+    row chunks p, p+P, p+2P, ... Forward: sum(x-shift), sum((x-shift)^2), shift = row 0.
+    Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]."""
+    pid = tl.program_id(0)
+    cb = pid % NCB
+    p = pid // NCB
+    cols = cb * BC + tl.arange(0, BC)
+    cmask = cols < C
+    if BWD:
+        ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    acc1 = tl.zeros([BM, BC], dtype=ACC)
+    acc2 = tl.zeros([BM, BC], dtype=ACC)
+    rr = tl.arange(0, BM)
+    for i in range(0, n_iter):
+        chunk = (p + i * P).to(tl.int64)
+        rows = chunk * BM + rr
+        mask = (rows < M)[:, None] & cmask[None, :]
+        offs = rows[:, None] * C + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        if BWD:
+            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+            acc1 += g
+            acc2 += g * (x - ref[None, :])
+        else:
+            d = tl.where(mask, x - ref[None, :], 0.0)
+            acc1 += d
+            acc2 += d * d
+    s1 = tl.sum(acc1, axis=0)
+    s2 = tl.sum(acc2, axis=0)
+    tl.store(part_ptr + p * C + cols, s1, mask=cmask)
+    tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
+
+
+@triton.jit
+def _bn_reduce_ncs_kernel(
+    x_ptr, g_ptr, ref_ptr, part_ptr,
+    C, S, NC, NSC, P, NCB, n_iter,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+):
+    """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... Same sums as the rows kernel."""
+    pid = tl.program_id(0)
+    cb = pid % NCB
+    p = pid // NCB
+    ch = cb * CB + tl.arange(0, CB)
+    cmask = ch < C
+    if BWD:
+        ref = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    else:
+        ref = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)
+    acc1 = tl.zeros([CB, BS], dtype=ACC)
+    acc2 = tl.zeros([CB, BS], dtype=ACC)
+    sr = tl.arange(0, BS)
+    for i in range(0, n_iter):
+        u = (p + i * P).to(tl.int64)
+        n = u // NSC
+        sc = u - n * NSC
+        s = sc * BS + sr
+        plane = n * C + ch  # u < U  <=>  n < N  <=>  plane < N*C (for ch < C)
+        mask = (cmask & (plane < NC))[:, None] & (s < S)[None, :]
+        offs = plane[:, None] * S + s[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        if BWD:
+            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+            acc1 += g
+            acc2 += g * (x - ref[:, None])
+        else:
+            d = tl.where(mask, x - ref[:, None], 0.0)
+            acc1 += d
+            acc2 += d * d
+    s1 = tl.sum(acc1, axis=1)
+    s2 = tl.sum(acc2, axis=1)
+    tl.store(part_ptr + p * C + ch, s1, mask=cmask)
+    tl.store(part_ptr + (P + p) * C + ch, s2, mask=cmask)
+
+
+@triton.jit
+def _bn_sum_partials(part_ptr, ch, cmask, C, P, BP: tl.constexpr, BCC: tl.constexpr):
+    """Fixed-order fp64 sum of the (P, C) partials part[0] and part[1] for channels ch."""
+    a1 = tl.zeros([BP, BCC], dtype=tl.float64)
+    a2 = tl.zeros([BP, BCC], dtype=tl.float64)
+    pr0 = tl.arange(0, BP)
+    for p0 in range(0, P, BP):
+        pr = p0 + pr0
+        m = (pr < P)[:, None] & cmask[None, :]
+        off = pr[:, None] * C + ch[None, :]
+        a1 += tl.load(part_ptr + off, mask=m, other=0.0).to(tl.float64)
+        a2 += tl.load(part_ptr + P * C + off, mask=m, other=0.0).to(tl.float64)
+    return tl.sum(a1, axis=0), tl.sum(a2, axis=0)
+
+
+@triton.jit
+def _bn_combine_fwd_kernel(
+    part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr,
+    w_ptr, b_ptr, rm_ptr, rv_ptr,
+    C, P, n0, n1, e0, e1, e2, m0, m1, m2,
+    BP: tl.constexpr, BCC: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Per channel: mean, invstd = rsqrt(biased var + eps), running-stat update, and the
+    normalisation coefficients coef = [shift, mean - shift, w*invstd, b] (ACC dtype)."""
+    pid = tl.program_id(0)
+    ch = pid * BCC + tl.arange(0, BCC)
+    cmask = ch < C
+    s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
+    nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
+    dmean = s1 / nf
+    var = (s2 - s1 * dmean) / nf
+    var = tl.where(var < 0.0, 0.0, var)
+    shift = tl.load(x_ptr + ch.to(tl.int64) * shift_stride, mask=cmask, other=0.0).to(tl.float64)
+    mean = shift + dmean
+    eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
+    invstd = 1.0 / tl.sqrt(var + eps)
+    tl.store(mean_ptr + ch, mean.to(ACC), mask=cmask)
+    tl.store(invstd_ptr + ch, invstd.to(ACC), mask=cmask)
+    if HAS_W:
+        w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+        a = w * invstd
+    else:
+        a = invstd
+    if HAS_B:
+        b = tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    else:
+        b = tl.zeros([BCC], dtype=tl.float64)
+    tl.store(coef_ptr + ch, shift.to(ACC), mask=cmask)
+    tl.store(coef_ptr + C + ch, dmean.to(ACC), mask=cmask)
+    tl.store(coef_ptr + 2 * C + ch, a.to(ACC), mask=cmask)
+    tl.store(coef_ptr + 3 * C + ch, b.to(ACC), mask=cmask)
+    if HAS_RS:
+        if F64:
+            mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
+        else:
+            mom = m0
+        rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        unbiased = (var * nf / (nf - 1.0)).to(ACC)
+        rm_new = (1.0 - mom) * rm + mom * mean.to(ACC)
+        rv_new = (1.0 - mom) * rv + mom * unbiased
+        tl.store(rm_ptr + ch, rm_new.to(rm_ptr.dtype.element_ty), mask=cmask)
+        tl.store(rv_ptr + ch, rv_new.to(rv_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _bn_from_f64(v, dt: tl.constexpr):
+    """fp64 -> dt; 16-bit types go through fp32 (one rounding step that matters)."""
+    if dt == tl.float64:
+        out = v
+    else:
+        out = v.to(tl.float32).to(dt)
+    return out
+
+
+@triton.jit
+def _bn_combine_bwd_kernel(
+    part_ptr, mean_ptr, invstd_ptr, w_ptr, coef_ptr, gw_ptr, gb_ptr,
+    C, P, n0, n1,
+    BP: tl.constexpr, BCC: tl.constexpr, HAS_W: tl.constexpr,
+    NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, ACC: tl.constexpr,
+):
+    """Per channel: grad_weight = s2*invstd, grad_bias = s1, and (training grad_input) the
+    coefficients coef = [s1/n, s2/n*invstd^2, invstd*w, mean] (ACC dtype)."""
+    pid = tl.program_id(0)
+    ch = pid * BCC + tl.arange(0, BCC)
+    cmask = ch < C
+    s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
+    invstd = tl.load(invstd_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    if NEED_GW:
+        tl.store(gw_ptr + ch, _bn_from_f64(s2 * invstd, gw_ptr.dtype.element_ty), mask=cmask)
+    if NEED_GB:
+        tl.store(gb_ptr + ch, _bn_from_f64(s1, gb_ptr.dtype.element_ty), mask=cmask)
+    if NEED_DX:
+        nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
+        if HAS_W:
+            w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+            gs = invstd * w
+        else:
+            gs = invstd
+        gm = s1 / nf
+        proj = s2 / nf * invstd * invstd
+        mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        tl.store(coef_ptr + ch, gm.to(ACC), mask=cmask)
+        tl.store(coef_ptr + C + ch, proj.to(ACC), mask=cmask)
+        tl.store(coef_ptr + 2 * C + ch, gs.to(ACC), mask=cmask)
+        tl.store(coef_ptr + 3 * C + ch, mean, mask=cmask)
+
+
+@triton.jit
+def _bn_ew_coefs(p0, p1, p2, p3, ch, cmask, C, e0, e1, e2,
+                 MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                 F64: tl.constexpr, ACC: tl.constexpr):
+    """Per-channel coefficients (k0, k1, k2, k3) of the elementwise pass for channels ch."""
+    if MODE == 0:  # forward train: p0 = coef [shift, dmean, a, b]
+        k0 = tl.load(p0 + ch, mask=cmask, other=0.0).to(ACC)
+        k1 = tl.load(p0 + C + ch, mask=cmask, other=0.0).to(ACC)
+        k2 = tl.load(p0 + 2 * C + ch, mask=cmask, other=0.0).to(ACC)
+        k3 = tl.load(p0 + 3 * C + ch, mask=cmask, other=0.0).to(ACC)
+    elif MODE == 1:  # forward eval: p0 = running_mean, p1 = running_var, p2 = w, p3 = b
+        if F64:
+            eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
+        else:
+            eps = e0
+        k0 = tl.load(p0 + ch, mask=cmask, other=0.0).to(ACC)
+        rv = tl.load(p1 + ch, mask=cmask, other=1.0).to(ACC)
+        if F64:
+            k2 = 1.0 / tl.sqrt(rv + eps)
+        else:
+            k2 = tl.div_rn(tl.zeros_like(rv) + 1.0, tl.sqrt_rn(rv + eps))
+        if HAS_W:
+            k2 = k2 * tl.load(p2 + ch, mask=cmask, other=1.0).to(ACC)
+        if HAS_B:
+            k3 = tl.load(p3 + ch, mask=cmask, other=0.0).to(ACC)
+        else:
+            k3 = tl.zeros_like(k0)
+        k1 = k3
+    elif MODE == 2:  # backward train: p0 = coef [gm, proj, gs, mean]
+        k0 = tl.load(p0 + ch, mask=cmask, other=0.0).to(ACC)
+        k1 = tl.load(p0 + C + ch, mask=cmask, other=0.0).to(ACC)
+        k2 = tl.load(p0 + 2 * C + ch, mask=cmask, other=0.0).to(ACC)
+        k3 = tl.load(p0 + 3 * C + ch, mask=cmask, other=0.0).to(ACC)
+    else:  # backward eval: p0 = invstd, p2 = w
+        k2 = tl.load(p0 + ch, mask=cmask, other=0.0).to(ACC)
+        if HAS_W:
+            k2 = k2 * tl.load(p2 + ch, mask=cmask, other=1.0).to(ACC)
+        k0 = k2
+        k1 = k2
+        k3 = k2
+    return k0, k1, k2, k3
+
+
+@triton.jit
+def _bn_ew_apply(x, g, k0, k1, k2, k3, MODE: tl.constexpr):
+    if MODE == 0:
+        out = ((x - k0) - k1) * k2 + k3
+    elif MODE == 1:
+        out = (x - k0) * k2 + k3
+    elif MODE == 2:
+        out = (g - k0 - (x - k3) * k1) * k2
+    else:
+        out = g * k2
+    return out
+
+
+@triton.jit
+def _bn_ew_rows_kernel(
+    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
+    M, C, NCB, NT, e0, e1, e2,
+    BM: tl.constexpr, BC: tl.constexpr, MODE: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+):
+    """Elementwise pass over a row-major (M, C) view, tile [BM, BC], tiles walked from the end of
+    memory to the start (L2 reuse after the reduction)."""
+    pid = NT - 1 - tl.program_id(0)
+    mb = pid // NCB
+    cb = pid - mb * NCB
+    cols = cb * BC + tl.arange(0, BC)
+    cmask = cols < C
+    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
+                                  MODE, HAS_W, HAS_B, F64, ACC)
+    rows = mb.to(tl.int64) * BM + tl.arange(0, BM)
+    mask = (rows < M)[:, None] & cmask[None, :]
+    offs = rows[:, None] * C + cols[None, :]
+    if MODE != 3:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        x = 0.0
+    if MODE >= 2:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        g = 0.0
+    out = _bn_ew_apply(x, g, k0[None, :], k1[None, :], k2[None, :], k3[None, :], MODE)
+    tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bn_ew_ncs_kernel(
+    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
+    NC, C, S, NSB, NT, e0, e1, e2,
+    R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+):
+    """Elementwise pass over a contiguous (N, C, S) view seen as (N*C) planes of S: tile
+    [R planes, BS], tiles walked from the end of memory to the start."""
+    pid = NT - 1 - tl.program_id(0)
+    rb = pid // NSB
+    sb = pid - rb * NSB
+    r = rb.to(tl.int64) * R + tl.arange(0, R)
+    rmask = r < NC
+    ch = r % C
+    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
+                                  MODE, HAS_W, HAS_B, F64, ACC)
+    s = sb * BS + tl.arange(0, BS)
+    mask = rmask[:, None] & (s < S)[None, :]
+    offs = r[:, None] * S + s[None, :]
+    if MODE != 3:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        x = 0.0
+    if MODE >= 2:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        g = 0.0
+    out = _bn_ew_apply(x, g, k0[:, None], k1[:, None], k2[:, None], k3[:, None], MODE)
+    tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side: layout, heuristics, launchers
+# ----------------------------------------------------------------------------------------------
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _pow2(v):
+    v = max(1, int(v))
+    return 1 << (v - 1).bit_length()
+
+
+def _f32(v):
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+@functools.lru_cache(maxsize=256)
+def _split3(v):
+    """v as three fp32 values whose fp64 sum is v exactly (normal range): passes a Python float
+    (double) to a kernel without losing bits; the fp32 path uses the first part (= fp32(v))."""
+    v = float(v)
+    a = _f32(v)
+    if not math.isfinite(a) or not math.isfinite(v):
+        return a, 0.0, 0.0
+    b = _f32(v - a)
+    c = _f32(v - a - b)
+    return a, b, c
+
+
+@functools.lru_cache(maxsize=256)
+def _split_count(n):
+    """An integer count as two fp32 values summing exactly to it in fp64 (n < 2^48)."""
+    a = _f32(float(n))
+    return a, float(n - int(a))
+
+
+def _acc(x):
+    return (tl.float64, torch.float64) if x.dtype == torch.float64 else (tl.float32, torch.float32)
+
+
+def _suggest_format(x):
+    if x.dim() not in (4, 5):
+        return torch.contiguous_format
+    try:
+        from torch._prims_common import suggest_memory_format
+
+        return suggest_memory_format(x)
+    except Exception:  # pragma: no cover - private helper moved
+        cl = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        return cl if x.is_contiguous(memory_format=cl) else torch.contiguous_format
+
+
+def _same_layout(a, b):
+    """Whether a and b (same shape) place every element at the same offset."""
+    return all(sa == sb or n == 1 for sa, sb, n in zip(a.stride(), b.stride(), a.shape))
+
+
+class _View:
+    """Canonical view of an input: kind 'rows' (M, C) or 'ncs' (N, C, S). Dense inputs are used
+    as they are (contiguous, channels_last, channels_last_3d); other strides are copied once to
+    the suggested memory format."""
+
+    __slots__ = ("x", "kind", "N", "C", "S", "M")
+
+    def __init__(self, x):
+        if x.is_contiguous():
+            rows = False
+        elif x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+            rows = True
+        elif x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+            rows = True
+        else:
+            fmt = _suggest_format(x)
+            x = x.contiguous(memory_format=fmt)
+            rows = fmt != torch.contiguous_format
+        self.x = x
+        self.N = int(x.shape[0])
+        self.C = int(x.shape[1])
+        s = 1
+        for d in x.shape[2:]:
+            s *= int(d)
+        self.S = s
+        self.M = self.N * s
+        self.kind = "rows" if (rows or s == 1) else "ncs"
+
+    def like(self, t):
+        """t (same shape as x) with x's element placement (copied once if needed)."""
+        if _same_layout(t, self.x):
+            return t
+        out = torch.empty_like(self.x, dtype=t.dtype)
+        out.copy_(t)
+        return out
+
+    def empty(self, dtype=None):
+        # x is dense here, so preserve_format keeps its strides exactly
+        return torch.empty_like(self.x, dtype=dtype)
+
+
+def _tile(esize, key):
+    return max(16, _pow2(_TUNE[key] // esize))
+
+
+def _pick_bs(S, tile):
+    """Block along S for the ncs layout: whole planes when S <= 1024 (tiles of consecutive
+    planes, contiguous in memory); otherwise the largest power of two in [256, tile] that
+    wastes <= 7% of the lanes on the last chunk of a plane, else the least wasteful."""
+    if S <= 1024 or tile <= 256:
+        return min(_pow2(S), tile)
+    best, best_util = None, -1.0
+    cands = [b for b in (256, 512, 1024, 2048, 4096, 8192, 16384) if b <= tile]
+    for b in cands:
+        util = S / (_cdiv(S, b) * b)
+        if util >= 0.93:
+            best = b
+    if best is None:
+        for b in cands:
+            util = S / (_cdiv(S, b) * b)
+            if util > best_util:
+                best, best_util = b, util
+    return best
+
+
+def _reduce_cfg(v, esize):
+    key = (v.kind, v.N, v.C, v.S, esize, tuple(_TUNE.values()))
+    cfg = _CFG_CACHE.get(("red",) + key)
+    if cfg is None:
+        cfg = _CFG_CACHE[("red",) + key] = _reduce_cfg_uncached(v, esize)
+    return cfg
+
+
+def _ew_cfg(v, esize):
+    key = (v.kind, v.N, v.C, v.S, esize, tuple(_TUNE.values()))
+    cfg = _CFG_CACHE.get(("ew",) + key)
+    if cfg is None:
+        cfg = _CFG_CACHE[("ew",) + key] = _ew_cfg_uncached(v, esize)
+    return cfg
+
+
+_CFG_CACHE = {}
+
+
+def _reduce_cfg_uncached(v, esize):
+    """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
+    NCB (channel blocks), n_iter (grid-stride steps)."""
+    tile = _tile(esize, "red_tile_bytes")
+    target = _TUNE["target_programs"]
+    C = v.C
+    if v.kind == "rows":
+        BC = min(_pow2(C), tile, 1024)
+        # enough rows per program that the partials stay a small fraction of the input
+        while BC > 32 and v.M * _cdiv(C, BC) < _TUNE["min_rows"] * target:
+            BC //= 2
+        BM = max(1, tile // BC)
+        ncb = _cdiv(C, BC)
+        units = _cdiv(v.M, BM)
+        cfg = dict(BM=BM, BC=BC)
+    else:
+        BS = _pick_bs(v.S, tile)
+        CB = min(_pow2(C), max(1, tile // BS))
+        ncb = _cdiv(C, CB)
+        nsc = _cdiv(v.S, BS)
+        units = v.N * nsc
+        cfg = dict(CB=CB, BS=BS, NSC=nsc, U=units)
+    P = max(1, min(units, target // ncb))
+    cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, P))
+    return cfg
+
+
+def _ew_cfg_uncached(v, esize):
+    tile = _tile(esize, "ew_tile_bytes")
+    if v.kind == "rows":
+        BC = min(_pow2(v.C), tile)
+        BM = max(1, tile // BC)
+        ncb = _cdiv(v.C, BC)
+        nt = _cdiv(v.M, BM) * ncb
+        return dict(BM=BM, BC=BC, NCB=ncb, NT=nt)
+    BS = _pick_bs(v.S, tile)
+    R = max(1, tile // BS)
+    nsb = _cdiv(v.S, BS)
+    nt = _cdiv(v.N * v.C, R) * nsb
+    return dict(R=R, BS=BS, NSB=nsb, NT=nt)
+
+
+def _warps(elems):
+    return _TUNE["ew_warps"] if elems >= 2048 else 4
+
+
+def _combine_cfg(C, P):
+    BP = min(_pow2(P), 512)
+    BCC = max(1, min(_pow2(C), _TUNE["combine_elems"] // BP))
+    return BP, BCC, _cdiv(C, BCC)
+
+
+def _reduce(v, g, ref, bwd, acc_tl, acc_t):
+    """Launch the split reduction; returns (partials [2, P, C], P)."""
+    x = v.x
+    cfg = _reduce_cfg(v, x.element_size())
+    P, ncb = cfg["P"], cfg["NCB"]
+    part = torch.empty((2, P, v.C), device=x.device, dtype=acc_t)
+    grid = (P * ncb,)
+    gg = g if g is not None else x
+    rr = ref if ref is not None else x
+    if v.kind == "rows":
+        _bn_reduce_rows_kernel[grid](
+            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl,
+            num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
+        )
+    else:
+        _bn_reduce_ncs_kernel[grid](
+            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
+            num_warps=_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4,
+        )
+    return part, P
+
+
+def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
+    e0, e1, e2 = _split3(eps)
+    p0, p1, p2, p3 = params
+    f64 = acc_tl == tl.float64
+    cfg = _ew_cfg(v, out.element_size())
+    grid = (cfg["NT"],)
+    if v.kind == "rows":
+        _bn_ew_rows_kernel[grid](
+            x, g, out, p0, p1, p2, p3, v.M, v.C, cfg["NCB"], cfg["NT"], e0, e1, e2,
+            BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
+            num_warps=_warps(cfg["BM"] * cfg["BC"]),
+        )
+    else:
+        _bn_ew_ncs_kernel[grid](
+            x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
+            R=cfg["R"], BS=cfg["BS"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
+            num_warps=_warps(cfg["R"] * cfg["BS"]),
+        )
+
+
+def supports(x) -> bool:
+    """Whether these kernels handle x: fp16/bf16/fp32/fp64, ndim >= 2, numel > 0, on CUDA (or on
+    CPU under TRITON_INTERPRET=1)."""
+    from normkit.kernels import runs_kernels_on
+
+    if not isinstance(x, torch.Tensor) or x.dtype not in _DTYPES:
+        return False
+    if x.dim() < 2 or x.numel() == 0:
+        return False
+    return runs_kernels_on(x)
+
+
+def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
+    """Training forward: 3 HBM passes (split reduction over x, tiny combine, elementwise x -> y).
+
+    Returns ``(y, save_mean, save_invstd)``; y in x's dtype and memory format, stats (C,) fp32
+    (fp64 for fp64 x). ``running_mean``/``running_var`` (both or neither) are updated in place:
+    ``rm = (1-m) rm + m mean``, ``rv = (1-m) rv + m var n/(n-1)`` (n == 1 gives NaN like aten).
+    weight/bias may be None. ``momentum`` is used verbatim.
+    """
+    v = _View(x)
+    acc_tl, acc_t = _acc(x)
+    C = v.C
+    dev = x.device
+    part, P = _reduce(v, None, None, False, acc_tl, acc_t)
+    mean = torch.empty((C,), device=dev, dtype=acc_t)
+    invstd = torch.empty((C,), device=dev, dtype=acc_t)
+    coef = torch.empty((4, C), device=dev, dtype=acc_t)
+    has_rs = running_mean is not None and running_var is not None
+    n0, n1 = _split_count(v.M)
+    e = _split3(eps)
+    m = _split3(momentum if momentum is not None else 0.0)
+    BP, BCC, nprog = _combine_cfg(C, P)
+    shift_stride = 1 if v.kind == "rows" else v.S
+    _bn_combine_fwd_kernel[(nprog,)](
+        part, v.x, shift_stride, coef, mean, invstd,
+        weight if weight is not None else mean, bias if bias is not None else mean,
+        running_mean if has_rs else mean, running_var if has_rs else mean,
+        C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
+        BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
+        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4,
+    )
+    y = v.empty()
+    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl)
+    return y, mean, invstd
+
+
+def bn_forward_eval(x, weight, bias, running_mean, running_var, eps):
+    """Eval forward: 2 HBM passes, one elementwise kernel ``y = (x - rm) * (w / sqrt(rv + eps)) + b``
+    (per-channel terms computed in every program, fp32; fp64 for fp64 x). y keeps x's format;
+    NCHW and NHWC give the same bits."""
+    v = _View(x)
+    acc_tl, _ = _acc(x)
+    y = v.empty()
+    w = weight if weight is not None else running_mean
+    b = bias if bias is not None else running_mean
+    _elementwise(v, v.x, v.x, y, (running_mean, running_var, w, b), _FWD_EVAL,
+                 weight is not None, bias is not None, eps, acc_tl)
+    return y
+
+
+def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
+    """Backward: ``(grad_input | None, grad_weight | None, grad_bias | None)`` per output_mask.
+
+    train=True: mean/invstd are the saved stats; 5 HBM passes for grad_input (split reduction over
+    x and dy, combine, elementwise x, dy -> dx), 2 for weight/bias grads alone.
+    train=False: mean = running_mean, invstd = rsqrt(running_var + eps) from the caller;
+    grad_input = dy * invstd * w is 2 passes (dy only); weight/bias grads need the reduction.
+    grad_input keeps x's memory format and dtype; grad_weight/grad_bias take weight's dtype
+    (the stats dtype, fp32 or fp64, when weight is None).
+    """
+    need_dx, need_gw, need_gb = (bool(b) for b in output_mask)
+    if not (need_dx or need_gw or need_gb):
+        return None, None, None
+    v = _View(x)
+    g = v.like(grad_out)
+    acc_tl, acc_t = _acc(x)
+    C = v.C
+    dev = x.device
+    pdt = weight.dtype if weight is not None else acc_t
+    gw = torch.empty((C,), device=dev, dtype=pdt) if need_gw else None
+    gb = torch.empty((C,), device=dev, dtype=pdt) if need_gb else None
+    dx = None
+    need_red = need_gw or need_gb or (need_dx and train)
+    coef = None
+    if need_red:
+        part, P = _reduce(v, g, mean, True, acc_tl, acc_t)
+        coef_needed = need_dx and train
+        coef = torch.empty((4, C), device=dev, dtype=acc_t) if coef_needed else None
+        n0, n1 = _split_count(v.M)
+        BP, BCC, nprog = _combine_cfg(C, P)
+        _bn_combine_bwd_kernel[(nprog,)](
+            part, mean, invstd, weight if weight is not None else invstd,
+            coef if coef is not None else part,
+            gw if gw is not None else part, gb if gb is not None else part,
+            C, P, n0, n1,
+            BP=BP, BCC=BCC, HAS_W=weight is not None, NEED_DX=coef_needed,
+            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4,
+        )
+    if need_dx:
+        dx = v.empty()
+        if train:
+            _elementwise(v, v.x, g, dx, (coef, coef, coef, coef), _BWD_TRAIN, True, True, 0.0, acc_tl)
+        else:
+            w = weight if weight is not None else invstd
+            _elementwise(v, g, g, dx, (invstd, invstd, w, invstd), _BWD_EVAL,
+                         weight is not None, False, 0.0, acc_tl)
+    return dx, gw, gb

@@ -1,0 +1,659 @@
+"""Layer norm and RMS norm: Triton kernels and their host launchers.
+
+Inputs are 2-D ``(M, N)`` row views (the ops layer flattens ``normalized_shape``): the last stride must
+be 1, the row stride may be anything (it is a kernel argument). Outputs are allocated contiguous.
+No validation, no autograd, no host synchronisation here (CUDA-graph and ``torch.compile`` safe).
+
+Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``):
+
+* **rows in registers** (``BLOCK_N <= _CFG['fwd_max_block']`` forward, ``'bwd_max_block'`` backward):
+  a program holds a ``[BLOCK_M, BLOCK_N]`` tile, several rows per program for narrow rows
+  (``BLOCK_M * BLOCK_N ~ 4K-8K`` elements), one row per program for wide ones. Forward: one read of x,
+  one write of y (2 HBM passes, the minimum). Backward: one read of x and dy, one write of dx
+  (3 passes) plus the dw/db partials (``P x N`` fp32, ``P ~ #SMs x a few``), reduced by a second kernel.
+* **looped rows** (wider): forward, one program per row loops twice over the row in chunks; the second
+  loop walks the row backwards so that it re-reads the most recently loaded chunks from L2 (2 HBM passes
+  when the concurrent rows fit in L2, at worst 3). Backward, a row-sum kernel (reads x, dy) and a
+  column-tiled kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group), the
+  column kernel walking the rows in the reverse order so the tail of the first kernel's reads hit L2:
+  5 passes at worst.
+
+Numerics: fp32 accumulation (fp64 for fp64 inputs); mean/rstd in fp32 (fp64 for fp64). The variance is
+computed from ``x - mean`` held in registers (two passes over registers), and in the looped regime from
+per-chunk (mean, M2) pairs merged with Chan's formula; never ``E[x^2] - E[x]^2``. ``rstd =
+rsqrt(var + eps)``. RMS: ``rstd = rsqrt(mean(x^2) + eps)``, ``y = (x * rstd) * w`` in fp32, then cast.
+dw/db are accumulated in fp32 per program and reduced in a fixed order: bitwise deterministic, no atomics.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "ln_forward",
+    "ln_backward",
+    "rms_forward",
+    "rms_backward",
+    "add_ln_forward",
+    "add_rms_forward",
+    "supports",
+]
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+# Tunables (the GPU sweep in benchmarks/ln_kernels.py overrides them to compare variants).
+_CFG = {
+    "fwd_max_block": 16384,  # widest next_pow2(N) kept in registers, forward
+    "bwd_max_block": 16384,  # same for backward
+    "tile_elems": 8192,  # target BLOCK_M * BLOCK_N for narrow rows, forward
+    "fwd_ept": 16,  # elements per thread, forward
+    "bwd_tile_elems": 4096,  # same for backward
+    "bwd_ept": 8,
+    "multi_row_max": 1024,
+    "max_warps": 16,  # widest BLOCK_N that still packs several rows per program
+    "fwd_chunk": 4096,  # chunk of the looped forward
+    "fwd_loop_warps": 8,
+    "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
+    "l2_budget": 32 << 20,  # ... capped so that P * row bytes stays within this much L2
+    "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
+    "bwd_col_block": 1024,  # column tile of the backward column kernel
+    "bwd_col_rows": 4,  # rows per step of the backward column kernel
+    "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# device helpers
+
+
+@triton.jit
+def _rsqrt(v, ACC: tl.constexpr):
+    if ACC == tl.float64:
+        r = 1.0 / tl.sqrt(v)
+    else:
+        r = tl.math.rsqrt(v)
+    return r
+
+
+# --------------------------------------------------------------------------------------------------
+# forward, rows in registers
+
+
+@triton.jit
+def _fwd_rows_kernel(
+    X, R, W, B, Y, S, MEAN, RSTD,
+    M, N, stride_x, stride_r, stride_y, stride_s, eps,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """[BLOCK_M, BLOCK_N] tile, whole rows in registers. HBM: read x (+residual), write y (+sum)."""
+    pid = tl.program_id(0)
+    rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    rmask = rows < M
+    cmask = cols < N
+    mask = rmask[:, None] & cmask[None, :]
+    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    if HAS_RES:
+        rv = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+        sv = (xv.to(ACC) + rv.to(ACC)).to(xv.dtype)  # the sum, rounded to x's dtype
+        tl.store(S + rows[:, None] * stride_s + cols[None, :], sv, mask=mask)
+        x = sv.to(ACC)
+    else:
+        x = xv.to(ACC)
+    if IS_RMS:
+        ms = tl.sum(x * x, axis=1) / N
+        rstd = _rsqrt(ms + eps, ACC)
+        y = x * rstd[:, None]
+    else:
+        # shift by the row's first element: x - shift is exact for nearby values, so a large common
+        # offset costs no digits in x - mean (the fp32 mean itself cannot hold them)
+        shift = tl.load(X + rows * stride_x, mask=rmask, other=0.0)
+        if HAS_RES:
+            r0 = tl.load(R + rows * stride_r, mask=rmask, other=0.0)
+            shift = (shift.to(ACC) + r0.to(ACC)).to(xv.dtype)
+        shift = shift.to(ACC)
+        xs = tl.where(mask, x - shift[:, None], 0.0)
+        mean_s = tl.sum(xs, axis=1) / N
+        d = tl.where(mask, xs - mean_s[:, None], 0.0)
+        var = tl.sum(d * d, axis=1) / N
+        rstd = _rsqrt(var + eps, ACC)
+        y = d * rstd[:, None]
+        tl.store(MEAN + rows, shift + mean_s, mask=rmask)
+    tl.store(RSTD + rows, rstd, mask=rmask)
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        y = y * w[None, :]
+    if HAS_B:
+        b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+        y = y + b[None, :]
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y, mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# forward, looped rows
+
+
+@triton.jit
+def _fwd_loop_kernel(
+    X, R, W, B, Y, S, MEAN, RSTD,
+    M, N, stride_x, stride_r, stride_y, stride_s, eps, iters,
+    CHUNK: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Persistent programs, each taking rows ``pid, pid + P, ...``; two loops over CHUNK-wide slices.
+
+    Loop 1 reads x (and residual, writing the sum) and merges per-chunk (mean, M2) of ``x - x[0]``
+    with Chan's formula (RMS: sums x^2). Loop 2 walks the row backwards, re-reading x (or the stored
+    sum) while the latest chunks are still in L2, and writes y. The host sizes P so that the rows in
+    flight fit in L2: 2 HBM passes then, 3 at worst.
+    """
+    P = tl.num_programs(0)
+    offs = tl.arange(0, CHUNK)
+    nchunks = tl.cdiv(N, CHUNK)
+    for it in range(0, iters):
+        row_i = tl.program_id(0) + it * P
+        if row_i < M:
+            row = row_i.to(tl.int64)
+            xrow = X + row * stride_x
+            rrow = R + row * stride_r
+            yrow = Y + row * stride_y
+            srow = S + row * stride_s
+            mean = tl.zeros([], dtype=ACC)  # mean of x - shift
+            m2 = tl.zeros([], dtype=ACC)
+            shift = tl.zeros([], dtype=ACC)
+            if not IS_RMS:
+                shift = tl.load(xrow).to(ACC)
+                if HAS_RES:
+                    shift = (shift + tl.load(rrow).to(ACC)).to(X.dtype.element_ty).to(ACC)
+            for start in range(0, N, CHUNK):
+                cols = start + offs
+                cmask = cols < N
+                xv = tl.load(xrow + cols, mask=cmask, other=0.0)
+                if HAS_RES:
+                    rv = tl.load(rrow + cols, mask=cmask, other=0.0)
+                    sv = (xv.to(ACC) + rv.to(ACC)).to(xv.dtype)
+                    tl.store(srow + cols, sv, mask=cmask)
+                    x = sv.to(ACC)
+                else:
+                    x = xv.to(ACC)
+                if IS_RMS:
+                    m2 += tl.sum(x * x, axis=0)
+                else:
+                    zero = tl.zeros([], dtype=tl.int32)
+                    cnt = tl.minimum(N - start + zero, CHUNK).to(ACC)
+                    xs = tl.where(cmask, x - shift, 0.0)
+                    cmean = tl.sum(xs, axis=0) / cnt
+                    d = tl.where(cmask, xs - cmean, 0.0)
+                    cm2 = tl.sum(d * d, axis=0)
+                    seen = (start + zero).to(ACC)
+                    tot = seen + cnt
+                    delta = cmean - mean
+                    mean = mean + delta * (cnt / tot)
+                    m2 = m2 + cm2 + delta * delta * (seen * cnt / tot)
+            rstd = _rsqrt(m2 / N + eps, ACC)
+            tl.store(RSTD + row, rstd)
+            if not IS_RMS:
+                tl.store(MEAN + row, shift + mean)
+            for i in range(0, nchunks):
+                start = (nchunks - 1 - i) * CHUNK
+                cols = start + offs
+                cmask = cols < N
+                if HAS_RES:
+                    x = tl.load(srow + cols, mask=cmask, other=0.0).to(ACC)
+                else:
+                    x = tl.load(xrow + cols, mask=cmask, other=0.0).to(ACC)
+                if IS_RMS:
+                    y = x * rstd
+                else:
+                    y = ((x - shift) - mean) * rstd
+                if HAS_W:
+                    y = y * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+                if HAS_B:
+                    y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+                tl.store(yrow + cols, y, mask=cmask)
+
+
+# --------------------------------------------------------------------------------------------------
+# backward, rows in registers
+
+
+@triton.jit
+def _bwd_rows_kernel(
+    DY, X, W, MEAN, RSTD, DX, DWP, DBP,
+    M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks.
+
+    dx per row from the two row sums; dy*xhat and dy summed over the program's rows in registers and
+    written once as row ``pid`` of the (P, N) partials. HBM: read x, dy, write dx (3 passes) + P*N.
+    """
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    first = pid.to(tl.int64) * blocks_per_prog
+    for i in range(0, blocks_per_prog):
+        rows = (first + i) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+        rmask = rows < M
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+        if STORE_DX:
+            if HAS_W:
+                # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
+                w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+                wdy = dy * w[None, :]
+            else:
+                wdy = dy
+            c1 = tl.sum(wdy * xhat, axis=1) / N
+            if IS_RMS:
+                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.sum(wdy, axis=1) / N
+                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
+    if NEED_DW:
+        tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
+    if NEED_DB:
+        tl.store(DBP + pid.to(tl.int64) * N + cols, tl.sum(db_acc, axis=0), mask=cmask)
+
+
+# --------------------------------------------------------------------------------------------------
+# backward, wide rows: row sums, then a column-tiled dx + dw/db kernel
+
+
+@triton.jit
+def _bwd_rowsum_kernel(
+    DY, X, W, MEAN, RSTD, C,
+    N, stride_dy, stride_x,
+    CHUNK: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+):
+    """One program per row: C[row] = (sum(w*dy*xhat)/N, sum(w*dy)/N). HBM: read x, dy."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, CHUNK)
+    rstd = tl.load(RSTD + row).to(ACC)
+    if not IS_RMS:
+        mean = tl.load(MEAN + row).to(ACC)
+    s1 = tl.zeros([CHUNK], dtype=ACC)
+    s2 = tl.zeros([CHUNK], dtype=ACC)
+    for start in range(0, N, CHUNK):
+        cols = start + offs
+        cmask = cols < N
+        x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
+        dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
+        if HAS_W:
+            dy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        if IS_RMS:
+            xhat = x * rstd
+        else:
+            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        s1 += dy * xhat
+        s2 += dy
+    tl.store(C + row * 2, tl.sum(s1, axis=0) / N)
+    tl.store(C + row * 2 + 1, tl.sum(s2, axis=0) / N)
+
+
+@triton.jit
+def _bwd_cols_kernel(
+    DY, X, W, MEAN, RSTD, C, DX, DWP, DBP,
+    M, N, stride_dy, stride_x, stride_dx, rows_per_group,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Program (column block, row group): dx for its tile of every row of the group, dw/db partials.
+
+    Row groups and the rows inside them are walked last-first, the reverse of the row-sum kernel.
+    HBM: read x, dy, write dx (3 passes; 5 with the row-sum kernel) + G*N partials.
+    """
+    pid_n = tl.program_id(0)
+    g = tl.num_programs(1) - 1 - tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    dw_acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=ACC)
+    db_acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=ACC)
+    row0 = g.to(tl.int64) * rows_per_group
+    nsteps = tl.cdiv(rows_per_group, BLOCK_R)
+    for i in range(0, nsteps):
+        rows = row0 + (nsteps - 1 - i) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
+        rmask = (rows < M) & (rows < row0 + rows_per_group)
+        mask = rmask[:, None] & cmask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+        if STORE_DX:
+            c1 = tl.load(C + rows * 2, mask=rmask, other=0.0)
+            if HAS_W:
+                wdy = dy * w[None, :]
+            else:
+                wdy = dy
+            if IS_RMS:
+                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.load(C + rows * 2 + 1, mask=rmask, other=0.0)
+                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
+    if NEED_DW:
+        tl.store(DWP + g.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
+    if NEED_DB:
+        tl.store(DBP + g.to(tl.int64) * N + cols, tl.sum(db_acc, axis=0), mask=cmask)
+
+
+@triton.jit
+def _reduce_partials_kernel(P_PTR, OUT, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT[n] = sum_p P_PTR[p, n] in a fixed order (deterministic). Reads the P x N partials once."""
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=P_PTR.dtype.element_ty)
+    for p0 in range(0, P, BLOCK_P):
+        ps = p0 + tl.arange(0, BLOCK_P)
+        m = (ps < P)[:, None] & cmask[None, :]
+        acc += tl.load(P_PTR + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=m, other=0.0)
+    tl.store(OUT + cols, tl.sum(acc, axis=0), mask=cmask)
+
+
+# --------------------------------------------------------------------------------------------------
+# host side
+
+
+def supports(x2d, *params) -> bool:
+    """Whether these kernels handle this input: fp16/bf16/fp32/fp64 2-D rows on CUDA (or on CPU under
+    TRITON_INTERPRET=1); weight/bias (any of ``params``, None allowed) in the input dtype or fp32."""
+    from normkit.kernels import runs_kernels_on
+
+    if not isinstance(x2d, torch.Tensor) or x2d.dim() != 2 or x2d.dtype not in _DTYPES:
+        return False
+    if not runs_kernels_on(x2d):
+        return False
+    for p in params:
+        if p is None:
+            continue
+        if p.device != x2d.device or p.dtype not in (x2d.dtype, torch.float32) or p.dim() != 1:
+            return False
+        if p.numel() != x2d.shape[1]:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_sms(t: torch.Tensor) -> int:
+    if t.device.type == "cuda":
+        return _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    return 4  # interpreter: a few programs, so that the multi-row loops are exercised
+
+
+def _alloc(shape, dtype, device):
+    """Every output and scratch buffer comes from here (tests swap in a NaN-filling version)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _acc(dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _stat_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """Rows with unit last stride (copied once otherwise)."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        t = t.contiguous()
+    return t
+
+
+def _row_stride(t: torch.Tensor) -> int:
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def _param(p):
+    return None if p is None else p.contiguous()
+
+
+def _loop_programs(x, M, row_bytes):
+    """Programs of the looped forward: enough to fill the GPU, few enough that the rows in flight
+    (re-read by the second loop) fit in ``_CFG['l2_budget']`` bytes of L2."""
+    budget = _CFG["l2_budget"]
+    P = _num_sms(x) * _CFG["loop_progs_per_sm"]
+    if budget:
+        P = min(P, max(_num_sms(x) // 2, budget // max(1, row_bytes)))
+    return max(1, min(M, P))
+
+
+def _rows_cfg(BLOCK_N: int, bwd: bool = False):
+    """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
+    of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
+    thread (backward holds x, dy and two accumulators per element, so it gets fewer)."""
+    tile = _CFG["bwd_tile_elems" if bwd else "tile_elems"]
+    ept = _CFG["bwd_ept" if bwd else "fwd_ept"]
+    BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
+    num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
+    return BLOCK_M, triton.next_power_of_2(num_warps)
+
+
+def _forward(x, residual, weight, bias, eps, is_rms):
+    x = _rows(x)
+    M, N = x.shape
+    dev = x.device
+    sd = _stat_dtype(x.dtype)
+    y = _alloc((M, N), dtype=x.dtype, device=dev)
+    rstd = _alloc((M,), dtype=sd, device=dev)
+    mean = None if is_rms else _alloc((M,), dtype=sd, device=dev)
+    s = None
+    if residual is not None:
+        residual = _rows(residual)
+        s = _alloc((M, N), dtype=x.dtype, device=dev)
+    if M == 0:
+        return y, s, mean, rstd
+    if N == 0:
+        if mean is not None:
+            mean.zero_()
+        rstd.fill_(float("nan"))
+        return y, s, mean, rstd
+    weight, bias = _param(weight), _param(bias)
+    dummy = x
+    args = (
+        x, residual if residual is not None else dummy,
+        weight if weight is not None else dummy, bias if bias is not None else dummy,
+        y, s if s is not None else dummy, mean if mean is not None else rstd, rstd,
+    )
+    strides = (
+        _row_stride(x), _row_stride(residual) if residual is not None else 0,
+        N, N,
+    )
+    flags = dict(
+        HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=residual is not None,
+        IS_RMS=is_rms, ACC=_acc(x.dtype),
+    )
+    BLOCK_N = triton.next_power_of_2(N)
+    if BLOCK_N <= _CFG["fwd_max_block"]:
+        BLOCK_M, nw = _rows_cfg(BLOCK_N)
+        grid = (triton.cdiv(M, BLOCK_M),)
+        _fwd_rows_kernel[grid](
+            *args, M, N, *strides, float(eps),
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+        )
+    else:
+        P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
+        _fwd_loop_kernel[(P,)](
+            *args, M, N, *strides, float(eps), triton.cdiv(M, P),
+            CHUNK=_CFG["fwd_chunk"], num_warps=_CFG["fwd_loop_warps"], **flags,
+        )
+    return y, s, mean, rstd
+
+
+def _reduce(partials: torch.Tensor, out_dtype) -> torch.Tensor:
+    P, N = partials.shape
+    out = _alloc((N,), dtype=out_dtype, device=partials.device)
+    BLOCK_N = min(256, triton.next_power_of_2(N))
+    BLOCK_P = max(1, min(32, 4096 // BLOCK_N, triton.next_power_of_2(P)))
+    _reduce_partials_kernel[(triton.cdiv(N, BLOCK_N),)](
+        partials, out, P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
+    )
+    return out
+
+
+def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
+    x = _rows(x)
+    dy = _rows(dy)
+    M, N = x.shape
+    dev = x.device
+    weight = _param(weight)
+    dx = _alloc((M, N), dtype=x.dtype, device=dev) if need_dx else None
+    if M == 0 or N == 0:
+        dw = torch.zeros((N,), dtype=dw_dtype, device=dev) if need_dw else None
+        db = torch.zeros((N,), dtype=db_dtype, device=dev) if need_db else None
+        return dx, dw, db
+    if not (need_dx or need_dw or need_db):
+        return None, None, None
+    acc_t = _stat_dtype(x.dtype)
+    rstd = rstd.reshape(M)
+    mean = rstd if is_rms else mean.reshape(M)
+    dummy = x
+    wp = weight if weight is not None else dummy
+    flags = dict(
+        HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
+        ACC=_acc(x.dtype),
+    )
+    need_partials = need_dw or need_db
+    BLOCK_N = triton.next_power_of_2(N)
+    if BLOCK_N <= _CFG["bwd_max_block"]:
+        BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
+        nblocks = triton.cdiv(M, BLOCK_M)
+        if need_partials:
+            P = _num_sms(x) * max(1, 32 // nw)
+            P = min(P, max(_num_sms(x), _CFG["progs_per_sm_cap"] // (2 * N)))
+            P = max(1, min(P, nblocks))
+            per = triton.cdiv(nblocks, P)
+            P = triton.cdiv(nblocks, per)
+        else:
+            P, per = nblocks, 1
+        dwp = _alloc((P, N), dtype=acc_t, device=dev) if need_dw else dummy
+        dbp = _alloc((P, N), dtype=acc_t, device=dev) if need_db else dummy
+        _bwd_rows_kernel[(P,)](
+            dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
+            M, N, _row_stride(dy), _row_stride(x), N, per,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+        )
+    else:
+        c = _alloc((M, 2), dtype=acc_t, device=dev)
+        if need_dx:
+            _bwd_rowsum_kernel[(M,)](
+                dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
+                CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
+                num_warps=8,
+            )
+        BN = _CFG["bwd_col_block"]
+        BR = _CFG["bwd_col_rows"]
+        ncb = triton.cdiv(N, BN)
+        target = _num_sms(x) * 4
+        G = max(1, min(triton.cdiv(M, BR), triton.cdiv(target, ncb)))
+        rpg = triton.cdiv(triton.cdiv(M, G), BR) * BR
+        G = triton.cdiv(M, rpg)
+        dwp = _alloc((G, N), dtype=acc_t, device=dev) if need_dw else dummy
+        dbp = _alloc((G, N), dtype=acc_t, device=dev) if need_db else dummy
+        _bwd_cols_kernel[(ncb, G)](
+            dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
+            M, N, _row_stride(dy), _row_stride(x), N, rpg,
+            BLOCK_R=BR, BLOCK_N=BN, num_warps=8, **flags,
+        )
+    dw = _reduce(dwp, dw_dtype) if need_dw else None
+    db = _reduce(dbp, db_dtype) if need_db else None
+    return dx, dw, db
+
+
+# --------------------------------------------------------------------------------------------------
+# public launchers
+
+
+def ln_forward(x2d, weight, bias, eps):
+    """Layer norm forward over rows: ``(y, mean[M], rstd[M])``; stats fp32 (fp64 for fp64 input).
+
+    HBM: read x, write y (2 passes); looped regime for rows wider than ``_CFG['fwd_max_block']``.
+    """
+    y, _, mean, rstd = _forward(x2d, None, weight, bias, eps, False)
+    return y, mean, rstd
+
+
+def rms_forward(x2d, weight, eps):
+    """RMS norm forward over rows: ``(y, rstd[M])``, ``y = (x * rstd) * w`` in fp32, then cast. 2 passes."""
+    y, _, _, rstd = _forward(x2d, None, weight, None, eps, True)
+    return y, rstd
+
+
+def add_ln_forward(x2d, residual2d, weight, bias, eps):
+    """Pre-norm residual fusion: ``s = x + residual`` (x's dtype), ``y = layer_norm(s)``.
+
+    Returns ``(y, s, mean, rstd)``. HBM: read x and residual, write s and y (4 passes, the minimum).
+    """
+    return _forward(x2d, residual2d, weight, bias, eps, False)
+
+
+def add_rms_forward(x2d, residual2d, weight, eps):
+    """``s = x + residual`` (x's dtype), ``y = rms_norm(s)``: returns ``(y, s, rstd)``. 4 passes."""
+    y, s, _, rstd = _forward(x2d, residual2d, weight, None, eps, True)
+    return y, s, rstd
+
+
+def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
+    """Layer norm backward: ``(dx|None, dw|None, db|None)`` per ``output_mask``.
+
+    dw in weight's dtype, db in ``bias_dtype`` (default: weight's dtype, else x's). dw/db are fp32
+    per-program partials reduced in a fixed order. HBM: read x, dy, write dx (3 passes) in the
+    rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel).
+    """
+    need_dx, need_dw, need_db = (bool(v) for v in output_mask)
+    pdt = weight.dtype if weight is not None else x2d.dtype
+    need_dw = need_dw and weight is not None
+    return _backward(
+        dy2d, x2d, mean, rstd, weight, need_dx, need_dw, need_db, False,
+        pdt, bias_dtype if bias_dtype is not None else pdt,
+    )
+
+
+def rms_backward(dy2d, x2d, rstd, weight, output_mask):
+    """RMS norm backward: ``(dx|None, dw|None)``. Same passes and partials as ``ln_backward``."""
+    need_dx, need_dw = (bool(v) for v in output_mask[:2])
+    need_dw = need_dw and weight is not None
+    pdt = weight.dtype if weight is not None else x2d.dtype
+    dx, dw, _ = _backward(dy2d, x2d, None, rstd, weight, need_dx, need_dw, False, True, pdt, pdt)
+    return dx, dw

@@ -1,0 +1,152 @@
+"""Drop-in normalization modules running normkit's ops, and `convert(model)`.
+
+Each module subclasses its `torch.nn` counterpart: same constructor, parameters, buffers and
+`state_dict` keys (interchangeable both ways), same rank checks and messages; only `forward` changes.
+`isinstance(m, torch.nn.BatchNorm2d)` stays true, so code that special-cases norm layers keeps working.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from normkit import functional as _F
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm1d",
+           "InstanceNorm2d", "InstanceNorm3d", "convert"]
+
+
+class _BatchNormMixin:
+    """`torch.nn.modules.batchnorm._BatchNorm.forward` with normkit's batch norm.
+
+    momentum=None is the cumulative moving average: the factor is `1 / num_batches_tracked` (read on the
+    host, as torch does). Unlike torch, the input is validated before `num_batches_tracked` is bumped,
+    so a call that raises changes no buffer at all.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        training = self.training
+        bn_training = training or (self.running_mean is None and self.running_var is None)
+        use_stats = not training or self.track_running_stats
+        running_mean = self.running_mean if use_stats else None
+        running_var = self.running_var if use_stats else None
+        if bn_training:
+            from normkit import _checks
+
+            _checks.verify_batch_size(input.size())
+            _checks.check_batch_norm_eps(self.eps, True)
+            _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
+                                     allow_empty=True)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
+        return _F.batch_norm(input, running_mean, running_var, self.weight, self.bias, bn_training, factor,
+                             self.eps)
+
+
+class BatchNorm1d(_BatchNormMixin, torch.nn.BatchNorm1d):
+    pass
+
+
+class BatchNorm2d(_BatchNormMixin, torch.nn.BatchNorm2d):
+    pass
+
+
+class BatchNorm3d(_BatchNormMixin, torch.nn.BatchNorm3d):
+    pass
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return _F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+if hasattr(torch.nn, "RMSNorm"):
+    class RMSNorm(torch.nn.RMSNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+else:  # pragma: no cover - torch < 2.4
+    class RMSNorm(torch.nn.Module):
+        def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+            super().__init__()
+            if isinstance(normalized_shape, int):
+                normalized_shape = (normalized_shape,)
+            self.normalized_shape = tuple(normalized_shape)
+            self.eps = eps
+            self.elementwise_affine = elementwise_affine
+            if elementwise_affine:
+                self.weight = torch.nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
+            else:
+                self.register_parameter("weight", None)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class GroupNorm(torch.nn.GroupNorm):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return _F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class _InstanceNormMixin:
+    def _apply_instance_norm(self, input: torch.Tensor) -> torch.Tensor:
+        return _F.instance_norm(input, self.running_mean, self.running_var, self.weight, self.bias,
+                                self.training or not self.track_running_stats,
+                                self.momentum if self.momentum is not None else 0.0, self.eps)
+
+
+class InstanceNorm1d(_InstanceNormMixin, torch.nn.InstanceNorm1d):
+    pass
+
+
+class InstanceNorm2d(_InstanceNormMixin, torch.nn.InstanceNorm2d):
+    pass
+
+
+class InstanceNorm3d(_InstanceNormMixin, torch.nn.InstanceNorm3d):
+    pass
+
+
+_SWAPS = {
+    torch.nn.BatchNorm1d: BatchNorm1d,
+    torch.nn.BatchNorm2d: BatchNorm2d,
+    torch.nn.BatchNorm3d: BatchNorm3d,
+    torch.nn.LayerNorm: LayerNorm,
+    torch.nn.GroupNorm: GroupNorm,
+    torch.nn.InstanceNorm1d: InstanceNorm1d,
+    torch.nn.InstanceNorm2d: InstanceNorm2d,
+    torch.nn.InstanceNorm3d: InstanceNorm3d,
+}
+if hasattr(torch.nn, "RMSNorm"):
+    _SWAPS[torch.nn.RMSNorm] = RMSNorm
+
+
+def _swapped(module: torch.nn.Module, cls) -> torch.nn.Module:
+    """A `cls` instance sharing `module`'s parameters, buffers and hooks (not copies: the same tensors)."""
+    new = cls.__new__(cls)
+    state = {}
+    for key, value in module.__dict__.items():
+        # containers are copied (so later registrations on one module don't leak into the other), their
+        # contents (Parameters, buffers, hooks) are shared
+        state[key] = type(value)(value) if isinstance(value, (dict, set)) else value
+    new.__dict__.update(state)
+    return new
+
+
+def convert(model: torch.nn.Module) -> torch.nn.Module:
+    """Swap every `torch.nn` norm module (exact types only, not user subclasses) for normkit's.
+
+    Parameters and buffers are shared with the originals, so optimizers built before the call keep
+    working and `state_dict()` is unchanged. Children are replaced in place; the (possibly new) root is
+    returned.
+    """
+    cls = _SWAPS.get(type(model))
+    if cls is not None:
+        return _swapped(model, cls)
+    for name, child in list(model.named_children()):
+        new = convert(child)
+        if new is not child:
+            setattr(model, name, new)
+    return model

@@ -1,0 +1,63 @@
+"""Which implementation runs: the Triton kernels or the reference. Lazy imports keep `import normkit` light."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+_FAMILY_MODULE = {"batch_norm": "normkit.kernels.batch_norm", "layer_norm": "normkit.kernels.layer_norm",
+                  "rms_norm": "normkit.kernels.layer_norm"}
+_modules: dict = {}
+
+
+def kernel_module(family: str):
+    """The kernel launcher module for an op family, or None when Triton (or the module) is missing."""
+    if family in _modules:
+        return _modules[family]
+    from normkit import kernels
+
+    mod = None
+    if kernels.available():
+        try:
+            mod = importlib.import_module(_FAMILY_MODULE[family])
+        except ImportError:
+            mod = None
+    if mod is not None:  # cache hits only: a module landing later is still picked up
+        _modules[family] = mod
+    return mod
+
+
+def kernels_for(family: str, x: torch.Tensor):
+    """The kernel module when normkit's kernels handle tensors on x's device, else None."""
+    from normkit import kernels
+
+    if not isinstance(x, torch.Tensor) or not kernels.runs_kernels_on(x):
+        return None
+    return kernel_module(family)
+
+
+def reference():
+    import normkit.reference as ref
+
+    return ref
+
+
+def checks():
+    import normkit._checks as chk
+
+    return chk
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def params_ok(x: torch.Tensor, *params) -> bool:
+    """Parameters the kernels take: on x's device, in x's dtype or float32, 1-D."""
+    for p in params:
+        if p is None:
+            continue
+        if not isinstance(p, torch.Tensor) or p.device != x.device or p.dtype not in (x.dtype, torch.float32):
+            return False
+    return True

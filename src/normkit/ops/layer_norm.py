@@ -1,0 +1,189 @@
+"""Layer norm and RMS norm with aten's names, signatures and return values (no autograd).
+
+The kernels work on `(M, N)` row views: `normalized_shape` is flattened into N, every leading dim into M.
+Statistics come back with the contract's shape `shape[:axis] + [1] * len(normalized_shape)`, float32 for
+fp16/bf16/fp32 input and float64 for fp64. Outputs are contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from normkit.ops._select import acc_dtype, checks, kernels_for, params_ok, reference
+
+__all__ = [
+    "native_layer_norm",
+    "native_layer_norm_backward",
+    "_fused_rms_norm",
+    "_fused_rms_norm_backward",
+    "rms_norm",
+    "rms_norm_eps",
+    "add_layer_norm",
+    "add_layer_norm_backward",
+    "add_rms_norm",
+    "add_rms_norm_backward",
+]
+
+
+def _prod(shape) -> int:
+    p = 1
+    for s in shape:
+        p *= int(s)
+    return p
+
+
+def _geometry(x: Tensor, normalized_shape: Sequence[int]):
+    ns = [int(s) for s in normalized_shape]
+    axis = x.dim() - len(ns)
+    m = _prod(x.shape[:axis])
+    n = _prod(ns)
+    stat_shape = list(x.shape[:axis]) + [1] * len(ns)
+    return ns, m, n, stat_shape
+
+
+def rms_norm_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
+    """`rms_norm`'s eps=None rule: machine epsilon of the compute type (fp32, or fp64 for fp64 input)."""
+    if eps is not None:
+        return float(eps)
+    return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
+
+
+def _ln_kernels(family: str, x: Tensor, m: int, n: int, *params):
+    mod = kernels_for(family, x)
+    if mod is None or m == 0 or n == 0 or not params_ok(x, *params):
+        return None
+    if not mod.supports(x.new_empty((1, 1)).expand(m, n), *[p.reshape(-1) if p is not None else None
+                                                              for p in params]):
+        return None
+    return mod
+
+
+def _flat(p: Optional[Tensor]) -> Optional[Tensor]:
+    return None if p is None else p.reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------- layer norm
+
+def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
+                      bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    checks().check_layer_norm(input, normalized_shape, weight, bias)
+    ns, m, n, stat_shape = _geometry(input, normalized_shape)
+    mod = _ln_kernels("layer_norm", input, m, n, weight, bias)
+    if mod is None:
+        return tuple(reference().native_layer_norm(input, ns, weight, bias, eps))
+    y, mean, rstd = mod.ln_forward(input.reshape(m, n), _flat(weight), _flat(bias), eps)
+    return y.view(input.shape), mean.view(stat_shape), rstd.view(stat_shape)
+
+
+def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor,
+                               rstd: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                               output_mask: List[bool]):
+    checks().check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
+    ns, m, n, _ = _geometry(input, normalized_shape)
+    mask = [bool(v) for v in output_mask]
+    mod = _ln_kernels("layer_norm", input, m, n, weight, bias)
+    if mod is None or grad_out.dtype != input.dtype:
+        return tuple(reference().native_layer_norm_backward(grad_out, input, ns, mean, rstd, weight, bias, mask))
+    dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), input.reshape(m, n), mean.reshape(m).to(acc_dtype(input.dtype)),
+                                 rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask,
+                                 bias_dtype=None if bias is None else bias.dtype)
+    return (None if dx is None else dx.view(input.shape),
+            None if dw is None else dw.view(ns),
+            None if db is None else db.view(ns))
+
+
+# ---------------------------------------------------------------------------------------------- rms norm
+
+def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
+                    eps: Optional[float]) -> Tuple[Tensor, Tensor]:
+    checks().check_rms_norm(input, normalized_shape, weight)
+    ns, m, n, stat_shape = _geometry(input, normalized_shape)
+    eps = rms_norm_eps(input.dtype, eps)
+    mod = _ln_kernels("rms_norm", input, m, n, weight) if not input.dtype.is_complex else None
+    if mod is None:
+        return tuple(reference()._fused_rms_norm(input, ns, weight, eps))
+    y, rstd = mod.rms_forward(input.reshape(m, n), _flat(weight), eps)
+    return y.view(input.shape), rstd.view(stat_shape)
+
+
+def _fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor,
+                             weight: Optional[Tensor], output_mask: List[bool]):
+    checks().check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
+    ns, m, n, _ = _geometry(input, normalized_shape)
+    mask = [bool(v) for v in output_mask][:2]
+    mod = _ln_kernels("rms_norm", input, m, n, weight)
+    if mod is None or grad_out.dtype != input.dtype:
+        return tuple(reference()._fused_rms_norm_backward(grad_out, input, ns, rstd, weight, mask))
+    dx, dw = mod.rms_backward(grad_out.reshape(m, n), input.reshape(m, n),
+                              rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask)
+    return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
+
+
+def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
+             eps: Optional[float] = None) -> Tensor:
+    """aten::rms_norm (forward only here; `normkit.rms_norm` has autograd)."""
+    return _fused_rms_norm(input, normalized_shape, weight, eps)[0]
+
+
+# ------------------------------------------------------------------------------ pre-norm residual fusion
+
+def _check_residual(x: Tensor, residual: Tensor) -> None:
+    if residual.shape != x.shape:
+        raise RuntimeError(
+            f"Expected residual to have the same shape as input, but got residual of shape "
+            f"{list(residual.shape)} and input of shape {list(x.shape)}")
+    if residual.dtype != x.dtype:
+        raise RuntimeError(f"expected residual to have dtype {x.dtype}, but got {residual.dtype}")
+
+
+def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
+                   bias: Optional[Tensor], eps: float):
+    """`s = x + residual`, `y = layer_norm(s)`: returns `(y, s, mean, rstd)` (one fused kernel on GPU)."""
+    _check_residual(x, residual)
+    checks().check_layer_norm(x, normalized_shape, weight, bias)
+    ns, m, n, stat_shape = _geometry(x, normalized_shape)
+    mod = _ln_kernels("layer_norm", x, m, n, weight, bias)
+    if mod is None or not hasattr(mod, "add_ln_forward"):
+        s = x + residual
+        y, mean, rstd = native_layer_norm(s, ns, weight, bias, eps)
+        return y, s, mean, rstd
+    y, s, mean, rstd = mod.add_ln_forward(x.reshape(m, n), residual.reshape(m, n), _flat(weight), _flat(bias), eps)
+    return y.view(x.shape), s.view(x.shape), mean.view(stat_shape), rstd.view(stat_shape)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
+                 eps: Optional[float]):
+    """`s = x + residual`, `y = rms_norm(s)`: returns `(y, s, rstd)`."""
+    _check_residual(x, residual)
+    checks().check_rms_norm(x, normalized_shape, weight)
+    ns, m, n, stat_shape = _geometry(x, normalized_shape)
+    eps = rms_norm_eps(x.dtype, eps)
+    mod = _ln_kernels("rms_norm", x, m, n, weight)
+    if mod is None or not hasattr(mod, "add_rms_forward"):
+        s = x + residual
+        y, rstd = _fused_rms_norm(s, ns, weight, eps)
+        return y, s, rstd
+    y, s, rstd = mod.add_rms_forward(x.reshape(m, n), residual.reshape(m, n), _flat(weight), eps)
+    return y.view(x.shape), s.view(x.shape), rstd.view(stat_shape)
+
+
+def add_layer_norm_backward(grad_y: Tensor, grad_s: Optional[Tensor], s: Tensor, normalized_shape, mean, rstd,
+                            weight, bias, output_mask: List[bool]):
+    """Gradients of `add_layer_norm`: `(d(x + residual), dw, db)`; x and residual get the same gradient."""
+    mask = [bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2])]
+    ds, dw, db = native_layer_norm_backward(grad_y, s, normalized_shape, mean, rstd, weight, bias, mask)
+    if ds is not None and grad_s is not None:
+        ds = ds + grad_s
+    return ds, dw, db
+
+
+def add_rms_norm_backward(grad_y: Tensor, grad_s: Optional[Tensor], s: Tensor, normalized_shape, rstd, weight,
+                          output_mask: List[bool]):
+    mask = [bool(output_mask[0]), bool(output_mask[1])]
+    ds, dw = _fused_rms_norm_backward(grad_y, s, normalized_shape, rstd, weight, mask)
+    if ds is not None and grad_s is not None:
+        ds = ds + grad_s
+    return ds, dw

@@ -1,0 +1,86 @@
+"""Helpers shared by the reference modules: compute dtype, memory format, broadcasting views."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Dtype statistics are computed and saved in: float64 for float64, float32 for everything else.
+
+    This is CUDA's ``acc_type`` and normkit's convention on every device (torch's CPU kernels save
+    bf16/fp16 statistics for non-mixed bf16/fp16 inputs; normkit keeps them in float32). Complex inputs
+    (rms_norm only) compute in their own precision, complex32 widened to complex64.
+    """
+    if dtype == torch.float64:
+        return torch.float64
+    if dtype.is_complex:
+        return torch.complex128 if dtype == torch.complex128 else torch.complex64
+    return torch.float32
+
+
+def suggest_memory_format(t: Tensor) -> torch.memory_format:
+    """Python port of C++ ``Tensor::suggest_memory_format()`` (no such method in Python)."""
+    if t.layout != torch.strided or t.dim() not in (4, 5):
+        return torch.contiguous_format
+    sizes, strides = t.shape, t.stride()
+    # Channels-last orders dims C, W, (H,) D..., N from the fastest to the slowest stride.
+    order = (1, 3, 2, 0) if t.dim() == 4 else (1, 4, 3, 2, 0)
+    if strides[1] == 0:
+        return torch.contiguous_format
+    lowest = 0
+    for d in order:
+        if sizes[d] == 0 or strides[d] < lowest:
+            return torch.contiguous_format
+        # N111-like tensors with equal strides are ambiguous: torch defaults to NCHW.
+        if d == 0 and lowest == strides[1]:
+            return torch.contiguous_format
+        lowest = strides[d] * sizes[d]
+    return torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+
+
+def to_format(y: Tensor, memory_format: torch.memory_format) -> Tensor:
+    """``y`` laid out in ``memory_format`` (differentiable; no copy when already laid out so)."""
+    return y.contiguous(memory_format=memory_format)
+
+
+def channel_view(t: Tensor, ndim: int) -> Tensor:
+    """A per-channel (C,) tensor shaped (1, C, 1, ...) to broadcast over an (N, C, *) input."""
+    return t.reshape([1, -1] + [1] * (ndim - 2))
+
+
+def batch_dims(ndim: int) -> list:
+    """Reduction dims of batch norm: every dim except the channel dim 1."""
+    return [0] + list(range(2, ndim))
+
+
+def param_dtype(param: Optional[Tensor], input: Tensor) -> torch.dtype:
+    """Dtype of a parameter's gradient: the parameter's own, the input's when it is absent."""
+    return input.dtype if param is None else param.dtype
+
+
+def empty_stat(input: Tensor, dtype: torch.dtype) -> Tensor:
+    """The (0,) saved statistic of eval mode (normkit's choice on every device, as on CPU/MPS)."""
+    return input.new_empty((0,), dtype=dtype)
+
+
+def invstd_from_var(var: Tensor, eps: float) -> Tensor:
+    """``rsqrt(var + eps)``, with torch's batch-norm ``InvStd`` guard: var == 0 and eps == 0 give 0, not inf.
+
+    The guard keeps a constant channel's output at ``bias`` instead of NaN (CPU eager behaviour). Both
+    ``where`` branches stay finite so the gradient of the unused branch is not NaN.
+    """
+    if eps != 0:
+        return torch.rsqrt(var + eps)
+    zero = var == 0
+    return torch.where(zero, torch.zeros_like(var), torch.rsqrt(torch.where(zero, torch.ones_like(var), var)))
+
+
+def prod(sizes: Sequence[int]) -> int:
+    p = 1
+    for s in sizes:
+        p *= int(s)
+    return p

@@ -1,0 +1,286 @@
+"""Tests of the benchmark harness itself (CPU, --quick sizes)."""
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from normkit.bench import cases as C
+from normkit.bench import report
+from normkit.bench.impls import AtenImpl, Impl, LigerImpl, NormkitImpl, functional_call
+from normkit.bench.runner import Context, run_accuracy, run_case
+from normkit.bench.timing import Progress, Timer
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+ROW_KEYS = {"op", "shape", "groups", "dtype", "params", "layout", "mode", "direction", "impl", "status", "note",
+            "ms", "gbps", "sol", "bytes", "tensor_bytes", "peak_mem_bytes", "timer", "rotation", "errors", "tol",
+            "first_call_s", "oracle"}
+
+
+def _ctx(copy_gbps=10.0):
+    return Context(device="cpu", timer=Timer("cpu", warmup_ms=0.2, rep_ms=0.5), copy_gbps=copy_gbps, quick=True)
+
+
+def _strict_json(path):
+    def bad(c):
+        raise ValueError(f"non-strict JSON constant {c}")
+
+    with open(path) as f:
+        return json.load(f, parse_constant=bad)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """The CI command itself, through ``python -m normkit``."""
+    d = tmp_path_factory.mktemp("bench")
+    out, js = d / "out", d / "bench.json"
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "normkit", "bench", "--quick", "--json", str(js), "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    return p, js, out
+
+
+def test_quick_cli_runs(quick_run):
+    p, js, out = quick_run
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "### batch_norm" in p.stdout and "### headline" in p.stdout
+    assert "bench [" in p.stderr  # the progress bar
+
+
+def test_quick_json_schema(quick_run):
+    _, js, _ = quick_run
+    d = _strict_json(js)
+    for k in ("schema", "device", "gpu_name", "versions", "date", "git_sha", "copy_bandwidth_gbps", "rows",
+              "timing", "implementations", "complete"):
+        assert k in d, k
+    assert d["schema"] == report.SCHEMA and d["complete"] is True
+    assert d["versions"]["torch"] == torch.__version__
+    assert d["copy_bandwidth_gbps"] > 0
+    rows = d["rows"]
+    assert rows
+    for r in rows:
+        assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
+        assert r["status"] in ("ok", "WRONG", "n/a", "error", "skipped", "unchecked")
+    ops = {r["op"] for r in rows}
+    assert ops == set(C.OPS)
+    # eager torch on CPU is correct on every row it supports, and is timed
+    for r in rows:
+        if r["impl"] == "aten":
+            assert r["status"] == "ok", r
+            assert r["ms"] > 0 and r["gbps"] > 0 and r["sol"] > 0
+    # cuDNN-off eager exists for batch and instance norm only: the others say n/a, not missing
+    na = [r for r in rows if r["impl"] == "aten-native" and r["op"] == "layer_norm"]
+    assert na and all(r["status"] == "n/a" for r in na)
+    # every case has the same implementations
+    impls_per_case = {}
+    for r in rows:
+        impls_per_case.setdefault(report.case_key(r), set()).add(r["impl"])
+    assert len({frozenset(v) for v in impls_per_case.values()}) == 1
+
+
+def test_quick_outputs(quick_run):
+    _, _, out = quick_run
+    summary = (out / "summary.md").read_text()
+    assert "## Headline" in summary and "copy bandwidth" in summary
+    pytest.importorskip("matplotlib")
+    for name in report.PLOT_FILES:
+        f = out / name
+        assert f.exists() and f.stat().st_size > 1000
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_suite_expansion_and_filters():
+    suite = C.load_suite()
+    cases = C.expand_suite(suite)
+    by_op = {op: [c for c in cases if c.op == op] for op in C.OPS}
+    # batch norm: 7 4-D/5-D shapes x 2 layouts + 2 2-D shapes, x 4 dtypes x 2 modes
+    assert len(by_op["batch_norm"]) == (7 * 2 + 2) * 4 * 2
+    assert len(by_op["layer_norm"]) == 9 * 4 and len(by_op["rms_norm"]) == 9 * 3
+    assert len(by_op["group_norm"]) == 5 * 2 * 2 and len(by_op["instance_norm"]) == 2 * 2 * 2
+    gn = by_op["group_norm"][0]
+    assert gn.shape == (32, 256, 64, 64) and gn.groups == 32
+    sel = C.expand_suite(suite, ops=["batch_norm"], shapes=["256x64x56x56"], dtypes=["bf16:fp32"],
+                         layouts=["channels_last"], modes=["train"])
+    assert len(sel) == 1 and sel[0].memory_format == torch.channels_last and sel[0].directions == ("fwd", "bwd")
+    assert len(C.expand_suite(suite, ops=["layer_norm"], dtypes=["bf16"])) == 18  # bf16 inputs, both param dtypes
+    assert len(C.expand_suite(suite, ops=["layer_norm"], dtypes=["bf16:bf16"])) == 9
+    assert len(C.expand_suite(suite, ops=["group_norm"], shapes=["32x256x64x64/g32"])) == 4
+
+
+def test_byte_accounting():
+    case = C.Case("batch_norm", (256, 64, 56, 56), "bfloat16", "float32", "contiguous", "train")
+    n = 256 * 64 * 56 * 56
+    assert C.min_bytes(case, "fwd") == 2 * n * 2      # read x, write y
+    assert C.min_bytes(case, "bwd") == 3 * n * 2      # read x and dy, write dx
+    case32 = C.Case("layer_norm", (8192, 8192), "float32", "float32")
+    assert C.min_bytes(case32, "fwd") == 2 * 8192 * 8192 * 4
+    # rows carry bytes / ms consistently: GB/s and the SOL fraction of the copy bandwidth
+    small = C.Case("layer_norm", (64, 32), "float32", "float32")
+    rows = run_case(small, [AtenImpl(True)], _ctx(copy_gbps=10.0))
+    for r in rows:
+        assert r["bytes"] == C.min_bytes(small, r["direction"])
+        assert math.isclose(r["gbps"], r["bytes"] / (r["ms"] * 1e-3) / 1e9, rel_tol=1e-9)
+        assert math.isclose(r["sol"], r["gbps"] / 10.0, rel_tol=1e-9)
+
+
+class _WrongForward(Impl):
+    """Eager layer norm with a 1% scale error: fast enough, wrong."""
+
+    name = "wrong-fwd"
+
+    def build(self, case):
+        return lambda x, w, b, rm, rv: functional_call(F, case, x, w, b, rm, rv) * 1.01
+
+
+class _BadGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return F.layer_norm(x, (x.shape[-1],), w, b, C.EPS)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b = ctx.saved_tensors
+        with torch.enable_grad():
+            xx, ww, bb = (t.detach().requires_grad_() for t in (x, w, b))
+            y = F.layer_norm(xx, (x.shape[-1],), ww, bb, C.EPS)
+            gx, gw, gb = torch.autograd.grad(y, (xx, ww, bb), dy)
+        return gx, gw * 0.5, gb  # wrong weight gradient
+
+
+class _WrongGrad(Impl):
+    name = "wrong-grad"
+    ops = ("layer_norm",)
+
+    def build(self, case):
+        return lambda x, w, b, rm, rv: _BadGrad.apply(x, w, b)
+
+
+class _Raises(Impl):
+    name = "raises"
+
+    def build(self, case):
+        def fn(*a):
+            raise RuntimeError("deliberate failure")
+        return fn
+
+
+def test_wrong_implementation_is_flagged():
+    case = C.Case("layer_norm", (64, 32), "float32", "float32")
+    rows = run_case(case, [AtenImpl(True), _WrongForward(), _WrongGrad(), _Raises()], _ctx())
+    st = {(r["impl"], r["direction"]): r for r in rows}
+    assert st["aten", "fwd"]["status"] == "ok" and st["aten", "bwd"]["status"] == "ok"
+    assert st["wrong-fwd", "fwd"]["status"] == "WRONG"
+    assert st["wrong-fwd", "fwd"]["ms"] > 0          # timed anyway, and marked
+    assert "y err" in st["wrong-fwd", "fwd"]["note"]
+    assert st["wrong-grad", "fwd"]["status"] == "ok"
+    assert st["wrong-grad", "bwd"]["status"] == "WRONG" and "dw err" in st["wrong-grad", "bwd"]["note"]
+    assert st["wrong-grad", "bwd"]["errors"]["dx"] < 1e-6
+    assert st["raises", "fwd"]["status"] == "error" and "deliberate failure" in st["raises", "fwd"]["note"]
+    table = report.op_tables(rows, "layer_norm")
+    assert "**WRONG**" in table
+    # a wrong row never counts towards a speedup
+    assert report.speedup(st["aten", "fwd"], st["wrong-fwd", "fwd"]) is None
+
+
+def test_wrong_batch_norm_running_stats_flagged():
+    class NoStats(Impl):
+        name = "no-running-stats"
+        ops = ("batch_norm",)
+
+        def build(self, case):
+            return lambda x, w, b, rm, rv: F.batch_norm(x, None, None, w, b, True, C.MOMENTUM, C.EPS)
+
+    case = C.Case("batch_norm", (8, 4, 5, 5), "float32", "float32", "channels_last", "train")
+    rows = run_case(case, [AtenImpl(True), NoStats()], _ctx())
+    st = {(r["impl"], r["direction"]): r for r in rows}
+    assert st["aten", "fwd"]["status"] == "ok", st["aten", "fwd"]
+    assert st["no-running-stats", "fwd"]["status"] == "WRONG"
+    assert "running_mean" in st["no-running-stats", "fwd"]["note"]
+
+
+def test_peer_without_op_or_device_is_na():
+    case = C.Case("batch_norm", (8, 4, 5, 5), "float32", "float32", "contiguous", "eval")
+    rows = run_case(case, [LigerImpl(), AtenImpl(False)], _ctx())
+    st = {(r["impl"], r["direction"]): r for r in rows}
+    assert st["liger", "fwd"]["status"] == "n/a"
+    assert st["aten-native", "fwd"]["status"] == "ok"
+    assert [r["direction"] for r in rows if r["impl"] == "liger"] == ["fwd"]  # eval: forward only
+
+
+def test_budget_skips_rows():
+    ctx = _ctx()
+    ctx.budget_s = 0.0
+    rows = run_case(C.Case("rms_norm", (16, 8), "float32", "float32"), [AtenImpl(True)], ctx)
+    assert rows and all(r["status"] == "skipped" for r in rows)
+
+
+def test_accuracy_section():
+    suite = C.load_suite()
+    acc = run_accuracy(["rms_norm"], suite, [AtenImpl(True), _WrongForward()], _ctx())
+    kinds = {r["input"] for r in acc}
+    assert kinds == {"randn", "randn+1000"}
+    assert all(r["status"] == "ok" for r in acc if r["impl"] == "aten")
+    assert all(r["status"] == "WRONG" for r in acc if r["impl"] == "wrong-fwd")
+    assert "rms_norm" in report.accuracy_table(acc)
+
+
+def test_models_tiny_cpu():
+    from normkit.bench import models as M
+
+    rows = M.run_models(["tiny"], "cpu", steps=3, warmup=1)
+    assert [r["setting"] for r in rows] == ["eager", "normkit"]
+    e = rows[0]
+    assert e["status"] == "ok", e
+    assert e["step_ms"] > 0 and len(e["losses"]) == 3 and e["norm_ms"] > 0
+    assert 0 < e["norm_share"] <= 1
+    assert "tiny" in report.models_table(rows)
+    with pytest.raises(ValueError):
+        M.resolve(["no-such-model"])
+    assert M.resolve(["resnet50"]) == ["resnet50", "resnet50-cl"]
+
+
+def test_norm_kernel_names():
+    from normkit.bench.models import NORM_KERNEL
+
+    for name in ("void at::native::batch_norm_collect_statistics_kernel<float>", "bn_fw_tr_1C11_kernel_NCHW",
+                 "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>",
+                 "triton_red_fused__native_batch_norm_legit_functional_0", "_layer_norm_forward_kernel",
+                 "void cudnn::bn_bw_1C11_singleread", "nhwcBatchNormFwd"):
+        assert NORM_KERNEL.search(name), name
+    for name in ("ampere_sgemm_128x64_nn", "void at::native::vectorized_elementwise_kernel<4, add>",
+                 "triton_poi_fused_relu_0", "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16"):
+        assert not NORM_KERNEL.search(name), name
+
+
+def test_progress_bar_non_tty():
+    buf = io.StringIO()
+    p = Progress(40, "bench", stream=buf)
+    for _ in range(40):
+        p.update(1, "x")
+    p.close()
+    lines = buf.getvalue().splitlines()
+    assert 5 <= len(lines) <= 25 and "40/40" in lines[-1]
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    from normkit.bench.cli import main
+
+    assert main(["--quick", "--ops", "nope"]) == 2
+    assert main(["--quick", "--peers", "nope"]) == 2
+    assert main(["--quick", "--dry-run", "--ops", "rms_norm"]) == 0
+    assert "rms_norm" in capsys.readouterr().out
+
+
+def test_normkit_impl_reports_missing_functional(monkeypatch):
+    impl = NormkitImpl()
+    impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"
+    rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [impl], _ctx())
+    assert all(r["status"] == "error" for r in rows)

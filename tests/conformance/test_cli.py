@@ -1,0 +1,75 @@
+"""The command line: JSON schema, exit status, repro lines, --case/--ops filters, --impl MODULE."""
+
+import json
+import os
+import sys
+import types
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import delegate_backend  # noqa: E402
+
+from normkit.conformance.cli import main  # noqa: E402
+
+ORACLE = ["--oracle", "torch64_oracle"]
+
+
+def test_json_schema_and_exit_status(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    rc = main(["--impl", "torch", "--ops", "rms_norm,group_norm", "--json", str(path), "--quiet"] + ORACLE)
+    assert rc == 0
+    data = json.loads(path.read_text())
+    assert isinstance(data["cases"], int) and isinstance(data["passed"], int) and isinstance(data["failed"], int)
+    assert data["cases"] == data["passed"] + data["failed"] and data["failed"] == 0 and data["cases"] > 50
+    assert data["results"]
+    for r in data["results"]:
+        assert set(r) == {"op", "case", "rule", "passed", "detail"}
+        assert isinstance(r["passed"], bool) and isinstance(r["detail"], str)
+    assert {r["case"].split("/")[0] for r in data["results"]} <= {
+        "native_group_norm", "F.group_norm", "native_group_norm_backward", "_fused_rms_norm", "rms_norm",
+        "F.rms_norm"}
+    out = capsys.readouterr().out
+    assert "rms_norm" in out and "group_norm" in out and "batch_norm " not in out
+
+
+def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
+    mod = types.ModuleType("nk_test_broken_cl")
+    for k, v in vars(delegate_backend).items():
+        if not k.startswith("__"):
+            setattr(mod, k, v)
+
+    def native_batch_norm(*args):
+        out, m, s = delegate_backend.native_batch_norm(*args)
+        return out.contiguous(), m, s
+
+    mod.native_batch_norm = native_batch_norm
+    monkeypatch.setitem(sys.modules, "nk_test_broken_cl", mod)
+    path = tmp_path / "r.json"
+    rc = main(["--impl", "nk_test_broken_cl", "--ops", "batch_norm", "--case", "channels_last", "--quiet",
+               "--json", str(path)] + ORACLE)
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "FAIL native_batch_norm/" in out and "[meta]" in out
+    repro = [ln.split("repro: ")[1] for ln in out.splitlines() if "repro: " in ln][0]
+    assert repro.startswith("python -m normkit check --impl nk_test_broken_cl")
+    data = json.loads(path.read_text())
+    assert data["failed"] > 0 and any(not r["passed"] and r["rule"] == "meta" for r in data["results"])
+    # the repro line reruns exactly that case, and it fails again
+    argv = repro.split()[4:]
+    rc = main([a.strip("'") for a in argv] + ["--quiet"] + ORACLE)
+    assert rc == 1
+    assert "0 of 1 cases passed, 1 FAILED" in capsys.readouterr().out
+
+
+def test_list_and_case_count(capsys):
+    assert main(["--list", "--impl", "torch"]) == 0
+    names = capsys.readouterr().out.split()
+    assert len(names) >= 600 and len(set(names)) == len(names)
+
+
+def test_bad_arguments():
+    assert main(["--ops", "nope"]) == 2
+    with pytest.raises(SystemExit):
+        main(["--bogus"])

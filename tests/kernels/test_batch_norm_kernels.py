@@ -1,0 +1,471 @@
+"""Batch norm Triton kernels against a float64 plain-torch reference.
+
+Without CUDA these run on CPU tensors through the Triton interpreter (``TRITON_INTERPRET=1``, set
+here before triton is imported). If another test module imported the kernels compiled (no
+interpreter), the CPU checks rerun in a subprocess (``test_cpu_checks_in_subprocess``).
+Tests marked ``cuda`` need a GPU (large shapes, > 2^31 elements, timing-free).
+
+Every check draws fresh random inputs (never zeros), poisons every buffer the launchers allocate
+(NaN), and compares on the same rounded inputs with a float64 reference.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import itertools  # noqa: E402
+import zlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+triton = pytest.importorskip("triton")
+
+from normkit.kernels import batch_norm as B  # noqa: E402
+
+INTERPRETED = type(B._bn_ew_rows_kernel).__name__ == "InterpretedFunction"
+interp = pytest.mark.skipif(
+    not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess"
+)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+# relative L2 error allowed (output rounding dominates in half precision; ATen shows ~1.7e-3 in bf16)
+TOL = {torch.float64: 1e-12, torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.2e-2}
+TOL_BWD = {torch.float64: 1e-11, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+TOL_STAT = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 1e-6, torch.bfloat16: 1e-6}
+
+# tiny tiles and few programs: many programs per channel, several grid-stride steps, several
+# channel blocks and ragged edges even on small shapes
+TINY = {"red_tile_bytes": 128, "ew_tile_bytes": 64, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+
+def relerr(a, b):
+    a = a.double()
+    b = b.double()
+    d = torch.linalg.vector_norm(a - b)
+    n = torch.linalg.vector_norm(b)
+    return (d / n).item() if n > 0 else d.item()
+
+
+def bits(t):
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def seed(*key):
+    torch.manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def dims_of(x):
+    return [0] + list(range(2, x.dim()))
+
+
+def bshape(x):
+    return [1, -1] + [1] * (x.dim() - 2)
+
+
+def ref_fwd(x, w, b, eps):
+    xd = x.double()
+    d = dims_of(x)
+    m = xd.mean(d)
+    var = ((xd - m.view(bshape(x))) ** 2).mean(d)
+    r = 1.0 / torch.sqrt(var + eps)
+    y = (xd - m.view(bshape(x))) * r.view(bshape(x))
+    if w is not None:
+        y = y * w.double().view(bshape(x))
+    if b is not None:
+        y = y + b.double().view(bshape(x))
+    return y, m, r, var
+
+
+def ref_bwd(g, x, w, mean, invstd, train):
+    gd, xd = g.double(), x.double()
+    d = dims_of(x)
+    n = x.numel() // x.shape[1]
+    sh = bshape(x)
+    m = mean.double().view(sh)
+    r = invstd.double().view(sh)
+    wd = w.double().view(sh) if w is not None else torch.ones_like(r)
+    xmu = xd - m
+    s1 = gd.sum(d)
+    s2 = (gd * xmu).sum(d)
+    if train:
+        dx = (gd - s1.view(sh) / n - xmu * r * r * s2.view(sh) / n) * r * wd
+    else:
+        dx = gd * r * wd
+    return dx, s2 * invstd.double(), s1
+
+
+def make_x(shape, dtype, layout, offset=0.0):
+    """layout: 'contig', 'cl' (channels_last / channels_last_3d), 'strided' (a non-dense view)."""
+    if layout == "strided":
+        big = torch.randn(shape[:-1] + (shape[-1] * 2,), dtype=torch.float64) * 1.5 + 0.3 + offset
+        x = big.to(dtype)[..., ::2]
+        assert not x.is_contiguous()
+        return x
+    x = (torch.randn(shape, dtype=torch.float64) * 1.5 + 0.3 + offset).to(dtype)
+    if layout == "cl":
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        x = x.contiguous(memory_format=fmt)
+    return x
+
+
+def expected_strides(x):
+    fmt = B._suggest_format(x)
+    return torch.empty(x.shape).contiguous(memory_format=fmt).stride()
+
+
+@pytest.fixture
+def poison(monkeypatch):
+    """Every empty tensor the launchers allocate starts as NaN (ints: -1)."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def fill(t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        else:
+            t.fill_(-1)
+        return t
+
+    monkeypatch.setattr(B.torch, "empty", lambda *a, **k: fill(real_empty(*a, **k)))
+    monkeypatch.setattr(B.torch, "empty_like", lambda *a, **k: fill(real_empty_like(*a, **k)))
+    yield
+
+
+@pytest.fixture(params=["default", "tiny"])
+def tune(request, monkeypatch):
+    if request.param == "tiny":
+        for k, v in TINY.items():
+            monkeypatch.setitem(B._TUNE, k, v)
+    return request.param
+
+
+# (shape, layout) cases: 2-D, NCL, NCHW, NHWC, NCDHW, NDHWC, HW = 1, strided copies, C = 1
+CASES = [
+    ((7, 5), "contig"),
+    ((3, 4, 9), "contig"),
+    ((3, 5, 4, 3), "contig"),
+    ((3, 5, 4, 3), "cl"),
+    ((2, 3, 2, 3, 4), "contig"),
+    ((2, 3, 2, 3, 4), "cl"),
+    ((6, 4, 1, 1), "contig"),
+    ((3, 5, 4, 3), "strided"),
+    ((5, 1, 3, 2), "contig"),
+]
+
+
+def _params(C, dtype, pdt, affine, stats):
+    pd = dtype if pdt == "input" else (torch.float64 if dtype == torch.float64 else torch.float32)
+    w = (torch.rand(C, dtype=torch.float64) + 0.5).to(pd) if affine else None
+    b = torch.randn(C, dtype=torch.float64).to(pd) if affine else None
+    rm = torch.randn(C, dtype=torch.float64).to(pd) if stats else None
+    rv = (torch.rand(C, dtype=torch.float64) + 0.5).to(pd) if stats else None
+    return w, b, rm, rv
+
+
+# ------------------------------------------------------------------------------------------------
+# forward / backward against the reference, every dtype and layout
+
+
+@interp
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape,layout", CASES, ids=[f"{s}-{l}" for s, l in CASES])
+def test_train_forward_backward(shape, layout, dtype, tune, poison):
+    seed(shape, layout, str(dtype), tune)
+    x = make_x(shape, dtype, layout)
+    C = shape[1]
+    pdt = "input" if dtype in (torch.bfloat16, torch.float64) else "fp32"
+    w, b, rm, rv = _params(C, dtype, pdt, True, True)
+    rm0, rv0 = rm.clone(), rv.clone()
+    eps, mom = 1e-5, 0.1
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, mom, eps)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    assert y.dtype == dtype and y.shape == x.shape and y.stride() == expected_strides(x)
+    assert mean.dtype == acc and invstd.dtype == acc and mean.shape == (C,) and invstd.shape == (C,)
+    yr, mr, ir, vr = ref_fwd(x, w, b, eps)
+    assert not torch.isnan(y).any()
+    assert relerr(y, yr) < TOL[dtype]
+    assert relerr(mean, mr) < TOL_STAT[dtype]
+    assert relerr(invstd, ir) < TOL_STAT[dtype]
+    n = x.numel() // C
+    rs_tol = 1e-13 if rm.dtype == torch.float64 else (1e-6 if rm.dtype == torch.float32 else 8e-3)
+    assert relerr(rm, (1 - mom) * rm0.double() + mom * mr) < rs_tol
+    assert relerr(rv, (1 - mom) * rv0.double() + mom * vr * n / (n - 1)) < rs_tol
+
+    g = make_x(shape, dtype, layout)
+    dx, gw, gb = B.bn_backward(g, x, w, mean, invstd, True, [True, True, True])
+    dxr, gwr, gbr = ref_bwd(g, x, w, mean, invstd, True)
+    assert dx.dtype == dtype and dx.stride() == expected_strides(x)
+    assert gw.dtype == w.dtype and gb.dtype == w.dtype
+    assert relerr(dx, dxr) < TOL_BWD[dtype]
+    assert relerr(gw, gwr) < TOL_BWD[dtype]
+    assert relerr(gb, gbr) < TOL_BWD[dtype]
+
+
+@interp
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape,layout", CASES, ids=[f"{s}-{l}" for s, l in CASES])
+def test_eval_forward_backward(shape, layout, dtype, tune, poison):
+    seed(shape, layout, str(dtype), tune, "eval")
+    x = make_x(shape, dtype, layout)
+    C = shape[1]
+    w, b, rm, rv = _params(C, dtype, "fp32" if dtype != torch.float64 else "input", True, True)
+    eps = 1e-3
+    y = B.bn_forward_eval(x, w, b, rm, rv, eps)
+    assert y.dtype == dtype and y.stride() == expected_strides(x)
+    sh = bshape(x)
+    yr = (x.double() - rm.double().view(sh)) / torch.sqrt(rv.double().view(sh) + eps)
+    yr = yr * w.double().view(sh) + b.double().view(sh)
+    assert relerr(y, yr) < TOL[dtype]
+
+    g = make_x(shape, dtype, layout)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    invstd = (1.0 / torch.sqrt(rv.to(acc) + eps)).to(acc)
+    dx, gw, gb = B.bn_backward(g, x, w, rm, invstd, False, [True, True, True])
+    dxr, gwr, gbr = ref_bwd(g, x, w, rm, invstd, False)
+    assert dx.stride() == expected_strides(x)
+    assert relerr(dx, dxr) < TOL[dtype]
+    assert relerr(gw, gwr) < TOL_BWD[dtype]
+    assert relerr(gb, gbr) < TOL_BWD[dtype]
+
+
+# ------------------------------------------------------------------------------------------------
+# options: weight/bias None, running stats None, momentum verbatim, output_mask, n == 1
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_no_affine_no_stats(dtype, layout, poison):
+    torch.manual_seed(3)
+    x = make_x((4, 3, 3, 5), dtype, layout)
+    y, mean, invstd = B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+    yr, mr, ir, _ = ref_fwd(x, None, None, 1e-5)
+    assert relerr(y, yr) < TOL[dtype]
+    g = make_x((4, 3, 3, 5), dtype, layout)
+    dx, gw, gb = B.bn_backward(g, x, None, mean, invstd, True, [True, True, True])
+    dxr, gwr, gbr = ref_bwd(g, x, None, mean, invstd, True)
+    assert gw.dtype == torch.float32 and gb.dtype == torch.float32
+    assert relerr(dx, dxr) < TOL_BWD[dtype]
+    assert relerr(gw, gwr) < TOL_BWD[dtype] and relerr(gb, gbr) < TOL_BWD[dtype]
+    rm = torch.randn(3)
+    rv = torch.rand(3) + 0.5
+    ye = B.bn_forward_eval(x, None, None, rm, rv, 1e-5)
+    sh = bshape(x)
+    yer = (x.double() - rm.double().view(sh)) / torch.sqrt(rv.double().view(sh) + 1e-5)
+    assert relerr(ye, yer) < TOL[dtype]
+
+
+@interp
+@pytest.mark.parametrize("mom", [-1.2, 0.0, 0.5, 1.0, 1.7])
+def test_momentum_verbatim(mom):
+    torch.manual_seed(4)
+    x = make_x((5, 4, 6), torch.float64, "contig")
+    rm = torch.randn(4, dtype=torch.float64)
+    rv = torch.rand(4, dtype=torch.float64) + 0.5
+    rm0, rv0 = rm.clone(), rv.clone()
+    _, mean, _ = B.bn_forward_train(x, None, None, rm, rv, mom, 1e-5)
+    _, mr, _, vr = ref_fwd(x, None, None, 1e-5)
+    n = 30
+    torch.testing.assert_close(rm, (1 - mom) * rm0 + mom * mr, rtol=1e-13, atol=1e-14)
+    torch.testing.assert_close(rv, (1 - mom) * rv0 + mom * vr * n / (n - 1), rtol=1e-13, atol=1e-14)
+
+
+@interp
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_single_value_per_channel():
+    """n == 1 at the kernel level: no error, invstd = 1/sqrt(eps), y = bias, running_var NaN."""
+    x = torch.randn(1, 3)
+    w, b = torch.rand(3) + 0.5, torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm0 = rm.clone()
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+    torch.testing.assert_close(y[0], b)
+    torch.testing.assert_close(mean, x[0])
+    torch.testing.assert_close(invstd, torch.full((3,), 1e-5 ** -0.5))
+    torch.testing.assert_close(rm, 0.9 * rm0 + 0.1 * x[0])
+    assert torch.isnan(rv).all()
+
+
+@interp
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_output_mask(train, layout, poison):
+    torch.manual_seed(5)
+    x = make_x((3, 4, 3, 3), torch.float32, layout)
+    g = make_x((3, 4, 3, 3), torch.float32, layout)
+    w = torch.rand(4) + 0.5
+    if train:
+        _, mean, invstd = B.bn_forward_train(x, w, None, None, None, 0.1, 1e-5)
+    else:
+        mean, invstd = torch.randn(4), torch.rand(4) + 0.5
+    full = ref_bwd(g, x, w, mean, invstd, train)
+    for mask in itertools.product([False, True], repeat=3):
+        outs = B.bn_backward(g, x, w, mean, invstd, train, list(mask))
+        for want, got, ref in zip(mask, outs, full):
+            if not want:
+                assert got is None
+            else:
+                assert relerr(got, ref) < 1e-5
+
+
+@interp
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_grad_out_other_layout(layout):
+    """grad_out in the other memory format than x: dx still keeps x's format."""
+    torch.manual_seed(6)
+    x = make_x((3, 4, 3, 5), torch.float32, layout)
+    g = make_x((3, 4, 3, 5), torch.float32, "cl" if layout == "contig" else "contig")
+    _, mean, invstd = B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+    dx, _, _ = B.bn_backward(g, x, None, mean, invstd, True, [True, False, False])
+    assert dx.stride() == x.stride()
+    assert relerr(dx, ref_bwd(g, x, None, mean, invstd, True)[0]) < 1e-5
+
+
+# ------------------------------------------------------------------------------------------------
+# determinism, layout agreement, large offsets
+
+
+@interp
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_deterministic(layout, tune):
+    torch.manual_seed(7)
+    x = make_x((4, 6, 5, 3), torch.bfloat16, layout)
+    g = make_x((4, 6, 5, 3), torch.bfloat16, layout)
+    w, b = torch.rand(6) + 0.5, torch.randn(6)
+    outs = []
+    for _ in range(2):
+        rm, rv = torch.zeros(6) + 0.25, torch.ones(6)
+        y, m, r = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        dx, gw, gb = B.bn_backward(g, x, w, m, r, True, [True, True, True])
+        outs.append((y, m, r, rm, rv, dx, gw, gb))
+    for a, c in zip(*outs):
+        assert torch.equal(bits(a), bits(c))
+
+
+@interp
+def test_eval_same_bits_nchw_nhwc():
+    torch.manual_seed(8)
+    x = make_x((3, 5, 4, 6), torch.float32, "contig")
+    w, b, rm, rv = _params(5, torch.float32, "fp32", True, True)
+    y1 = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
+    y2 = B.bn_forward_eval(x.contiguous(memory_format=torch.channels_last), w, b, rm, rv, 1e-5)
+    assert y2.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(y1, y2)
+
+
+@interp
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_large_offset_keeps_digits(layout):
+    """randn + 1000 in fp32: the shifted sums keep the output error at fp32 rounding level
+    (ATen loses about 3 digits here)."""
+    torch.manual_seed(9)
+    x = make_x((8, 4, 6, 6), torch.float32, layout, offset=1000.0)
+    y, mean, invstd = B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+    yr, mr, ir, _ = ref_fwd(x, None, None, 1e-5)
+    assert relerr(y, yr) < 2e-6
+    assert relerr(invstd, ir) < 1e-6
+
+
+@interp
+def test_supports():
+    assert B.supports(torch.randn(2, 3))
+    assert B.supports(torch.randn(2, 3, 4, dtype=torch.bfloat16))
+    assert not B.supports(torch.randn(3))
+    assert not B.supports(torch.randn(0, 3))
+    assert not B.supports(torch.randint(0, 3, (2, 3)))
+    assert not B.supports(torch.randn(2, 3, dtype=torch.complex64))
+
+
+def test_cpu_checks_in_subprocess():
+    """When this process imported the kernels compiled (another module imported triton first
+    without the interpreter), run this file's CPU checks in a fresh interpreter process."""
+    if INTERPRETED or torch.cuda.is_available() or os.environ.get("NORMKIT_BN_SUBPROCESS"):
+        pytest.skip("the interpreter checks ran in this process")
+    env = dict(os.environ, TRITON_INTERPRET="1", NORMKIT_BN_SUBPROCESS="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA: large shapes (run by the lead on the GPU machine)
+
+
+def _cuda_check(x, dtype_tol, params_dtype=torch.float32):
+    C = x.shape[1]
+    w = (torch.rand(C, device=x.device) + 0.5).to(params_dtype)
+    b = torch.randn(C, device=x.device).to(params_dtype)
+    rm, rv = torch.zeros(C, device=x.device, dtype=params_dtype), torch.ones(C, device=x.device, dtype=params_dtype)
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+    d = dims_of(x)
+    xf = x.float()
+    var, mr = torch.var_mean(xf.double() if x.numel() < 2**28 else xf, dim=d, correction=0)
+    assert relerr(mean, mr) < 1e-5 and relerr(invstd, 1 / torch.sqrt(var.double() + 1e-5)) < 1e-5
+    sh = bshape(x)
+    yr = (xf - mean.view(sh)) * (invstd * w.float()).view(sh) + b.float().view(sh)
+    assert y.stride() == x.stride()
+    assert relerr(y, yr) < dtype_tol
+    del yr, y
+    g = torch.randn_like(x)
+    dx, gw, gb = B.bn_backward(g, x, w, mean, invstd, True, [True, True, True])
+    gf = g.float()
+    xmu = xf - mean.view(sh)
+    del xf
+    n = x.numel() // C
+    s1 = gf.sum(d, dtype=torch.float64)
+    s2 = (gf * xmu).sum(d, dtype=torch.float64)
+    assert relerr(gb, s1) < 1e-4 and relerr(gw, s2 * invstd.double()) < 1e-4
+    dxr = (gf - (s1 / n).float().view(sh) - xmu * (invstd**2 * s2.float() / n).view(sh)) * (invstd * w.float()).view(sh)
+    assert dx.stride() == x.stride()
+    assert relerr(dx, dxr) < 2 * dtype_tol
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+@pytest.mark.parametrize("shape", [(256, 64, 56, 56), (256, 2048, 7, 7), (16, 64, 32, 64, 64)])
+def test_cuda_large(shape, layout):
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    if layout == "cl":
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    _cuda_check(x, 1.2e-2)
+
+
+@pytest.mark.cuda
+def test_cuda_rows_1d():
+    _cuda_check(torch.randn(1048576, 64, device="cuda", dtype=torch.bfloat16), 1.2e-2)
+    _cuda_check(torch.randn(65536, 1024, device="cuda", dtype=torch.float32) + 100, 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["rows", "ncs"])
+def test_cuda_over_2_31_elements(kind):
+    """> 2^31 elements in bf16 (about 4.3 GB a tensor; ~35 GB peak with the checks)."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 48 * 2**30:
+        pytest.skip("needs ~48 GiB free")
+    shape = (2**25 + 3, 64) if kind == "rows" else (3, 2, 2**28 + 7)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    assert x.numel() > 2**31
+    _cuda_check(x, 1.2e-2)
+
+
+@pytest.mark.cuda
+def test_cuda_deterministic_and_eval_layouts():
+    x = torch.randn(64, 256, 28, 28, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.rand(256, device="cuda") + 0.5, torch.randn(256, device="cuda")
+    r1 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+    r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+    for a, c in zip(r1, r2):
+        assert torch.equal(a, c)
+    rm, rv = torch.randn(256, device="cuda"), torch.rand(256, device="cuda") + 0.5
+    y1 = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
+    y2 = B.bn_forward_eval(x.contiguous(memory_format=torch.channels_last), w, b, rm, rv, 1e-5)
+    assert torch.equal(y1, y2)

@@ -1,0 +1,410 @@
+"""Layer/RMS norm Triton kernels against a float64 plain-torch reference.
+
+Without CUDA these run on CPU tensors through the Triton interpreter (``TRITON_INTERPRET=1``, set
+here before triton is imported). If another test module imported the kernels compiled (no
+interpreter), the CPU checks rerun in a subprocess. Tests marked ``cuda`` need a GPU.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+triton = pytest.importorskip("triton")
+
+from normkit.kernels import layer_norm as L  # noqa: E402
+
+INTERPRETED = type(L._fwd_rows_kernel).__name__ == "InterpretedFunction"
+interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+# relative L2 error allowed, per dtype: about 2x what ATen shows on the same inputs (output rounding
+# dominates in half precision), with room for the rounded fp32 mean a +1000 offset implies in backward
+TOL = {torch.float64: 1e-12, torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.2e-2}
+TOL_BWD = {torch.float64: 1e-11, torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+
+
+# ------------------------------------------------------------------------------------------------
+# reference (float64, plain torch, on the same rounded inputs)
+
+
+def ref_ln(x, w, b, eps):
+    xd = x.double()
+    m = xd.mean(1, keepdim=True)
+    var = ((xd - m) ** 2).mean(1, keepdim=True)
+    r = (var + eps).rsqrt()
+    y = (xd - m) * r
+    if w is not None:
+        y = y * w.double()
+    if b is not None:
+        y = y + b.double()
+    return y, m.squeeze(1), r.squeeze(1)
+
+
+def ref_rms(x, w, eps):
+    xd = x.double()
+    r = ((xd * xd).mean(1, keepdim=True) + eps).rsqrt()
+    y = xd * r
+    if w is not None:
+        y = y * w.double()
+    return y, r.squeeze(1)
+
+
+def ref_ln_bwd(dy, x, w, b, eps):
+    xd = x.double().requires_grad_()
+    wd = None if w is None else w.double().requires_grad_()
+    bd = None if b is None else b.double().requires_grad_()
+    y, _, _ = ref_ln(xd, wd, bd, eps)
+    y.backward(dy.double())
+    return xd.grad, None if wd is None else wd.grad, None if bd is None else bd.grad
+
+
+def ref_rms_bwd(dy, x, w, eps):
+    xd = x.double().requires_grad_()
+    wd = None if w is None else w.double().requires_grad_()
+    y, _ = ref_rms(xd, wd, eps)
+    y.backward(dy.double())
+    return xd.grad, None if wd is None else wd.grad
+
+
+def rel(a, ref, scale=None):
+    """Relative L2 error; ``scale`` (the size of the terms that cancel, for dx) sets a floor on the
+    denominator, so that results that are all cancellation (width 1) are judged against their terms."""
+    a = a.double()
+    assert torch.isfinite(a).all(), "non-finite values (unwritten or poisoned output)"
+    den = ref.norm().item()
+    if scale is not None:
+        den = max(den, 1e-2 * scale)
+    num = (a - ref).norm().item()
+    return num / den if den > 1e-6 else num
+
+
+def _dx_scale(dy, w, rstd):
+    g = dy.double() * (1.0 if w is None else w.double()) * rstd.double()[:, None]
+    return g.norm().item()
+
+
+def _inputs(M, N, dtype, offset=0.0, device="cpu"):
+    x = (torch.randn(M, N, dtype=torch.float64, device=device) * 1.5 + offset).to(dtype)
+    dy = torch.randn(M, N, dtype=torch.float64, device=device).to(dtype)
+    return x, dy
+
+
+def _params(N, dtype, kind, device="cpu"):
+    if kind == "none":
+        return None, None
+    pd = dtype if kind == "same" else torch.float32
+    w = (torch.rand(N, dtype=torch.float64, device=device) + 0.5).to(pd)
+    b = torch.randn(N, dtype=torch.float64, device=device).to(pd)
+    return w, b
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    """Every buffer the launchers allocate starts as NaN (integers: garbage), so unwritten outputs show."""
+
+    def alloc(shape, dtype, device):
+        t = torch.empty(shape, dtype=dtype, device=device)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(L, "_alloc", alloc)
+
+
+@pytest.fixture
+def small_regimes(monkeypatch):
+    """Shrink the regime limits so that the looped/column kernels run on interpreter-sized rows."""
+    monkeypatch.setitem(L._CFG, "fwd_max_block", 128)
+    monkeypatch.setitem(L._CFG, "bwd_max_block", 128)
+    monkeypatch.setitem(L._CFG, "fwd_chunk", 64)
+    monkeypatch.setitem(L._CFG, "bwd_chunk", 64)
+    monkeypatch.setitem(L._CFG, "bwd_col_block", 32)
+    monkeypatch.setitem(L._CFG, "bwd_col_rows", 2)
+    monkeypatch.setitem(L._CFG, "loop_progs_per_sm", 1)  # 4 persistent programs: several rows each
+
+
+# ------------------------------------------------------------------------------------------------
+# checks shared by the CPU (interpreter) and CUDA tests
+
+
+def check_ln(M, N, dtype, kind="same", offset=0.0, device="cpu", eps=1e-5, bwd=True, x=None):
+    if x is None:
+        x, dy = _inputs(M, N, dtype, offset, device)
+    else:
+        dy = torch.randn(x.shape, device=device).to(dtype)
+    w, b = _params(N, dtype, kind, device)
+    y, mean, rstd = L.ln_forward(x, w, b, eps)
+    assert y.shape == (M, N) and y.dtype == dtype and y.is_contiguous()
+    sd = torch.float64 if dtype == torch.float64 else torch.float32
+    assert mean.shape == (M,) and rstd.shape == (M,) and mean.dtype == sd and rstd.dtype == sd
+    yr, mr, rr = ref_ln(x, w, b, eps)
+    tag = f"ln M={M} N={N} {dtype} {kind} off={offset}"
+    assert rel(y, yr) <= TOL[dtype], tag
+    assert rel(rstd, rr) <= TOL[dtype], tag
+    assert (mean.double() - mr).abs().max().item() <= (abs(offset) + 4) * (1e-14 if sd == torch.float64 else 3e-7), tag
+    if not bwd:
+        return
+    dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, w is not None, b is not None), bias_dtype=None if b is None else b.dtype)
+    gx, gw, gb = ref_ln_bwd(dy, x, w, b, eps)
+    assert dx.dtype == dtype and dx.shape == (M, N)
+    assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[dtype], tag + " dx"
+    if w is not None:
+        pt = max(TOL_BWD[dtype], TOL_BWD[w.dtype])  # dw/db come back rounded to the param dtype
+        assert dw.dtype == w.dtype and rel(dw, gw) <= pt, tag + " dw"
+        assert db.dtype == b.dtype and rel(db, gb) <= pt, tag + " db"
+    else:
+        assert dw is None and db is None
+
+
+def check_rms(M, N, dtype, kind="same", offset=0.0, device="cpu", eps=1e-6, bwd=True):
+    x, dy = _inputs(M, N, dtype, offset, device)
+    w, _ = _params(N, dtype, kind, device)
+    y, rstd = L.rms_forward(x, w, eps)
+    sd = torch.float64 if dtype == torch.float64 else torch.float32
+    assert y.dtype == dtype and rstd.dtype == sd and rstd.shape == (M,)
+    yr, rr = ref_rms(x, w, eps)
+    tag = f"rms M={M} N={N} {dtype} {kind} off={offset}"
+    assert rel(y, yr) <= TOL[dtype], tag
+    assert rel(rstd, rr) <= TOL[dtype], tag
+    if not bwd:
+        return
+    dx, dw = L.rms_backward(dy, x, rstd, w, (True, w is not None))
+    gx, gw = ref_rms_bwd(dy, x, w, eps)
+    assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[dtype], tag + " dx"
+    if w is not None:
+        pt = max(TOL_BWD[dtype], TOL_BWD[w.dtype])
+        assert dw.dtype == w.dtype and rel(dw, gw) <= pt, tag + " dw"
+
+
+# ------------------------------------------------------------------------------------------------
+# interpreter tests (CPU)
+
+WIDTHS = [1, 7, 64, 100, 1000, 3000, 5120]
+
+
+@interp
+@pytest.mark.parametrize("N", WIDTHS)
+def test_ln_widths_dtypes(N):
+    M = 3 if N >= 1000 else 5
+    for dtype in DTYPES:
+        check_ln(M, N, dtype, "same")
+
+
+@interp
+@pytest.mark.parametrize("N", WIDTHS)
+def test_rms_widths_dtypes(N):
+    M = 3 if N >= 1000 else 5
+    for dtype in DTYPES:
+        check_rms(M, N, dtype, "same")
+
+
+@interp
+@pytest.mark.parametrize("kind", ["none", "fp32"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_params_none_and_fp32(kind, dtype):
+    check_ln(4, 100, dtype, kind)
+    check_rms(4, 100, dtype, kind)
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("N", [64, 1000])
+def test_offset_1000(N, dtype):
+    check_ln(4, N, dtype, "same", offset=1000.0)
+    check_rms(4, N, dtype, "same", offset=1000.0)
+
+
+@interp
+@pytest.mark.parametrize("N", [1023, 1024, 1025, 2048])
+def test_regime_boundaries(N):
+    # 1024: last width with several rows per program; above: one row per program
+    check_ln(3, N, torch.float32, "same")
+    check_rms(3, N, torch.bfloat16, "fp32")
+
+
+@interp
+@pytest.mark.parametrize("N", [1, 100, 128, 129, 300, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_looped_regimes(N, dtype, small_regimes):
+    # fwd_max_block/bwd_max_block shrunk to 128: widths above take the looped forward and the
+    # row-sum + column backward, with partial last chunks
+    check_ln(5, N, dtype, "same", offset=1000.0 if dtype != torch.float64 else 0.0)
+    check_ln(3, N, dtype, "none")
+    check_rms(5, N, dtype, "fp32")
+
+
+@interp
+@pytest.mark.parametrize("wide", [False, True])
+def test_row_stride_and_many_rows(wide, monkeypatch):
+    if wide:
+        monkeypatch.setitem(L._CFG, "fwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "fwd_chunk", 32)
+        monkeypatch.setitem(L._CFG, "bwd_chunk", 32)
+        monkeypatch.setitem(L._CFG, "bwd_col_block", 32)
+    M, N = 67, 100  # several programs, several row blocks per program, a partial last block
+    big = torch.randn(M, N + 28).to(torch.bfloat16)
+    x = big[:, :N]
+    assert x.stride(0) == N + 28
+    check_ln(M, N, torch.bfloat16, "same", x=x)
+
+
+@interp
+@pytest.mark.parametrize("N", [64, 3000])
+def test_output_mask(N):
+    x, dy = _inputs(6, N, torch.float32)
+    w, b = _params(N, torch.float32, "same")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+    for mask in [(True, False, False), (False, True, False), (False, False, True), (False, True, True)]:
+        dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, mask)
+        for got, ref, m in zip((dx, dw, db), (gx, gw, gb), mask):
+            if m:
+                assert rel(got, ref) <= TOL_BWD[torch.float32]
+            else:
+                assert got is None
+    y, rstd = L.rms_forward(x, w, 1e-5)
+    gx, gw = ref_rms_bwd(dy, x, w, 1e-5)
+    dx, dw = L.rms_backward(dy, x, rstd, w, (False, True))
+    assert dx is None and rel(dw, gw) <= TOL_BWD[torch.float32]
+    dx, dw = L.rms_backward(dy, x, rstd, w, (True, False))
+    assert dw is None and rel(dx, gx) <= TOL_BWD[torch.float32]
+
+
+def _check_sum(s, s_ref):
+    assert s.dtype == s_ref.dtype
+    if s.dtype == torch.bfloat16 and s.device.type == "cpu":
+        # the interpreter converts fp32 -> bf16 by truncation (the GPU rounds to nearest even):
+        # allow one bf16 ulp there; on the GPU the sum must equal torch's bit for bit
+        ulp = torch.finfo(torch.bfloat16).eps * s_ref.float().abs().clamp_min(1e-30)
+        assert ((s.float() - s_ref.float()).abs() <= ulp).all()
+    else:
+        assert torch.equal(s, s_ref)
+
+
+@interp
+@pytest.mark.parametrize("N", [64, 1000, 300])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_fused_add(N, dtype, monkeypatch):
+    if N == 300:  # looped forward
+        monkeypatch.setitem(L._CFG, "fwd_max_block", 128)
+        monkeypatch.setitem(L._CFG, "fwd_chunk", 64)
+    x, _ = _inputs(5, N, dtype)
+    r, _ = _inputs(5, N, dtype, offset=3.0)
+    w, b = _params(N, dtype, "fp32")
+    s_ref = x + r  # torch's own rounding of the sum in x's dtype
+    y, s, mean, rstd = L.add_ln_forward(x, r, w, b, 1e-5)
+    _check_sum(s, s_ref)
+    yr, _, rr = ref_ln(s, w, b, 1e-5)  # normalised value computed from the rounded sum
+    assert rel(y, yr) <= TOL[dtype] and rel(rstd, rr) <= TOL[dtype]
+    y2, s2, rstd2 = L.add_rms_forward(x, r, w, 1e-5)
+    _check_sum(s2, s_ref)
+    yr2, rr2 = ref_rms(s2, w, 1e-5)
+    assert rel(y2, yr2) <= TOL[dtype] and rel(rstd2, rr2) <= TOL[dtype]
+
+
+@interp
+@pytest.mark.parametrize("wide", [False, True])
+def test_deterministic(wide, monkeypatch):
+    if wide:
+        monkeypatch.setitem(L._CFG, "fwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "fwd_chunk", 32)
+        monkeypatch.setitem(L._CFG, "bwd_chunk", 32)
+        monkeypatch.setitem(L._CFG, "bwd_col_block", 32)
+    x, dy = _inputs(37, 200, torch.bfloat16)
+    w, b = _params(200, torch.bfloat16, "fp32")
+    outs = []
+    for _ in range(2):
+        y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+        outs.append((y, mean, rstd) + L.ln_backward(dy, x, mean, rstd, w, (True, True, True)))
+    for a, c in zip(*outs):
+        assert torch.equal(a, c)
+
+
+@interp
+def test_zero_sizes():
+    x = torch.randn(0, 8)
+    y, mean, rstd = L.ln_forward(x, None, None, 1e-5)
+    assert y.shape == (0, 8) and mean.shape == (0,)
+    dx, dw, db = L.ln_backward(x, x, mean, rstd, torch.ones(8), (True, True, True))
+    assert dx.shape == (0, 8) and torch.equal(dw, torch.zeros(8)) and torch.equal(db, torch.zeros(8))
+    x = torch.randn(3, 0)
+    y, mean, rstd = L.ln_forward(x, None, None, 1e-5)
+    assert y.shape == (3, 0) and torch.equal(mean, torch.zeros(3)) and torch.isnan(rstd).all()
+
+
+@interp
+def test_supports():
+    x = torch.randn(4, 8)
+    assert L.supports(x, torch.randn(8), None)
+    assert L.supports(x.bfloat16(), torch.randn(8), torch.randn(8).bfloat16())
+    assert not L.supports(x.bfloat16(), torch.randn(8).half())
+    assert not L.supports(x.int())
+    assert not L.supports(torch.randn(2, 3, 4))
+
+
+def test_cpu_checks_in_subprocess():
+    """When the kernels were imported compiled (another module imported them first without
+    TRITON_INTERPRET=1), rerun this file's CPU checks in a fresh interpreter process."""
+    if INTERPRETED:
+        pytest.skip("already running under the interpreter")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the cuda-marked tests cover the compiled kernels")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not cuda", "-p", "no:cacheprovider", __file__],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA (compiled kernels)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [64, 768, 5120, 12288, 65537, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_cuda_widths(N, dtype):
+    M = max(4, min(4096, 2 ** 22 // N))
+    check_ln(M, N, dtype, "same", offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
+    check_ln(M, N, dtype, "fp32", device="cuda")
+    check_rms(M, N, dtype, "same", device="cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_bsh_and_fp64():
+    x3 = torch.randn(4, 333, 1024, device="cuda", dtype=torch.bfloat16)
+    check_ln(4 * 333, 1024, torch.bfloat16, "same", device="cuda", x=x3.reshape(-1, 1024))
+    check_ln(100, 3000, torch.float64, "same", device="cuda")
+    check_rms(100, 65537, torch.float64, "none", device="cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_over_2_31_elements():
+    free, _ = torch.cuda.mem_get_info()
+    M, N = 2 ** 21 + 3, 1024  # 2^31 + 3072 elements
+    if free < 8 * M * N * 2 + (2 << 30):
+        pytest.skip("not enough device memory")
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+    y, mean, rstd = L.ln_forward(x, w, None, 1e-5)
+    tail = slice(M - 1000, M)
+    yr, _, _ = ref_ln(x[tail], w, None, 1e-5)
+    assert rel(y[tail], yr) <= TOL[torch.bfloat16]
+    dy = torch.randn_like(x)
+    dx, dw, _ = L.ln_backward(dy, x, mean, rstd, w, (True, True, False))
+    gx, _, _ = ref_ln_bwd(dy[tail], x[tail], w, None, 1e-5)
+    assert rel(dx[tail], gx) <= TOL_BWD[torch.bfloat16]
+    xhat = (x.float() - mean[:, None]) * rstd[:, None]
+    gw = (dy.float() * xhat).sum(0, dtype=torch.float64)
+    assert rel(dw, gw) <= TOL_BWD[torch.bfloat16]

@@ -1,0 +1,153 @@
+"""normkit.nn: drop-in modules (state_dict interchangeable with torch.nn), momentum None, rank errors,
+convert(), torch.compile."""
+
+import pytest
+import torch
+
+import normkit
+from normkit import nn as nknn
+
+PAIRS = [
+    (nknn.BatchNorm1d, torch.nn.BatchNorm1d, (4,), (5, 4, 3)),
+    (nknn.BatchNorm2d, torch.nn.BatchNorm2d, (4,), (3, 4, 5, 2)),
+    (nknn.BatchNorm3d, torch.nn.BatchNorm3d, (4,), (2, 4, 3, 2, 2)),
+    (nknn.LayerNorm, torch.nn.LayerNorm, ((3, 5),), (2, 4, 3, 5)),
+    (nknn.RMSNorm, torch.nn.RMSNorm, ([5],), (2, 3, 5)),
+    (nknn.GroupNorm, torch.nn.GroupNorm, (2, 4), (3, 4, 5)),
+    (nknn.InstanceNorm1d, torch.nn.InstanceNorm1d, (4,), (3, 4, 6)),
+    (nknn.InstanceNorm2d, torch.nn.InstanceNorm2d, (4,), (3, 4, 3, 5)),
+    (nknn.InstanceNorm3d, torch.nn.InstanceNorm3d, (4,), (2, 4, 3, 2, 2)),
+]
+
+
+def _randomize(module):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p))
+        for name, b in module.named_buffers():
+            if b is not None and b.is_floating_point():
+                b.copy_(torch.rand_like(b) + 0.5)
+
+
+@pytest.mark.parametrize("ours, theirs, args, shape", PAIRS)
+@pytest.mark.parametrize("training", [True, False])
+def test_module_matches_torch_and_state_dict_round_trip(ours, theirs, args, shape, training):
+    kwargs = {}
+    if "InstanceNorm" in ours.__name__:
+        kwargs = dict(affine=True, track_running_stats=True)
+    a = ours(*args, dtype=torch.float64, **kwargs)
+    _randomize(a)
+    b = theirs(*args, dtype=torch.float64, **kwargs)
+    b.load_state_dict(a.state_dict())  # normkit -> torch
+    a2 = ours(*args, dtype=torch.float64, **kwargs)
+    a2.load_state_dict(b.state_dict())  # torch -> normkit
+    assert a.state_dict().keys() == b.state_dict().keys()
+    a.train(training)
+    b.train(training)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    xa = x.detach().clone().requires_grad_()
+    ya, yb = a(xa), b(x)
+    torch.testing.assert_close(ya, yb)
+    g = torch.randn_like(ya)
+    ya.backward(g)
+    yb.backward(g)
+    torch.testing.assert_close(xa.grad, x.grad)
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(pa.grad, pb.grad, msg=na)
+    for (na, ba), (nb, bb) in zip(a.named_buffers(), b.named_buffers()):
+        torch.testing.assert_close(ba, bb, msg=na)
+    assert isinstance(a, theirs)
+
+
+def test_momentum_none_is_cumulative_average():
+    m = nknn.BatchNorm2d(3, momentum=None, dtype=torch.float64)
+    ref = torch.nn.BatchNorm2d(3, momentum=None, dtype=torch.float64)
+    means, vars_ = [], []
+    for _ in range(4):
+        x = torch.randn(4, 3, 5, 5, dtype=torch.float64) * 3 + 1
+        m(x)
+        ref(x)
+        means.append(x.mean(dim=(0, 2, 3)))
+        vars_.append(x.var(dim=(0, 2, 3), unbiased=True))
+    assert int(m.num_batches_tracked) == 4
+    torch.testing.assert_close(m.running_mean, torch.stack(means).mean(0))
+    torch.testing.assert_close(m.running_var, torch.stack(vars_).mean(0))
+    torch.testing.assert_close(m.running_var, ref.running_var)
+
+
+def test_not_tracking_stats_and_no_affine():
+    m = nknn.BatchNorm1d(4, affine=False, track_running_stats=False).eval()
+    ref = torch.nn.BatchNorm1d(4, affine=False, track_running_stats=False).eval()
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(m(x), ref(x))
+    assert m.running_mean is None
+
+
+@pytest.mark.parametrize("cls, shape, msg", [
+    (nknn.BatchNorm1d, (2, 3, 4, 5), "expected 2D or 3D input (got 4D input)"),
+    (nknn.BatchNorm2d, (2, 3, 4), "expected 4D input (got 3D input)"),
+    (nknn.BatchNorm3d, (2, 3, 4, 5), "expected 5D input (got 4D input)"),
+])
+def test_rank_errors_exact(cls, shape, msg):
+    m = cls(3)
+    with pytest.raises(ValueError) as info:
+        m(torch.randn(shape))
+    assert str(info.value) == msg
+
+
+def test_error_leaves_every_buffer_untouched():
+    m = nknn.BatchNorm1d(3)
+    _randomize(m)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        m(torch.randn(1, 3))
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.body = torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.RMSNorm(6))
+        self.inorm = torch.nn.InstanceNorm2d(4)
+
+    def forward(self, x):
+        return self.body(self.inorm(self.gn(self.bn(self.conv(x)))))
+
+
+def test_convert_swaps_and_shares_parameters():
+    torch.manual_seed(0)
+    net = _Net()
+    ref = _Net()
+    ref.load_state_dict(net.state_dict())
+    bn_weight = net.bn.weight
+    rm = net.bn.running_mean
+    out = nknn.convert(net)
+    assert out is net
+    assert type(net.bn) is nknn.BatchNorm2d and type(net.gn) is nknn.GroupNorm
+    assert type(net.body[0]) is nknn.LayerNorm and type(net.body[1]) is nknn.RMSNorm
+    assert type(net.inorm) is nknn.InstanceNorm2d
+    assert net.bn.weight is bn_weight and net.bn.running_mean is rm
+    x = torch.randn(2, 3, 5, 6)
+    torch.testing.assert_close(net(x), ref(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rm, ref.bn.running_mean)  # updated in place, shared
+    assert net.state_dict().keys() == ref.state_dict().keys()
+    single = torch.nn.LayerNorm(4)
+    assert type(nknn.convert(single)) is nknn.LayerNorm
+
+
+def test_modules_compile_fullgraph():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(nknn.BatchNorm2d(3), nknn.GroupNorm(1, 3), nknn.LayerNorm(6), nknn.RMSNorm(6))
+    ref = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.GroupNorm(1, 3), torch.nn.LayerNorm(6),
+                              torch.nn.RMSNorm(6))
+    ref.load_state_dict(m.state_dict())
+    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
+    x = torch.randn(4, 3, 5, 6)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), ref(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(m[0].running_var, ref[0].running_var)
+    assert int(m[0].num_batches_tracked) == 2

@@ -1,0 +1,123 @@
+"""The torch.library custom ops: schemas and fake implementations (opcheck), autograd, torch.compile."""
+
+import pytest
+import torch
+
+import normkit
+from normkit.ops import custom
+
+F64 = torch.float64
+
+
+def _opcheck(op, args, **kw):
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck missing")
+    torch.library.opcheck(op, args, **kw)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_opcheck_batch_norm(training, channels_last):
+    x = torch.randn(4, 3, 5, 2)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(3), torch.randn(3)
+    _opcheck(torch.ops.normkit.batch_norm.default, (x, w, b, torch.randn(3), torch.rand(3) + 1, training, 0.1, 1e-5),
+             test_utils=("test_schema", "test_faketensor"))
+    y, s1, s2 = custom.batch_norm(x, w, b, torch.randn(3), torch.rand(3) + 1, training, 0.1, 1e-5)
+    g = torch.randn_like(x)
+    _opcheck(torch.ops.normkit.batch_norm_backward.default, (g, x, w, s1, s2, training, 1e-5, [True, False, True]))
+
+
+def test_opcheck_layer_and_rms_norm():
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    _opcheck(torch.ops.normkit.layer_norm.default, (x, [8], w, b, 1e-5))
+    _opcheck(torch.ops.normkit.rms_norm.default, (x, [8], w, 1e-6))
+    _opcheck(torch.ops.normkit.add_layer_norm.default, (x, torch.randn(2, 3, 8), [8], w, b, 1e-5))
+    _opcheck(torch.ops.normkit.add_rms_norm.default, (x, torch.randn(2, 3, 8), [8], None, 1e-6))
+    y, mean, rstd = custom.layer_norm(x.detach(), [8], w.detach(), b.detach(), 1e-5)
+    g = torch.randn_like(y)
+    _opcheck(torch.ops.normkit.layer_norm_backward.default,
+             (g, x.detach(), [8], mean, rstd, w.detach(), b.detach(), [True, True, False]))
+    y, rstd = custom.rms_norm(x.detach(), [8], w.detach(), 1e-6)
+    _opcheck(torch.ops.normkit.rms_norm_backward.default, (g, x.detach(), [8], rstd, w.detach(), [False, True]))
+
+
+def _model_fn(x, rm, rv, w, b, lw, lb, rw, res):
+    y = normkit.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1)
+    y = normkit.layer_norm(y, (6,), lw, lb)
+    y = normkit.rms_norm(y, (6,), rw)
+    y2, s = normkit.add_rms_norm(y, res, (6,), rw)
+    y3, s3 = normkit.add_layer_norm(y2, s, (6,), lw, None)
+    e = normkit.batch_norm(y3, rm, rv, w, b, training=False)
+    return (e * s3).sum()
+
+
+def _check_compiled(backend):
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 6, requires_grad=True)
+    params = [torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True),
+              torch.randn(6, requires_grad=True), torch.randn(6, requires_grad=True), torch.randn(6, requires_grad=True)]
+    res = torch.randn(4, 3, 5, 6)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm2, rv2 = rm.clone(), rv.clone()
+    compiled = torch.compile(_model_fn, backend=backend, fullgraph=True)
+    l1 = compiled(x, rm, rv, *params, res)
+    g1 = torch.autograd.grad(l1, [x] + params)
+    l2 = _model_fn(x, rm2, rv2, *params, res)
+    g2 = torch.autograd.grad(l2, [x] + params)
+    torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-4)
+    for a, e in zip(g1, g2):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(rm, rm2)  # the running-stat mutation survives functionalization
+    torch.testing.assert_close(rv, rv2)
+
+
+def test_compile_fullgraph_aot_eager():
+    _check_compiled("aot_eager")
+
+
+def test_compile_fullgraph_inductor():
+    pytest.importorskip("triton")  # inductor's CPU backend needs a C++ compiler, not triton; keep it small
+    _check_compiled("inductor")
+
+
+@pytest.mark.cuda
+def test_cuda_graph_capture():
+    torch.manual_seed(0)
+    dev = "cuda"
+    x = torch.randn(8, 16, 12, 12, device=dev, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w = torch.randn(16, device=dev, requires_grad=True)
+    b = torch.randn(16, device=dev, requires_grad=True)
+    lw = torch.randn(12, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    rm, rv = torch.zeros(16, device=dev), torch.ones(16, device=dev)
+
+    def step():
+        y = normkit.batch_norm(x, rm, rv, w, b, training=True)
+        y = normkit.rms_norm(normkit.layer_norm(y, (12,), lw, None), (12,), lw)
+        y.float().square().sum().backward()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm up (Triton compiles, autotuning) outside the capture
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    x.grad = w.grad = b.grad = lw.grad = None
+    rm0, rv0 = rm.clone(), rv.clone()
+    with torch.cuda.graph(graph):
+        step()
+    rm.copy_(rm0)
+    rv.copy_(rv0)
+    graph.replay()
+    torch.cuda.synchronize()
+    rm_e, rv_e = rm0.clone(), rv0.clone()
+    xe = x.detach().clone().requires_grad_()
+    ye = torch.nn.functional.batch_norm(xe, rm_e, rv_e, w, b, training=True)
+    torch.testing.assert_close(rm, rm_e, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(rv, rv_e, rtol=1e-3, atol=1e-3)
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()

@@ -1,0 +1,186 @@
+"""normkit.ops batch norm: aten names, signatures, return values; checked against torch's CPU kernels in
+float64 and against the contract's conventions (invstd saved, empty eval stats, reserve, errors)."""
+
+import pytest
+import torch
+
+from normkit import ops
+
+F64 = torch.float64
+
+
+def _inputs(shape=(4, 3, 5, 2), dtype=F64, channels_last=False, seed=None):
+    g = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    x = torch.randn(shape, generator=g, dtype=dtype) * 2 + 0.5
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if len(shape) == 4 else torch.channels_last_3d)
+    c = shape[1]
+    w = torch.randn(c, generator=g, dtype=dtype)
+    b = torch.randn(c, generator=g, dtype=dtype)
+    rm = torch.randn(c, generator=g, dtype=dtype)
+    rv = torch.rand(c, generator=g, dtype=dtype) + 0.5
+    return x, w, b, rm, rv
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("momentum", [0.1, -1.2])
+def test_native_batch_norm_matches_torch(training, channels_last, momentum):
+    x, w, b, rm, rv = _inputs(channels_last=channels_last)
+    rm_t, rv_t = rm.clone(), rv.clone()
+    out, sm, si = ops.native_batch_norm(x, w, b, rm, rv, training, momentum, 1e-5)
+    out_t, sm_t, si_t = torch.ops.aten.native_batch_norm(x, w, b, rm_t, rv_t, training, momentum, 1e-5)
+    torch.testing.assert_close(out, out_t)
+    torch.testing.assert_close(rm, rm_t)
+    torch.testing.assert_close(rv, rv_t)
+    assert out.is_contiguous(memory_format=torch.channels_last) == channels_last
+    if training:
+        torch.testing.assert_close(sm, sm_t)
+        torch.testing.assert_close(si, si_t)  # invstd, not the variance
+        var = x.var(dim=(0, 2, 3), unbiased=False)
+        torch.testing.assert_close(si, torch.rsqrt(var + 1e-5))
+    else:
+        assert sm.shape == (0,) and si.shape == (0,)
+
+
+def test_legit_overloads_and_update_variants():
+    x, w, b, rm, rv = _inputs()
+    rm0, rv0 = rm.clone(), rv.clone()
+    ref = torch.ops.aten._native_batch_norm_legit(x, w, b, rm0.clone(), rv0.clone(), True, 0.1, 1e-5)
+    got = ops._native_batch_norm_legit(x, w, b, rm, rv, True, 0.1, 1e-5)
+    for a, e in zip(got, ref):
+        torch.testing.assert_close(a, e)
+    got = ops._native_batch_norm_legit_no_stats(x, w, b, True, 0.1, 1e-5)
+    ref = torch.ops.aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)
+    for a, e in zip(got, ref):
+        torch.testing.assert_close(a, e)
+    got = ops._native_batch_norm_legit_no_training(x, w, b, rm0, rv0, 0.1, 1e-5)
+    torch.testing.assert_close(got[0], torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, rm0, rv0, 0.1, 1e-5)[0])
+    assert got[1].numel() == 0 and got[2].numel() == 0
+    rm1, rv1 = rm0.clone(), rv0.clone()
+    out = ops._batch_norm_with_update(x, w, b, rm1, rv1, 0.3, 1e-5)
+    exp = torch.ops.aten._batch_norm_with_update(x, w, b, rm0.clone(), rv0.clone(), 0.3, 1e-5)
+    assert len(out) == 4 and out[3].dtype == torch.uint8 and out[3].numel() == 0
+    torch.testing.assert_close(out[0], exp[0])
+    torch.testing.assert_close(out[2], exp[2])
+    out = ops._batch_norm_no_update(x, w, b, rm0, rv0, 0.3, 1e-5)
+    torch.testing.assert_close(out[0], torch.ops.aten._batch_norm_no_update(x, w, b, rm0, rv0, 0.3, 1e-5)[0])
+    assert out[3].dtype == torch.uint8
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("mask", [(True, True, True), (True, False, False), (False, True, True)])
+def test_native_batch_norm_backward(train, mask):
+    x, w, b, rm, rv = _inputs(seed=3)
+    g = torch.randn_like(x)
+    _, sm, si = torch.ops.aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), train, 0.1, 1e-5)
+    exp = torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, sm, si, train, 1e-5, list(mask))
+    got = ops.native_batch_norm_backward(g, x, w, rm, rv, sm, si, train, 1e-5, list(mask))
+    for a, e, m in zip(got, exp, mask):
+        if m:
+            torch.testing.assert_close(a, e)
+        else:
+            assert a is None
+    if not train:  # eval accepts filled saved stats too (the CUDA convention)
+        filled = (rm.clone(), torch.rsqrt(rv + 1e-5))
+        got2 = ops.native_batch_norm_backward(g, x, w, rm, rv, *filled, False, 1e-5, list(mask))
+        for a, e in zip(got2, got):
+            assert (a is None) == (e is None)
+            if a is not None:
+                torch.testing.assert_close(a, e)
+
+
+def test_batch_norm_backward_needs_weight_and_ignores_reserve():
+    x, w, b, rm, rv = _inputs()
+    g = torch.randn_like(x)
+    out, sm, si, reserve = ops._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)
+    got = ops.batch_norm_backward(g, x, w, rm, rv, sm, si, True, 1e-5, [True, True, True], reserve)
+    exp = torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, sm, si, True, 1e-5, [True, True, True])
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a, e)
+    with pytest.raises(RuntimeError, match="Expected a proper Tensor but got None"):
+        ops.batch_norm_backward(g, x, None, rm, rv, sm, si, True, 1e-5, [True, True, True], reserve)
+
+
+def test_cudnn_batch_norm_contract_section_13():
+    """(out, save_mean, save_invstd, reserve): reserve empty uint8; the backward's save_var is invstd."""
+    x, w, b, rm, rv = _inputs(seed=5)
+    rm_t, rv_t = rm.clone(), rv.clone()
+    out, sm, si, reserve = ops.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+    out_t, sm_t, si_t = torch.ops.aten.native_batch_norm(x, w, b, rm_t, rv_t, True, 0.1, 1e-5)
+    torch.testing.assert_close(out, out_t)
+    torch.testing.assert_close(si, si_t)
+    torch.testing.assert_close(rv, rv_t)
+    assert reserve.dtype == torch.uint8 and reserve.numel() == 0
+    g = torch.randn_like(x)
+    got = ops.cudnn_batch_norm_backward(x, g, w, rm, rv, sm, si, 1e-5, reserve)
+    exp = torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, sm_t, si_t, True, 1e-5, [True] * 3)
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a, e)
+    out_e, sm_e, si_e, _ = ops.cudnn_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    assert sm_e.numel() == 0 and si_e.numel() == 0
+    with pytest.raises(RuntimeError, match="Expected a proper Tensor"):
+        ops.cudnn_batch_norm(x, None, b, rm, rv, True, 0.1, 1e-5)
+
+
+def test_batch_norm_update_stats():
+    x, _, _, rm, rv = _inputs()
+    rm_t, rv_t = rm.clone(), rv.clone()
+    got = ops.batch_norm_update_stats(x, rm, rv, 0.2)
+    exp = torch.batch_norm_update_stats(x, rm_t, rv_t, 0.2)
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a, e)
+    torch.testing.assert_close(rv, rv_t)
+
+
+def test_low_precision_stats_are_float32():
+    x, w, b, rm, rv = _inputs(dtype=torch.bfloat16)
+    out, sm, si = ops.native_batch_norm(x, w.float(), b.float(), rm.float(), rv.float(), True, 0.1, 1e-5)
+    assert out.dtype == torch.bfloat16 and sm.dtype == torch.float32 and si.dtype == torch.float32
+
+
+@pytest.mark.parametrize("case, exc, msg", [
+    ("weight", RuntimeError, "weight should contain 3 elements not 4"),
+    ("running_var", RuntimeError, "running_var should contain 3 elements not 2"),
+    ("one_stat", ValueError, "running_mean and running_var must either both be None or neither be None"),
+    ("eval_no_stats", RuntimeError, "running_mean must be defined in evaluation mode"),
+    ("long", NotImplementedError, "\"batch_norm\" not implemented for 'Long'"),
+])
+def test_errors_leave_running_stats_untouched(case, exc, msg):
+    x, w, b, rm, rv = _inputs()
+    training = True
+    if case == "weight":
+        w = torch.randn(4, dtype=F64)
+    elif case == "running_var":
+        rv = torch.rand(2, dtype=F64) + 1
+    elif case == "one_stat":
+        rv = None
+    elif case == "eval_no_stats":
+        rm = rv = None
+        training = False
+    elif case == "long":
+        x = torch.ones(4, 3, 2, dtype=torch.long)
+    saved = [None if t is None else t.clone() for t in (rm, rv)]
+    with pytest.raises(exc, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        ops.native_batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5)
+    for t, s in zip((rm, rv), saved):
+        if t is not None:
+            assert torch.equal(t, s)
+
+
+def test_group_instance_and_sync_primitives_delegate_to_reference():
+    x, w, b, rm, rv = _inputs(shape=(2, 6, 4, 3))
+    out, mean, rstd = ops.native_group_norm(x, w, b, 2, 6, 12, 3, 1e-5)
+    exp = torch.ops.aten.native_group_norm(x, w, b, 2, 6, 12, 3, 1e-5)
+    torch.testing.assert_close(out, exp[0])
+    g = torch.randn_like(x)
+    got = ops.native_group_norm_backward(g, x, mean, rstd, w, 2, 6, 12, 3, [True, True, True])
+    ref = torch.ops.aten.native_group_norm_backward(g, x, exp[1], exp[2], w, 2, 6, 12, 3, [True] * 3)
+    for a, e in zip(got, ref):
+        torch.testing.assert_close(a, e)
+    y = ops.instance_norm(x, None, None, None, None, True, 0.1, 1e-5, False)
+    torch.testing.assert_close(y, torch.instance_norm(x, None, None, None, None, True, 0.1, 1e-5, False))
+    mean, invstd = ops.batch_norm_stats(x, 1e-5)
+    torch.testing.assert_close(mean, x.mean(dim=(0, 2, 3)))
+    y = ops.batch_norm_elemt(x, None, None, mean, invstd, 1e-5)
+    torch.testing.assert_close(y, torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.0, 1e-5)[0])

@@ -1,0 +1,88 @@
+"""normkit.ops layer norm / RMS norm: aten signatures and returns, checked against torch in float64."""
+
+import pytest
+import torch
+
+from normkit import ops
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("shape, ns", [((2, 3, 7), (7,)), ((2, 3, 4, 5), (4, 5)), ((5,), (5,)), ((3, 3000), (3000,))])
+@pytest.mark.parametrize("affine", [True, False])
+def test_native_layer_norm_forward_backward(shape, ns, affine):
+    x = torch.randn(shape, dtype=F64) * 3 + 1
+    w = torch.randn(ns, dtype=F64) if affine else None
+    b = torch.randn(ns, dtype=F64) if affine else None
+    got = ops.native_layer_norm(x, list(ns), w, b, 1e-5)
+    exp = torch.ops.aten.native_layer_norm(x, list(ns), w, b, 1e-5)
+    for a, e in zip(got, exp):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e)
+    g = torch.randn_like(x)
+    mask = [True, affine, affine]
+    gb = ops.native_layer_norm_backward(g, x, list(ns), got[1], got[2], w, b, mask)
+    eb = torch.ops.aten.native_layer_norm_backward(g, x, list(ns), exp[1], exp[2], w, b, mask)
+    for a, e in zip(gb, eb):
+        assert (a is None) == (e is None)
+        if a is not None:
+            torch.testing.assert_close(a, e)
+
+
+def test_layer_norm_stats_dtype_and_contiguous_output():
+    x = torch.randn(2, 4, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    y, mean, rstd = ops.native_layer_norm(x, [3, 3], None, None, 1e-5)
+    assert y.dtype == torch.bfloat16 and y.is_contiguous()
+    assert mean.dtype == torch.float32 and rstd.shape == (2, 4, 1, 1)
+
+
+@pytest.mark.parametrize("shape, ns", [((2, 3, 8), (8,)), ((4, 2, 5), (2, 5))])
+def test_fused_rms_norm_matches_torch_composite(shape, ns):
+    x = torch.randn(shape, dtype=F64)
+    w = torch.randn(ns, dtype=F64)
+    y, rstd = ops._fused_rms_norm(x, list(ns), w, None)
+    torch.testing.assert_close(y, torch.rms_norm(x, list(ns), w))
+    assert rstd.shape == tuple(shape[: len(shape) - len(ns)]) + (1,) * len(ns)
+    dims = tuple(range(len(shape) - len(ns), len(shape)))
+    torch.testing.assert_close(rstd, torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + torch.finfo(F64).eps))
+    xr = x.clone().requires_grad_()
+    wr = w.clone().requires_grad_()
+    g = torch.randn_like(x)
+    ex, ew = torch.autograd.grad(torch.rms_norm(xr, list(ns), wr), (xr, wr), g)
+    dx, dw = ops._fused_rms_norm_backward(g, x, list(ns), rstd, w, [True, True])
+    torch.testing.assert_close(dx, ex)
+    torch.testing.assert_close(dw, ew)
+    torch.testing.assert_close(ops.rms_norm(x, list(ns), w), y)
+
+
+def test_rms_eps_none_is_float32_machine_eps_for_bf16():
+    x = torch.full((2, 4), 1e-3, dtype=torch.bfloat16) + torch.rand(2, 4, dtype=torch.bfloat16) * 1e-4
+    y, rstd = ops._fused_rms_norm(x, [4], None, None)
+    exp = torch.rms_norm(x, [4])
+    torch.testing.assert_close(y, exp)
+
+
+def test_add_norm_ops():
+    x = torch.randn(3, 5, 16, dtype=F64)
+    r = torch.randn(3, 5, 16, dtype=F64)
+    w, b = torch.randn(16, dtype=F64), torch.randn(16, dtype=F64)
+    y, s, mean, rstd = ops.add_layer_norm(x, r, [16], w, b, 1e-5)
+    torch.testing.assert_close(s, x + r)
+    torch.testing.assert_close(y, torch.layer_norm(x + r, [16], w, b, 1e-5))
+    y, s, rstd = ops.add_rms_norm(x, r, [16], w, 1e-6)
+    torch.testing.assert_close(y, torch.rms_norm(x + r, [16], w, 1e-6))
+    with pytest.raises(RuntimeError, match="Expected residual to have the same shape"):
+        ops.add_rms_norm(x, r[:1], [16], w, 1e-6)
+
+
+@pytest.mark.parametrize("fn, args, msg", [
+    ("native_layer_norm", ([], None, None, 1e-5), "Expected normalized_shape to be at least 1-dimensional"),
+    ("native_layer_norm", ([4], torch.ones(5, dtype=F64), None, 1e-5),
+     "Expected weight to be of same shape as normalized_shape"),
+    ("native_layer_norm", ([4], None, None, 1e-5), r"Given normalized_shape=\[4\], expected input with shape \[\*, 4\]"),
+    ("_fused_rms_norm", ([4], None, None), r"Given normalized_shape=\[4\], expected input with shape \[\*4\]"),
+])
+def test_layer_norm_errors(fn, args, msg):
+    x = torch.randn(2, 3, 8, dtype=F64)
+    with pytest.raises(RuntimeError, match=msg):
+        getattr(ops, fn)(x, *args)

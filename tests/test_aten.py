@@ -1,0 +1,201 @@
+"""normkit.enable(): routing of unmodified models through normkit, per-input fallback, and restore.
+
+CPU tests register at the CPU key (`enable(_dispatch_key="CPU")`, private, for tests); the cuda-marked
+ones use the real CUDA key on the GPU machine."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import normkit
+from normkit import aten
+
+OPS = ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+       "_batch_norm_with_update", "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
+       "cudnn_batch_norm", "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
+       "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm"]
+
+
+@pytest.fixture(autouse=True)
+def _always_disable():
+    yield
+    aten.disable()
+    aten.reset_counts()
+
+
+class SmallNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.ln = torch.nn.LayerNorm(6)
+        self.w = torch.nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        return F.rms_norm(self.ln(self.bn(self.conv(x))), (6,), self.w)
+
+
+def _dumps():
+    return {op: torch._C._dispatch_dump("aten::" + op) for op in OPS}
+
+
+def test_unmodified_model_routes_through_normkit_and_matches():
+    torch.manual_seed(0)
+    net, ref = SmallNet(), SmallNet()
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(4, 3, 5, 6)
+    with normkit.enabled(_dispatch_key="CPU"):
+        assert normkit.is_enabled()
+        y = net(x)
+        y.square().sum().backward()
+        counts = aten.call_counts()
+    assert not normkit.is_enabled()
+    assert counts.get("native_batch_norm") == 1 and counts.get("native_batch_norm_backward") == 1
+    assert counts.get("native_layer_norm") == 1 and counts.get("native_layer_norm_backward") == 1
+    assert counts.get("rms_norm") == 1
+    yr = ref(x)
+    yr.square().sum().backward()
+    torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(net.bn.running_var, ref.bn.running_var)
+    for (n, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=n)
+
+
+def test_eval_backward_with_empty_saved_stats():
+    net = SmallNet().eval()
+    x = torch.randn(2, 3, 5, 6, requires_grad=True)
+    ref = SmallNet().eval()
+    ref.load_state_dict(net.state_dict())
+    xr = x.detach().clone().requires_grad_()
+    with normkit.enabled(_dispatch_key="CPU"):
+        net(x).sum().backward()
+    ref(xr).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-5)
+    assert aten.call_counts()["native_batch_norm_backward"] == 1
+
+
+def test_unhandled_inputs_fall_back_to_the_original_kernel():
+    normkit.enable(_dispatch_key="CPU")
+    with pytest.raises(NotImplementedError, match="\"batch_norm\" not implemented for 'Long'") as info:
+        torch.ops.aten.native_batch_norm(torch.ones(2, 3, dtype=torch.long), None, None, None, None, True, 0.1, 1e-5)
+    assert "batch_norm" in str(info.value)
+    assert aten.fallback_counts().get("native_batch_norm") == 1
+    z = torch.randn(2, 3, 8, dtype=torch.complex64)
+    out = F.rms_norm(z, (8,))  # complex: normkit declines, the original composite answers
+    assert aten.fallback_counts().get("rms_norm") == 1
+    normkit.disable()
+    torch.testing.assert_close(out, F.rms_norm(z, (8,)))
+
+
+def test_disable_restores_every_kernel():
+    before = _dumps()
+    normkit.enable(_dispatch_key="CPU")
+    assert set(aten.registered_ops()) >= {"native_batch_norm", "cudnn_batch_norm", "_fused_rms_norm"}
+    during = _dumps()
+    assert during["native_batch_norm"] != before["native_batch_norm"]
+    normkit.disable()
+    assert _dumps() == before
+    assert aten.registered_ops() == []
+    aten.reset_counts()
+    SmallNet()(torch.randn(2, 3, 4, 6)).sum().backward()
+    assert aten.call_counts() == {} and aten.fallback_counts() == {}
+    normkit.enable(_dispatch_key="CPU")  # and it can be enabled again
+    SmallNet()(torch.randn(2, 3, 4, 6))
+    assert aten.call_counts().get("native_batch_norm") == 1
+
+
+def test_enabled_context_nests_and_restores_state():
+    normkit.enable(_dispatch_key="CPU")
+    with normkit.enabled(_dispatch_key="CPU"):
+        assert normkit.is_enabled()
+    assert normkit.is_enabled()  # enabled() leaves a prior enable() in place
+    normkit.disable()
+    normkit.disable()  # idempotent
+    assert not normkit.is_enabled()
+
+
+def test_cudnn_ops_contract_through_the_dispatcher():
+    """At the CPU test key the cuDNN ops are reachable on CPU tensors: check their §13 semantics."""
+    x = torch.randn(4, 3, 5, 2, dtype=torch.float64)
+    w, b = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    rm, rv = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    rm_t, rv_t = rm.clone(), rv.clone()
+    with normkit.enabled(_dispatch_key="CPU"):
+        out, sm, si, reserve = torch.ops.aten.cudnn_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+        g = torch.randn_like(x)
+        gi, gw, gb = torch.ops.aten.cudnn_batch_norm_backward(x, g, w, rm, rv, sm, si, 1e-5, reserve)
+    out_t, sm_t, si_t = torch.ops.aten.native_batch_norm(x, w, b, rm_t, rv_t, True, 0.1, 1e-5)
+    torch.testing.assert_close(out, out_t)
+    torch.testing.assert_close(si, si_t)
+    torch.testing.assert_close(rv, rv_t)
+    assert reserve.dtype == torch.uint8 and reserve.numel() == 0
+    exp = torch.ops.aten.native_batch_norm_backward(g, x, w, rm, rv, sm_t, si_t, True, 1e-5, [True] * 3)
+    for a, e in zip((gi, gw, gb), exp):
+        torch.testing.assert_close(a, e)
+    assert aten.call_counts()["cudnn_batch_norm"] == 1 and aten.call_counts()["cudnn_batch_norm_backward"] == 1
+
+
+def test_bad_input_through_enable_gets_the_contract_error_and_stats_stay():
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm0 = rm.clone()
+    with normkit.enabled(_dispatch_key="CPU"):
+        with pytest.raises(RuntimeError, match="weight should contain 3 elements not 4"):
+            torch.ops.aten.native_batch_norm(torch.randn(4, 3), torch.ones(4), None, rm, rv, True, 0.1, 1e-5)
+        with pytest.raises(RuntimeError, match="running_mean must be defined in evaluation mode"):
+            torch.ops.aten._batch_norm_no_update(torch.randn(4, 3), None, None, None, None, 0.1, 1e-5)
+    assert torch.equal(rm, rm0)
+
+
+# ----------------------------------------------------------------------------------------------- GPU
+
+def _norm_forward_calls(counts):
+    return sum(counts.get(k, 0) for k in ("native_batch_norm", "cudnn_batch_norm", "_native_batch_norm_legit",
+                                          "_batch_norm_with_update"))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_resnet50_every_batch_norm_through_normkit(dtype):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().cuda().train()
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    with normkit.enabled():
+        aten.reset_counts()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        counts = aten.call_counts()
+    assert _norm_forward_calls(counts) == 53, counts
+    assert sum(counts.get(k, 0) for k in ("native_batch_norm_backward", "cudnn_batch_norm_backward",
+                                          "batch_norm_backward")) == 53, counts
+    assert aten.fallback_counts() == {}, aten.fallback_counts()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_enable_matches_eager(dtype, channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, 10, 12, device="cuda", dtype=dtype) * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    bn = torch.nn.BatchNorm2d(16, device="cuda")
+    ln_w = torch.randn(12, device="cuda", dtype=dtype, requires_grad=True)
+    ref_bn = torch.nn.BatchNorm2d(16, device="cuda")
+    ref_bn.load_state_dict(bn.state_dict())
+
+    def run(m, inp):
+        inp = inp.detach().clone().requires_grad_()
+        y = F.rms_norm(F.layer_norm(m(inp), (12,), ln_w), (12,), ln_w)
+        y.float().square().sum().backward()
+        return y, inp.grad
+
+    with normkit.enabled():
+        y, gx = run(bn, x)
+    y_r, gx_r = run(ref_bn, x)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y, y_r, **tol)
+    torch.testing.assert_close(gx, gx_r, **tol)
+    torch.testing.assert_close(bn.running_var, ref_bn.running_var, rtol=1e-3, atol=1e-3)
+    assert y.is_contiguous(memory_format=torch.channels_last) == y_r.is_contiguous(memory_format=torch.channels_last)

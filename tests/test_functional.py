@@ -1,0 +1,267 @@
+"""normkit.functional against the float64 reference (forward and grads), F-level errors, double backward,
+and (when Triton imports) the Triton kernels through the interpreter in a subprocess."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import normkit
+from normkit import reference
+
+F64 = torch.float64
+
+
+def _fresh(shape, dtype=torch.float32, scale=2.0, offset=0.5):
+    return (torch.randn(shape, dtype=torch.float64) * scale + offset).to(dtype)
+
+
+def _grads(out, inputs, g):
+    return torch.autograd.grad(out, [t for t in inputs if t is not None], g)
+
+
+def _tol(dtype):
+    return {torch.float32: dict(rtol=1e-4, atol=1e-4), F64: dict(rtol=1e-7, atol=1e-7),
+            torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}[dtype]
+
+
+def _leaf(t):
+    return None if t is None else t.detach().clone().requires_grad_()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "3d"])
+def test_batch_norm_vs_float64_reference(dtype, training, layout):
+    shape = (3, 4, 5, 6) if layout != "3d" else (2, 4, 3, 5)
+    x = _fresh(shape, dtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = _fresh((4,), dtype), _fresh((4,), dtype)
+    rm, rv = _fresh((4,), dtype), torch.rand(4, dtype=dtype) + 0.5
+    rm64, rv64 = rm.double(), rv.double()
+    xs, ws, bs = _leaf(x), _leaf(w), _leaf(b)
+    y = normkit.batch_norm(xs, rm, rv, ws, bs, training=training, momentum=0.2, eps=1e-5)
+    xr, wr, br = _leaf(x.double()), _leaf(w.double()), _leaf(b.double())
+    yr = reference.native_batch_norm(xr, wr, br, rm64, rv64, training, 0.2, 1e-5)[0]
+    assert y.dtype == dtype and y.shape == x.shape
+    if layout == "channels_last":
+        assert y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y.double(), yr, **_tol(dtype))
+    torch.testing.assert_close(rm.double(), rm64, **_tol(dtype))
+    torch.testing.assert_close(rv.double(), rv64, **_tol(dtype))
+    g = torch.randn_like(y)
+    for a, e in zip(_grads(y, (xs, ws, bs), g), _grads(yr, (xr, wr, br), g.double())):
+        torch.testing.assert_close(a.double(), e, **_tol(dtype))
+
+
+def test_batch_norm_bf16_input_fp32_params():
+    x = _fresh((4, 3, 6, 6), torch.bfloat16)
+    w, b = _fresh((3,), torch.float32), _fresh((3,), torch.float32)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y = normkit.batch_norm(x, rm, rv, w, b, training=True)
+    yr = reference.native_batch_norm(x.double(), w.double(), b.double(), None, None, True, 0.1, 1e-5)[0]
+    assert y.dtype == torch.bfloat16 and rm.dtype == torch.float32
+    torch.testing.assert_close(y.double(), yr, **_tol(torch.bfloat16))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_and_rms_norm_vs_reference(affine):
+    x = _fresh((2, 5, 3, 24))
+    w = _fresh((3, 24)) if affine else None
+    b = _fresh((3, 24)) if affine else None
+    xs, ws, bs = _leaf(x), _leaf(w), _leaf(b)
+    y = normkit.layer_norm(xs, (3, 24), ws, bs, eps=1e-5)
+    xr, wr, br = _leaf(x.double()), _leaf(None if w is None else w.double()), _leaf(None if b is None else b.double())
+    yr = reference.native_layer_norm(xr, [3, 24], wr, br, 1e-5)[0]
+    torch.testing.assert_close(y.double(), yr, **_tol(torch.float32))
+    g = torch.randn_like(y)
+    for a, e in zip(_grads(y, (xs, ws, bs), g), _grads(yr, (xr, wr, br), g.double())):
+        torch.testing.assert_close(a.double(), e, **_tol(torch.float32))
+    y = normkit.rms_norm(xs, [24], None if ws is None else ws[0])
+    yr = reference.rms_norm(xr, [24], None if wr is None else wr[0], None)
+    torch.testing.assert_close(y.double(), yr, rtol=1e-4, atol=1e-4)
+    for a, e in zip(_grads(y, (xs, ws), g), _grads(yr, (xr, wr), g.double())):
+        torch.testing.assert_close(a.double(), e, **_tol(torch.float32))
+
+
+def test_rms_norm_eps_none_and_channels_last():
+    x = _fresh((2, 3, 4, 5)).contiguous(memory_format=torch.channels_last)
+    y = normkit.rms_norm(x, [5])
+    torch.testing.assert_close(y, F.rms_norm(x, [5]))
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    xb = _fresh((4, 8), torch.bfloat16, scale=1e-3, offset=1e-3)
+    torch.testing.assert_close(normkit.rms_norm(xb, [8]), F.rms_norm(xb, [8]))
+
+
+def test_group_norm_and_instance_norm_match_torch():
+    x = _fresh((3, 6, 4, 5), F64)
+    w, b = _fresh((6,), F64), _fresh((6,), F64)
+    xs, xt = _leaf(x), _leaf(x)
+    torch.testing.assert_close(normkit.group_norm(xs, 3, w, b), F.group_norm(xt, 3, w, b))
+    rm, rv = _fresh((6,), F64), torch.rand(6, dtype=F64) + 0.5
+    rm_t, rv_t = rm.clone(), rv.clone()
+    y = normkit.instance_norm(xs, rm, rv, w, b, use_input_stats=True, momentum=0.3)
+    yt = F.instance_norm(xt, rm_t, rv_t, w, b, use_input_stats=True, momentum=0.3)
+    torch.testing.assert_close(y, yt)
+    torch.testing.assert_close(rm, rm_t)
+    torch.testing.assert_close(rv, rv_t)
+    g = torch.randn_like(y)
+    torch.testing.assert_close(_grads(y, (xs,), g)[0], _grads(yt, (xt,), g)[0])
+    torch.testing.assert_close(normkit.instance_norm(x, rm, rv, use_input_stats=False),
+                               F.instance_norm(x, rm, rv, use_input_stats=False))
+
+
+def test_add_norms_return_sum_and_grads():
+    x, r = _leaf(_fresh((2, 3, 16), F64)), _leaf(_fresh((2, 3, 16), F64))
+    w, b = _leaf(_fresh((16,), F64)), _leaf(_fresh((16,), F64))
+    y, s = normkit.add_layer_norm(x, r, (16,), w, b)
+    torch.testing.assert_close(s, x + r)
+    x2, r2, w2, b2 = (_leaf(t) for t in (x, r, w, b))
+    s2 = x2 + r2
+    y2 = F.layer_norm(s2, (16,), w2, b2)
+    gy, gs = torch.randn_like(y), torch.randn_like(s)
+    got = torch.autograd.grad((y, s), (x, r, w, b), (gy, gs))
+    exp = torch.autograd.grad((y2, s2), (x2, r2, w2, b2), (gy, gs))
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a, e)
+    y, s = normkit.add_rms_norm(x, r, [16], w, eps=1e-6)
+    torch.testing.assert_close(y, F.rms_norm(x + r, [16], w, 1e-6))
+    assert torch.autograd.gradcheck(lambda a, c, v: normkit.add_rms_norm(a, c, [16], v), (x, r, w))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_gradgradcheck_batch_norm(training):
+    x = _leaf(_fresh((3, 2, 4), F64))
+    w, b = _leaf(_fresh((2,), F64)), _leaf(_fresh((2,), F64))
+    rm, rv = _fresh((2,), F64), torch.rand(2, dtype=F64) + 0.5
+    assert torch.autograd.gradgradcheck(
+        lambda x, w, b: normkit.batch_norm(x, rm.clone(), rv.clone(), w, b, training=training), (x, w, b))
+
+
+def test_gradgradcheck_layer_norm_and_rms_norm():
+    x = _leaf(_fresh((2, 3, 5), F64))
+    w, b = _leaf(_fresh((5,), F64)), _leaf(_fresh((5,), F64))
+    assert torch.autograd.gradgradcheck(lambda x, w, b: normkit.layer_norm(x, (5,), w, b), (x, w, b))
+    assert torch.autograd.gradgradcheck(lambda x, w: normkit.rms_norm(x, (5,), w), (x, w))
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda rm, rv: normkit.batch_norm(torch.randn(1, 3), rm, rv, training=True), ValueError,
+     "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])"),
+    (lambda rm, rv: normkit.batch_norm(torch.randn(2, 3), rm, rv, training=True, eps=0.0), ValueError,
+     "batch_norm eps must be positive during training, but got 0.0"),
+    (lambda rm, rv: normkit.batch_norm(torch.randn(2, 3), rm, rv, eps=-1.0), ValueError,
+     "batch_norm eps must be non-negative, but got -1.0"),
+    (lambda rm, rv: normkit.batch_norm(torch.randn(2, 3), rm, rv, torch.ones(4), training=True), RuntimeError,
+     "weight should contain 3 elements not 4"),
+    (lambda rm, rv: normkit.batch_norm(torch.randn(2, 3), rm, None, training=True), ValueError,
+     "running_mean and running_var must either both be None or neither be None"),
+    (lambda rm, rv: normkit.batch_norm(torch.randn(2, 3), None, None), RuntimeError,
+     "running_mean must be defined in evaluation mode"),
+    (lambda rm, rv: normkit.layer_norm(torch.randn(2, 3, 4, 5), [4]), RuntimeError,
+     "Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[2, 3, 4, 5]"),
+    (lambda rm, rv: normkit.rms_norm(torch.randn(2, 3, 8), [4]), RuntimeError,
+     "Given normalized_shape=[4], expected input with shape [*4], but got input of size[2, 3, 8]"),
+    (lambda rm, rv: normkit.layer_norm(torch.randn(2, 5), 5), TypeError, "normalized_shape"),
+    (lambda rm, rv: normkit.group_norm(torch.randn(2, 6, 4, 5), 4), RuntimeError,
+     "Expected number of channels in input to be divisible by num_groups, but got input of shape [2, 6, 4, 5] and num_groups=4"),
+    (lambda rm, rv: normkit.instance_norm(torch.randn(2, 3, 1)), ValueError,
+     "Expected more than 1 spatial element when training, got input size torch.Size([2, 3, 1])"),
+    (lambda rm, rv: normkit.batch_norm(torch.ones(2, 3, dtype=torch.long), rm, rv, training=True),
+     NotImplementedError, "\"batch_norm\" not implemented for 'Long'"),
+])
+def test_functional_errors_exact_and_stats_untouched(call, exc, msg):
+    rm, rv = _fresh((3,)), torch.rand(3) + 0.5
+    rm0, rv0 = rm.clone(), rv.clone()
+    with pytest.raises(exc) as info:
+        call(rm, rv)
+    assert msg in str(info.value)
+    assert torch.equal(rm, rm0) and torch.equal(rv, rv0)
+
+
+def test_empty_batch_keeps_stats_and_gives_zero_param_grads():
+    x = torch.randn(0, 3, 4, requires_grad=True)
+    w, b = _leaf(torch.randn(3)), _leaf(torch.randn(3))
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm0 = rm.clone()
+    y = normkit.batch_norm(x, rm, rv, w, b, training=True)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert torch.equal(rm, rm0) and torch.equal(w.grad, torch.zeros(3)) and torch.equal(b.grad, torch.zeros(3))
+
+
+def _kernels_importable():
+    from normkit import kernels
+
+    if not kernels.available():
+        return False
+    try:
+        import normkit.kernels.batch_norm  # noqa: F401
+        import normkit.kernels.layer_norm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+_INTERPRETER_SCRIPT = textwrap.dedent(
+    """
+    import torch, torch.nn.functional as F
+    import normkit
+    from normkit.ops import _select
+    torch.manual_seed(0)
+    assert _select.kernels_for("batch_norm", torch.empty(1)) is not None
+    def check(a, e, tol=2e-5):
+        torch.testing.assert_close(a, e, rtol=tol, atol=tol)
+    for layout in ("contiguous", "channels_last"):
+        x = torch.randn(3, 4, 5, 6) * 2 + 1
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_()
+        w = torch.randn(4, requires_grad=True); b = torch.randn(4, requires_grad=True)
+        rm, rv = torch.randn(4), torch.rand(4) + 0.5
+        rm2, rv2 = rm.clone(), rv.clone()
+        for training in (True, False):
+            y = normkit.batch_norm(x, rm, rv, w, b, training=training)
+            y2 = F.batch_norm(x, rm2, rv2, w, b, training=training)
+            check(y, y2); check(rm, rm2); check(rv, rv2)
+            g = torch.randn_like(y)
+            for a, e in zip(torch.autograd.grad(y, (x, w, b), g), torch.autograd.grad(y2, (x, w, b), g)):
+                check(a, e, 1e-4)
+    x = torch.randn(2, 3, 40, requires_grad=True)
+    w = torch.randn(40, requires_grad=True); b = torch.randn(40, requires_grad=True)
+    y, y2 = normkit.layer_norm(x, (40,), w, b), F.layer_norm(x, (40,), w, b)
+    g = torch.randn_like(y)
+    check(y, y2)
+    for a, e in zip(torch.autograd.grad(y, (x, w, b), g), torch.autograd.grad(y2, (x, w, b), g)):
+        check(a, e, 1e-4)
+    y, y2 = normkit.rms_norm(x, (40,), w), F.rms_norm(x, (40,), w)
+    check(y, y2)
+    for a, e in zip(torch.autograd.grad(y, (x, w), g), torch.autograd.grad(y2, (x, w), g)):
+        check(a, e, 1e-4)
+    r = torch.randn(2, 3, 40)
+    y, s = normkit.add_layer_norm(x, r, (40,), w, b)
+    check(s, x + r); check(y, F.layer_norm(x + r, (40,), w, b))
+    y, s = normkit.add_rms_norm(x, r, (40,), w)
+    check(y, F.rms_norm(x + r, (40,), w))
+    xb = torch.randn(4, 3, 5, dtype=torch.bfloat16)
+    yb = normkit.batch_norm(xb, None, None, torch.ones(3), torch.zeros(3), training=True)
+    check(yb.float(), F.batch_norm(xb.float(), None, None, training=True), 2e-2)
+    print("INTERPRETER-OK")
+    """
+)
+
+
+@pytest.mark.skipif(not _kernels_importable(), reason="Triton kernels not importable")
+def test_functional_through_triton_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "INTERPRETER-OK" in proc.stdout
