@@ -264,6 +264,7 @@ def main():
     ap.add_argument("--nshard", type=int, default=1)
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--warm-only", action="store_true")
     a = ap.parse_args()
     global DEV, SHAPES
     if a.dry:
@@ -281,6 +282,8 @@ def main():
         for p in procs:
             p.wait()
         print(f"[bn_kernels] compile warm-up {time.time() - t0:.1f}s", flush=True)
+    if a.warm_only:
+        return
     B = load_bn()
     base = dict(B._TUNE)
     os.makedirs(a.out, exist_ok=True)

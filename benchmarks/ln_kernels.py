@@ -78,7 +78,10 @@ def check(op, M, N, dt, pdt):
         yr = torch.nn.functional.layer_norm(xd, (N,), wd, bd, 1e-5)
         y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
         dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
-        ya, ma, ra = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
+        try:  # ATen CUDA refuses half input with fp32 weight ("expected scalar type")
+            ya = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)[0]
+        except RuntimeError:
+            ya = None
     else:
         yr = torch.nn.functional.rms_norm(xd, (N,), wd, 1e-6)
         y, rstd = L.rms_forward(x, w, 1e-6)
@@ -86,7 +89,8 @@ def check(op, M, N, dt, pdt):
         db = None
         ya = torch.nn.functional.rms_norm(x, (N,), w, 1e-6)
     yr.backward(dys.double())
-    out = {"y": rel(y[rows], yr), "aten_y": rel(ya[rows], yr), "dx": rel(dx[rows], xd.grad)}
+    out = {"y": rel(y[rows], yr), "aten_y": rel(ya[rows], yr) if ya is not None else float("nan"),
+           "dx": rel(dx[rows], xd.grad)}
     out["dw"] = rel(dw, wd.grad)
     if db is not None:
         out["db"] = rel(db, bd.grad)
@@ -133,53 +137,86 @@ def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True):
     return r
 
 
+def _dump(out, meta, checks, sw, rows):
+    with open(os.path.join(out, "ln_bench.json"), "w") as f:
+        json.dump({"meta": meta, "checks": checks, "sweep": sw, "rows": rows}, f, indent=1)
+    with open(os.path.join(out, "ln_bench.log"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+
+
 def _empty_cache():
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
 
-def sweep(sol_bw):
-    """Variants of the tunables on the rows they matter for; returns a list of dicts."""
+def sweep(sol_bw, deadline):
+    """Variants of the tunables, grouped; each group's fastest variant (summed over its rows) is kept
+    in ``L._CFG`` for the timed rows that follow. Returns (results, chosen overrides)."""
     base = dict(L._CFG)
-    cases = [
-        # (label, cfg override, op, M, N, which)
-        ("fwd16k_rows", {"fwd_max_block": 16384}, "ln", 4096, 16384, "fwd"),
-        ("fwd16k_loop", {"fwd_max_block": 8192}, "ln", 4096, 16384, "fwd"),
-        ("bwd16k_rows", {"bwd_max_block": 16384}, "ln", 4096, 16384, "bwd"),
-        ("bwd16k_cols", {"bwd_max_block": 8192}, "ln", 4096, 16384, "bwd"),
-        ("rms_bwd16k_rows", {"bwd_max_block": 16384}, "rms", 4096, 16384, "bwd"),
-        ("rms_bwd16k_cols", {"bwd_max_block": 8192}, "rms", 4096, 16384, "bwd"),
-    ]
-    for N, M in ((65536, 2048), (262144, 512)):
+    groups = {}
+
+    def add(group, label, cfg, op, M, N, which):
+        groups.setdefault(group, []).append((label, cfg, op, M, N, which))
+
+    for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
+        add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
+    for lab, cfg in (("rows", {"bwd_max_block": 16384}), ("cols", {"bwd_max_block": 8192})):
+        add("bwd16k", lab, cfg, "ln", 4096, 16384, "bwd")
+        add("bwd16k", lab, cfg, "rms", 4096, 16384, "bwd")
+    for M, N in ((2048, 65536), (512, 262144)):
         for warps, chunk in ((8, 4096), (16, 8192), (4, 2048)):
-            for budget, pps in ((32 << 20, 4), (16 << 20, 4), (0, 4), (0, 1)):
-                cases.append((f"fwdloop_w{warps}_c{chunk}_b{budget >> 20}_p{pps}",
-                              {"fwd_loop_warps": warps, "fwd_chunk": chunk, "l2_budget": budget,
-                               "loop_progs_per_sm": pps}, "ln", M, N, "fwd"))
+            for budget, pps in ((32 << 20, 4), (0, 4), (0, 1)):
+                add("fwdloop", f"w{warps}_c{chunk}_b{budget >> 20}_p{pps}",
+                    {"fwd_loop_warps": warps, "fwd_chunk": chunk, "l2_budget": budget, "loop_progs_per_sm": pps},
+                    "ln", M, N, "fwd")
         for cb, cr in ((1024, 4), (2048, 2), (512, 8), (256, 16)):
-            cases.append((f"bwdcols_b{cb}_r{cr}", {"bwd_col_block": cb, "bwd_col_rows": cr}, "ln", M, N, "bwd"))
+            add("bwdcols", f"b{cb}_r{cr}", {"bwd_col_block": cb, "bwd_col_rows": cr}, "ln", M, N, "bwd")
     for M, N in ((1048576, 64), (262144, 256), (32768, 768)):
-        for te in (4096, 8192, 16384):
-            cases.append((f"tile{te}", {"tile_elems": te}, "ln", M, N, "fwd"))
-            cases.append((f"tile{te}", {"tile_elems": te}, "ln", M, N, "bwd"))
-    out = []
-    if DEV == "cpu":
-        cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5]) for c in cases[::9]]
-    for label, cfg, op, M, N, which in cases:
-        L._CFG.clear()
-        L._CFG.update(base)
-        L._CFG.update(cfg)
-        try:
-            r = time_row(op, M, N, torch.bfloat16, torch.bfloat16, sol_bw, with_aten=False)
-            v = r["nk_" + which]
-            s = r["nk_" + which + "_sol"]
-            out.append({"label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": s, "cfg": cfg})
-            log(f"sweep {op} {M}x{N} {which:3s} {label:34s} {v:8.4f} ms  SOL {s:.3f}")
-        except Exception as e:
-            log(f"sweep {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
+        for te, ept in ((4096, 16), (8192, 16), (16384, 16), (8192, 8)):
+            add("fwdtile", f"t{te}_e{ept}", {"tile_elems": te, "fwd_ept": ept}, "ln", M, N, "fwd")
+        for te, ept in ((2048, 8), (4096, 8), (8192, 8), (4096, 16), (8192, 16)):
+            add("bwdtile", f"t{te}_e{ept}", {"bwd_tile_elems": te, "bwd_ept": ept}, "ln", M, N, "bwd")
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for ept in (8, 16, 32):
+            add("fwdept", f"e{ept}", {"fwd_ept": ept}, "ln", M, N, "fwd")
+            add("bwdept", f"e{ept}", {"bwd_ept": ept}, "ln", M, N, "bwd")
+    out, chosen = [], {}
+    order = ["fwdtile", "bwdtile", "fwdloop", "bwdcols", "bwd16k", "fwd16k", "fwdept", "bwdept"]
+    for g in order:
+        cases = groups[g]
+        if DEV == "cpu":
+            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5]) for c in cases[:2]]
+        totals = {}
+        for label, cfg, op, M, N, which in cases:
+            if time.time() > deadline:
+                log(f"sweep {g}: out of time")
+                break
+            L._CFG.clear()
+            L._CFG.update(base)
+            L._CFG.update(chosen)
+            L._CFG.update(cfg)
+            try:
+                r = time_row(op, M, N, torch.bfloat16, torch.bfloat16, sol_bw, with_aten=False)
+            except Exception as e:
+                log(f"sweep {g} {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
+                totals[label] = float("inf")
+                continue
+            v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
+            totals[label] = totals.get(label, 0.0) + v
+            out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
+                        "cfg": cfg})
+            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {label:22s} {v:8.4f} ms  SOL {sv:.3f}")
+        complete = {lab for lab in totals if sum(1 for c in cases if c[0] == lab) ==
+                    sum(1 for o in out if o["group"] == g and o["label"] == lab)}
+        if complete:
+            best = min(complete, key=lambda k: totals[k])
+            chosen.update(next(c[1] for c in cases if c[0] == best))
+            log(f"sweep {g}: chose {best} {totals[best]:.4f} ms")
     L._CFG.clear()
     L._CFG.update(base)
-    return out
+    L._CFG.update(chosen)
+    log(f"chosen cfg: {chosen}")
+    return out, chosen
 
 
 def main():
@@ -188,6 +225,7 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--quick", action="store_true", help="bf16 only")
     ap.add_argument("--no-rows", action="store_true")
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds: sweep stops at half, rows at the end")
     ap.add_argument("--dry", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes: checks the script")
     args = ap.parse_args()
     global DEV, SHAPES
@@ -204,6 +242,9 @@ def main():
     meta["copy_GBps"] = bw
     log(f"# {meta}")
     log(f"copy bandwidth {bw:.0f} GB/s")
+    sw, chosen = sweep(bw, t0 + args.budget * 0.5) if args.sweep else ([], {})
+    meta["chosen"] = chosen
+    meta["cfg_rows"] = dict(L._CFG)
     checks = []
     for op in ("ln", "rms"):
         for (M, N) in ([(262144, 256), (32768, 768), (4096, 16384), (2048, 65536), (512, 262144)]
@@ -212,24 +253,31 @@ def main():
             if op == "ln":
                 combos.append((torch.bfloat16, torch.float32))
             for dt, pdt in combos:
-                c = check(op, M, N, dt, pdt)
+                try:
+                    c = check(op, M, N, dt, pdt)
+                except Exception as e:
+                    log("check", op, M, N, dt, pdt, "FAILED", repr(e)[:300])
+                    continue
                 c.update(op=op, M=M, N=N, dtype=str(dt), params=str(pdt))
                 checks.append(c)
                 log("check", op, M, N, dt, pdt, {k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in c.items()
                                                    if k in ("y", "aten_y", "dx", "dw", "db", "finite")})
     _empty_cache()
     log(f"checks done {time.time() - t0:.0f}s")
-    sw = sweep(bw) if args.sweep else []
-    log(f"sweep done {time.time() - t0:.0f}s")
+    _dump(args.out, meta, checks, sw, [])
     rows = []
     if not args.no_rows:
         combos = {"ln": [("bfloat16", "bfloat16"), ("float32", "float32"), ("bfloat16", "float32")],
                   "rms": [("bfloat16", "bfloat16"), ("float32", "float32")]}
         if args.quick:
             combos = {"ln": [("bfloat16", "bfloat16")], "rms": [("bfloat16", "bfloat16")]}
-        for op in ("ln", "rms"):
-            for dts, pds in combos[op]:
+        plan = [(op, dts, pds) for i in range(3) for op in ("ln", "rms") for (dts, pds) in combos[op][i:i + 1]]
+        for op, dts, pds in plan:
+            if True:
                 for M, N in SHAPES:
+                    if time.time() > t0 + args.budget:
+                        log(f"row {op} {M}x{N} {dts}: out of time")
+                        continue
                     try:
                         r = time_row(op, M, N, DT[dts], DT[pds], bw)
                     except Exception as e:
@@ -237,6 +285,7 @@ def main():
                         continue
                     rows.append(r)
                     _empty_cache()
+            _dump(args.out, meta, checks, sw, rows)
     with open(os.path.join(args.out, "ln_bench.json"), "w") as f:
         json.dump({"meta": meta, "checks": checks, "sweep": sw, "rows": rows}, f, indent=1)
     log(f"total {time.time() - t0:.0f}s")

@@ -34,6 +34,7 @@ __all__ = [
     # batch norm, functional level
     "verify_batch_size",
     "check_batch_norm_eps",
+    "check_batch_norm_functional",
     # SyncBatchNorm primitives
     "check_batch_norm_stats",
     "check_batch_norm_gather_stats",
@@ -250,6 +251,23 @@ def verify_batch_size(size) -> None:
             prod *= s
     if prod == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
+
+
+def check_batch_norm_functional(input: Tensor, running_mean, running_var, weight, bias, training: bool,
+                                eps) -> bool:
+    """All of ``F.batch_norm``'s checks in its order; returns False when aten would return early.
+
+    batch size (training), eps sign, then ``torch.batch_norm``'s: an empty input returns ``input``-shaped
+    output without any further check (the caller must skip the op and running-stat update), otherwise
+    the aten-level ``check_batch_norm``.
+    """
+    if training:
+        verify_batch_size(input.size())
+    check_batch_norm_eps(eps, training)
+    if input.numel() == 0:
+        return False
+    check_batch_norm(input, weight, bias, running_mean, running_var, training)
+    return True
 
 
 def check_batch_norm_eps(eps, training: bool) -> None:

@@ -131,12 +131,12 @@ def test_byte_accounting():
 
 
 class _WrongForward(Impl):
-    """Eager layer norm with a 1% scale error: fast enough, wrong."""
+    """Eager layer norm with a 5% scale error: fast enough, wrong."""
 
     name = "wrong-fwd"
 
     def build(self, case):
-        return lambda x, w, b, rm, rv: functional_call(F, case, x, w, b, rm, rv) * 1.01
+        return lambda x, w, b, rm, rv: functional_call(F, case, x, w, b, rm, rv) * 1.05
 
 
 class _BadGrad(torch.autograd.Function):

@@ -451,7 +451,7 @@ def test_cuda_over_2_31_elements(kind):
     free, _ = torch.cuda.mem_get_info()
     if free < 48 * 2**30:
         pytest.skip("needs ~48 GiB free")
-    shape = (2**25 + 3, 64) if kind == "rows" else (3, 2, 2**28 + 7)
+    shape = (2**25 + 3, 64) if kind == "rows" else (3, 3, 2**28 + 7)
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     assert x.numel() > 2**31
     _cuda_check(x, 1.2e-2)

@@ -160,6 +160,17 @@ VS_TORCH = [
      lambda: F.batch_norm(_x(2, 3), None, None, training=True, eps=0)),
     ("F eps negative eval", lambda: _checks.check_batch_norm_eps(-1.0, False),
      lambda: F.batch_norm(_x(2, 3), _v(3), _v(3), training=False, eps=-1.0)),
+    ("F full order: batch size before eps",
+     lambda: _checks.check_batch_norm_functional(_x(1, 3), None, None, _v(4), None, True, 0.0),
+     lambda: F.batch_norm(_x(1, 3), None, None, _v(4), None, training=True, eps=0.0)),
+    ("F full order: eps before sizes",
+     lambda: _checks.check_batch_norm_functional(_x(2, 3), None, None, _v(4), None, True, 0.0),
+     lambda: F.batch_norm(_x(2, 3), None, None, _v(4), None, training=True, eps=0.0)),
+    ("F full order: sizes", lambda: _checks.check_batch_norm_functional(_x(2, 3), _v(3), None, _v(4), None,
+                                                                        False, 1e-5),
+     lambda: F.batch_norm(_x(2, 3), _v(3), None, _v(4), None, training=False)),
+    ("F 1-D", lambda: _checks.check_batch_norm_functional(_x(3), None, None, None, None, True, 1e-5),
+     lambda: F.batch_norm(_x(3), None, None, training=True)),
     ("F gn rank", lambda: _checks.check_group_norm_functional(_x(6), 2), lambda: F.group_norm(_x(6), 2)),
     ("F gn zero groups", lambda: _checks.check_group_norm_functional(_x(2, 6), 0), lambda: F.group_norm(_x(2, 6), 0)),
     ("F gn batch size", lambda: _checks.check_group_norm_functional(_x(1, 3), 3), lambda: F.group_norm(_x(1, 3), 3)),
@@ -244,6 +255,13 @@ def test_checks_read_no_data():
         _checks.check_batch_norm(m, torch.empty(4, device="meta"), None, None, None, True)
     out, mean, invstd = R.native_batch_norm(m, None, None, None, None, True, 0.1, 1e-5)
     assert out.shape == (2, 3, 4) and mean.shape == (3,) and out.device.type == "meta"
+
+
+def test_functional_empty_input_skips_checks():
+    # torch.batch_norm returns early on empty input, even with wrong-size params or no stats in eval.
+    assert _checks.check_batch_norm_functional(_x(0, 3), None, None, _v(4), None, False, 1e-5) is False
+    F.batch_norm(_x(0, 3), None, None, _v(4), None, training=False)
+    assert _checks.check_batch_norm_functional(_x(2, 3), None, None, None, None, True, 1e-5) is True
 
 
 def test_dtype_names():

@@ -243,7 +243,7 @@ def summary_markdown(result: dict, plots=()) -> str:
               "parameters and statistics not counted",
               "- correctness: every implementation's y (and dx, dw, db, running stats) against "
               f"{result.get('oracle', 'normkit.reference in float64')} on the same inputs, relative L2 "
-              "error within a per-dtype tolerance (bf16 2e-2, fp16 5e-3, fp32 1e-4); **WRONG** marks a "
+              "error within a per-dtype tolerance (bf16 1e-2, fp16 2e-3, fp32 1e-4); **WRONG** marks a "
               "failure; `n/a` = the implementation lacks that op or layout; `skip` = not run (budget or scope)",
               f"- wall time: {result.get('elapsed_s', 0):.0f} s", ""]
     rows = result.get("rows") or []

@@ -124,10 +124,12 @@ def make_inputs(case: Case, device: str) -> dict:
     gen = torch.Generator().manual_seed(seed_of(case.name))
     x = _randn(gen, case.shape, 1.5) + 0.3 + case.offset
     if case.constant and x.numel():
+        # eps == 0: a constant whose sums and means are exact, so the variance is exactly 0
+        c = 0.75 if case.eps == 0 else float(_randn(gen, ()) + 1.0)
         if case.family in ("layer_norm", "rms_norm"):
-            x.reshape(-1, math.prod(case.param_shape()))[0] = float(_randn(gen, ()) + 1.0)
+            x.reshape(-1, math.prod(case.param_shape()))[0] = c
         else:
-            x[:, 0] = float(_randn(gen, ()) + 1.0 + case.offset)
+            x[:, 0] = c + case.offset
     g = _randn(gen, case.shape)
     pshape = case.param_shape()
     w = _randn(gen, pshape, 0.5) + 1.0
@@ -238,6 +240,10 @@ def batch_norm_cases() -> list:
     add("6x3x10_train_eps1", ("fp32",), shape=(6, 3, 10), eps=1.0)
     add("6x3x10_train_eps1e-12", ("fp64",), shape=(6, 3, 10), eps=1e-12)
     add("6x3x10_eval_eps0", ("fp32", "fp64"), shape=(6, 3, 10), eps=0.0, training=False)
+    # eps = 0 with a constant channel, aten level: CPU's InvStd gives 0 (not inf), so out = bias (§2.3);
+    # CUDA gives inf, so this one is CPU-only
+    add("6x3x10_train_constant_channel_eps0", ("fp64", "fp32"), shape=(6, 3, 10), eps=0.0, constant=True,
+        devices=("cpu",), only=("native_batch_norm", "_native_batch_norm_legit"))
     # masks: only some gradients requested
     for mask in ((True, False, False), (False, True, True)):
         tag = "".join("1" if m else "0" for m in mask)

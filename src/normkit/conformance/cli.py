@@ -87,6 +87,10 @@ def main(argv=None) -> int:
     print(report.format_table(report.summarize(outcomes)))
     if runner.not_present:
         print("not present: " + ", ".join(f"{k} ({v})" for k, v in sorted(runner.not_present.items())))
+    hazards = sorted({r.case for o in outcomes for r in o.results if r.detail.startswith("raw aten ")})
+    if hazards:
+        print(f"unchecked by aten (would crash): {len(hazards)} bad-input case(s) fed through F.batch_norm "
+              "instead of raw aten (contract §2.5): " + ", ".join(hazards))
     failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures)
     if failures:
         print("\nfailures:")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import os
 import traceback
 import warnings
 
@@ -102,7 +103,6 @@ class Runner:
         self.torch = TorchBackend()
         self.self_baseline = backend.is_torch
         self.not_present = {}  # op -> why
-        self.skipped = []  # (op, case, reason)
 
     # ------------------------------------------------------------------ public
     def run_case(self, case: Case):
@@ -113,6 +113,7 @@ class Runner:
             self.not_present.setdefault(case.op, "not present")
             return None
         self._rules = {}
+        self._op = case.op
         self._half = case.half
         try:
             with warnings.catch_warnings():
@@ -126,7 +127,7 @@ class Runner:
             where = getattr(e, "_nk_where", "call")
             self._rule("crash" if where != "oracle" else "oracle").add(
                 False, f"{where}: {type(e).__name__}: {_short(e)}")
-            if where != "oracle" and "NK_TRACE" in __import__("os").environ:
+            if where != "oracle" and "NK_TRACE" in os.environ:
                 traceback.print_exc()
         results = []
         for (op, rule), acc in self._rules.items():
@@ -191,7 +192,7 @@ class Runner:
         try:
             return getattr(self.O, name)(*args)
         except Exception as e:
-            e._nk_where = "oracle"
+            _mark(e, "oracle")
             raise
 
     def _baseline(self, thunk):
@@ -450,7 +451,7 @@ class Runner:
         try:
             out.backward(g)
         except Exception as e:
-            e._nk_where = "backward"
+            _mark(e, "backward")
             raise
         ref = oracle_grads()
         x = I["x"]
@@ -709,6 +710,13 @@ class _Shifted:
     def __init__(self, base, base_ref, ref):
         # value whose error vs `ref` equals ATen's error vs `base_ref`
         self.value = up(ref) + (up(base) - up(base_ref))
+
+
+def _mark(e: BaseException, where: str):
+    try:
+        e._nk_where = where
+    except Exception:  # noqa: BLE001 -- some exception types refuse attributes
+        pass
 
 
 def _short(e: BaseException) -> str:

@@ -1,0 +1,44 @@
+"""`python -m normkit info`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+import normkit
+from normkit import aten, info
+
+
+def test_info_prints_versions_devices_kernels(capsys):
+    assert info.main([]) == 0
+    out = capsys.readouterr().out
+    assert f"normkit {normkit.__version__}" in out
+    assert f"torch   {torch.__version__}" in out
+    assert "python  " in out and "triton  " in out
+    assert "kernels:" in out and "batch_norm" in out and "layer_norm" in out and "rms_norm" in out
+    assert "triton interpreter (TRITON_INTERPRET=1): " in out
+    assert "enable(): inactive" in out
+
+
+def test_info_reports_enable_state_and_json(capsys):
+    normkit.enable(_dispatch_key="CPU")
+    try:
+        assert info.main(["--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+    finally:
+        normkit.disable()
+    assert data["enable"]["active"] is True and "native_batch_norm" in data["enable"]["ops"]
+    assert data["torch"] == torch.__version__
+    assert set(data["kernels"]) >= {"batch_norm", "layer_norm", "rms_norm"}
+    assert not aten.is_enabled()
+
+
+def test_info_through_the_cli():
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "normkit", "info"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "normkit " in proc.stdout and "devices:" in proc.stdout
