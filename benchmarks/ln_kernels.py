@@ -161,8 +161,11 @@ def sweep(sol_bw, deadline):
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
         add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
     for lab, cfg in (("rows", {"bwd_max_block": 16384}), ("cols", {"bwd_max_block": 8192})):
-        add("bwd16k", lab, cfg, "ln", 4096, 16384, "bwd")
-        add("bwd16k", lab, cfg, "rms", 4096, 16384, "bwd")
+        add("rmsbwd16k", lab, cfg, "rms", 4096, 16384, "bwd")
+    for lab, cfg in (("rows", {"bwd_max_block_ln": 16384}), ("cols", {"bwd_max_block_ln": 8192})):
+        add("lnbwd16k", lab, cfg, "ln", 4096, 16384, "bwd")
+    for lab, cfg in (("rows", {"bwd_max_block_ln": 8192}), ("cols", {"bwd_max_block_ln": 4096})):
+        add("lnbwd8k", lab, cfg, "ln", 8192, 8192, "bwd")
     for M, N in ((2048, 65536), (512, 262144)):
         for warps, chunk in ((8, 4096), (16, 8192), (4, 2048)):
             for budget, pps in ((32 << 20, 4), (0, 4), (0, 1)):
@@ -178,10 +181,11 @@ def sweep(sol_bw, deadline):
             add("bwdtile", f"t{te}_e{ept}", {"bwd_tile_elems": te, "bwd_ept": ept}, "ln", M, N, "bwd")
     for M, N in ((16384, 4096), (8192, 8192)):
         for ept in (8, 16, 32):
-            add("fwdept", f"e{ept}", {"fwd_ept": ept}, "ln", M, N, "fwd")
+            add("fwdept", f"e{ept}", {"fwd_ept": ept, "fwd_ept_wide": ept}, "ln", M, N, "fwd")
             add("bwdept", f"e{ept}", {"bwd_ept": ept}, "ln", M, N, "bwd")
     out, chosen = [], {}
-    order = ["fwdtile", "bwdtile", "fwdloop", "bwdcols", "bwd16k", "fwd16k", "fwdept", "bwdept"]
+    order = ["fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k", "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
+             "bwdept"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":

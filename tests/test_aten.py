@@ -202,3 +202,18 @@ def test_cuda_enable_matches_eager(dtype, channels_last):
     torch.testing.assert_close(bn.running_var, ref_bn.running_var, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(z, z_r, **tol)
     assert z.is_contiguous(memory_format=torch.channels_last) == z_r.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_without_get_kernel_unhandled_inputs_use_the_reference(monkeypatch):
+    """torch < 2.9 has no torch.library.get_kernel: enable() still works, declining inputs go to normkit's
+    reference path (never a wrong answer) and non-floating dtypes raise ATen's error."""
+    monkeypatch.delattr(torch.library, "get_kernel")
+    before = _dumps()
+    normkit.enable(_dispatch_key="CPU")
+    x = torch.randn(4, 3, 5, dtype=torch.float64)
+    out = torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[0]
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        torch.ops.aten.native_batch_norm(torch.ones(2, 3, dtype=torch.long), None, None, None, None, True, 0.1, 1e-5)
+    normkit.disable()
+    assert _dumps() == before
+    torch.testing.assert_close(out, torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)[0])

@@ -265,3 +265,59 @@ def test_functional_through_triton_interpreter():
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "INTERPRETER-OK" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------------- GPU
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, F64])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_functional_vs_float64_reference(dtype, layout):
+    torch.manual_seed(1)
+    x = _fresh((6, 12, 9, 10), dtype).cuda()
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    pdt = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    w, b = _fresh((12,), pdt).cuda(), _fresh((12,), pdt).cuda()
+    rm, rv = _fresh((12,), pdt).cuda(), (torch.rand(12, dtype=pdt) + 0.5).cuda()
+    rm64, rv64 = rm.double(), rv.double()
+    tol = {torch.float32: dict(rtol=1e-4, atol=1e-4), F64: dict(rtol=1e-9, atol=1e-9),
+           torch.float16: dict(rtol=4e-3, atol=4e-3), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}[dtype]
+    xs, ws, bs = _leaf(x), _leaf(w), _leaf(b)
+    y = normkit.batch_norm(xs, rm, rv, ws, bs, training=True, momentum=0.2)
+    xr, wr, br = _leaf(x.double()), _leaf(w.double()), _leaf(b.double())
+    yr = reference.native_batch_norm(xr, wr, br, rm64, rv64, True, 0.2, 1e-5)[0]
+    torch.testing.assert_close(y.double(), yr, **tol)
+    torch.testing.assert_close(rv.double(), rv64, rtol=1e-4, atol=1e-4)
+    assert y.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
+    g = torch.randn_like(y)
+    for a, e in zip(_grads(y, (xs, ws, bs), g), _grads(yr, (xr, wr, br), g.double())):
+        torch.testing.assert_close(a.double(), e, **tol)
+    lw = _fresh((10,), dtype).cuda()
+    xs2, lws, xr2, lwr = _leaf(x), _leaf(lw), _leaf(x.double()), _leaf(lw.double())
+    for fn, rfn in ((lambda t, v: normkit.layer_norm(t, (10,), v, None),
+                     lambda t, v: reference.native_layer_norm(t, [10], v, None, 1e-5)[0]),
+                    (lambda t, v: normkit.rms_norm(t, (10,), v),
+                     lambda t, v: reference.rms_norm(t, [10], v, None))):
+        y, yr = fn(xs2, lws), rfn(xr2, lwr)
+        torch.testing.assert_close(y.double(), yr, **tol)
+        g = torch.randn_like(y)
+        for a, e in zip(_grads(y, (xs2, lws), g), _grads(yr, (xr2, lwr), g.double())):
+            torch.testing.assert_close(a.double(), e, rtol=tol["rtol"] * 4, atol=tol["atol"] * 4)
+
+
+@pytest.mark.cuda
+def test_cuda_compile_inductor_functional_and_enable():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.LayerNorm(10),
+                            torch.nn.RMSNorm(10)).cuda()
+    x = torch.randn(4, 3, 10, 10, device="cuda")
+    ref = m(x)
+    ours = normkit.nn.convert(m)
+    compiled = torch.compile(ours, fullgraph=True)
+    m.eval()
+    torch.testing.assert_close(compiled(x), m(x), rtol=1e-4, atol=1e-4)
+    with normkit.enabled():  # compile under enable(): traced with fake tensors, normkit's kernels not called
+        plain = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.LayerNorm(10)).cuda().eval()
+        torch.testing.assert_close(torch.compile(plain)(x), plain(x), rtol=1e-4, atol=1e-4)
+    assert ref.shape == x.shape[:1] + (8, 10, 10)

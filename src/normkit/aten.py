@@ -96,8 +96,21 @@ def _opt_ok(t) -> bool:
     return t is None or (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested)
 
 
+def _kernel_params_ok(x, others) -> bool:
+    # What the kernels take: every other tensor on x's device, in x's dtype or float32. Anything else
+    # (e.g. fp64 params with a bf16 input) goes to the original kernel rather than the slow reference.
+    for o in others:
+        if o is not None and (o.device != x.device or o.dtype not in (x.dtype, torch.float32)):
+            return False
+    return True
+
+
 def _takes(family: str, x, *others) -> bool:
-    return _plain_float(x) and all(_opt_ok(o) for o in others) and _family_available(family, x)
+    if not (_plain_float(x) and all(_opt_ok(o) for o in others)):
+        return False
+    if _key != "CPU" and not _kernel_params_ok(x, others):
+        return False
+    return _family_available(family, x)
 
 
 # --- the table: aten overload -> (normkit implementation, predicate over the call's arguments) ---------
@@ -170,11 +183,6 @@ def _lookup_original(qualname: str, key: str):
         return None
 
 
-def _not_implemented(name, x):
-    dtype = getattr(x, "dtype", None)
-    raise NotImplementedError(f'"{name}" not implemented for \'{str(dtype).replace("torch.", "").capitalize()}\'')
-
-
 def _make_kernel(name, impl, takes, original):
     def kernel(keyset, *args, **kwargs):
         if _active and not _busy() and takes(*args, **kwargs):
@@ -184,11 +192,8 @@ def _make_kernel(name, impl, takes, original):
         _fallbacks[name] += 1
         if original is not None:
             return original.call_boxed(keyset, *args, **kwargs)
-        # No captured kernel (torch without get_kernel): the reference path of normkit.ops is correct
-        # for every floating input; anything else is not implemented, as in ATen.
-        x = args[1] if name.endswith("backward") and not name.startswith("cudnn") else args[0]
-        if not _plain_float(x):
-            _not_implemented(name, x)
+        # No captured kernel (torch without get_kernel): normkit.ops' reference path is correct for every
+        # floating input, and its validation raises ATen's NotImplementedError for the other dtypes.
         with _inside():
             return impl(*args, **kwargs)
 
@@ -212,6 +217,15 @@ def _make_rms_norm_autograd(original):
         return original.call_boxed(keyset, x, normalized_shape, weight, eps)
 
     return kernel
+
+
+def _register(lib, name, kernel, key, original) -> None:
+    if original is not None:
+        lib.impl(name, kernel, key, with_keyset=True)
+        return
+    # torch without get_kernel (< 2.9): nothing to call back into, so no dispatch key set is needed
+    # (older Library.impl may not even take with_keyset); unhandled inputs use normkit's reference path.
+    lib.impl(name, lambda *args, **kwargs: kernel(None, *args, **kwargs), key)
 
 
 def enable(*, _dispatch_key: str = "CUDA") -> None:
@@ -241,7 +255,7 @@ def enable(*, _dispatch_key: str = "CUDA") -> None:
                 except Exception:
                     continue  # op absent on this torch
                 original = _lookup_original(name, _dispatch_key)
-                lib.impl(name, _make_kernel(name, impl, takes, original), _dispatch_key, with_keyset=True)
+                _register(lib, name, _make_kernel(name, impl, takes, original), _dispatch_key, original)
                 registered.append((name, original))
             autograd_key = "Autograd" + _dispatch_key
             original = _lookup_original("rms_norm", autograd_key)

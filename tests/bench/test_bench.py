@@ -284,3 +284,40 @@ def test_normkit_impl_reports_missing_functional(monkeypatch):
     impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"
     rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [impl], _ctx())
     assert all(r["status"] == "error" for r in rows)
+
+
+def test_norm_share_attribution_cuda_logic():
+    """The CUDA branch of the profiler accounting, on hand-made profiler events."""
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    from normkit.bench.models import _kernel_times
+
+    def dev(name, us):
+        return NS(name=name, device_type=DeviceType.CUDA, kernels=[], cpu_parent=None,
+                  time_range=NS(elapsed_us=lambda us=us: us))
+
+    def cpu(name, kernels, parent=None):
+        return NS(name=name, device_type=DeviceType.CPU, cpu_parent=parent,
+                  kernels=[NS(name=k, duration=d) for k, d in kernels])
+
+    bwd = cpu("autograd::engine::evaluate_function: NativeBatchNormBackward0", [])
+    events = [
+        cpu("aten::cudnn_convolution", [("sm90_xmma_fprop", 50.0)]),
+        cpu("aten::native_batch_norm", [("batch_norm_collect_statistics_kernel", 10.0),
+                                        ("unrolled_elementwise_kernel_for_multi_outputs", 1.0)]),
+        cpu("aten::native_batch_norm_backward", [("batch_norm_backward_kernel", 20.0)], parent=bwd),
+        cpu("aten::add_", [("vectorized_elementwise_kernel", 5.0)], parent=bwd),  # under a norm node
+        cpu("aten::mm", [("_fwd_rows_kernel", 4.0)]),  # a normkit kernel name, unusual parent
+        bwd,
+    ]
+    for e in list(events):
+        for k in e.kernels:
+            events.append(dev(k.name, k.duration))
+    prof = NS(events=lambda: events)
+    total, norm, by_name, top = _kernel_times(prof, "cuda")
+    assert math.isclose(total, 90e-3)
+    assert math.isclose(norm, (10 + 1 + 20 + 5 + 4) * 1e-3)
+    assert math.isclose(by_name, (10 + 20 + 4) * 1e-3)
+    assert "sm90_xmma_fprop" not in top

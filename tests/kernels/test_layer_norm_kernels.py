@@ -124,6 +124,7 @@ def small_regimes(monkeypatch):
     """Shrink the regime limits so that the looped/column kernels run on interpreter-sized rows."""
     monkeypatch.setitem(L._CFG, "fwd_max_block", 128)
     monkeypatch.setitem(L._CFG, "bwd_max_block", 128)
+    monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 128)
     monkeypatch.setitem(L._CFG, "fwd_chunk", 64)
     monkeypatch.setitem(L._CFG, "bwd_chunk", 64)
     monkeypatch.setitem(L._CFG, "bwd_col_block", 32)
@@ -149,7 +150,9 @@ def check_ln(M, N, dtype, kind="same", offset=0.0, device="cpu", eps=1e-5, bwd=T
     tag = f"ln M={M} N={N} {dtype} {kind} off={offset}"
     assert rel(y, yr) <= TOL[dtype], tag
     assert rel(rstd, rr) <= TOL[dtype], tag
-    assert (mean.double() - mr).abs().max().item() <= (abs(offset) + 4) * (1e-14 if sd == torch.float64 else 3e-7), tag
+    # the fp32 mean of N terms: rounding grows with the width (seen: 1.5e-6 at N=262144 on the H200)
+    mtol = (abs(offset) + 4) * (1e-14 if sd == torch.float64 else 3e-7) * (1 + N / 32768)
+    assert (mean.double() - mr).abs().max().item() <= mtol, tag
     if not bwd:
         return
     dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, w is not None, b is not None), bias_dtype=None if b is None else b.dtype)
@@ -247,6 +250,7 @@ def test_row_stride_and_many_rows(wide, monkeypatch):
     if wide:
         monkeypatch.setitem(L._CFG, "fwd_max_block", 64)
         monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 64)
         monkeypatch.setitem(L._CFG, "fwd_chunk", 32)
         monkeypatch.setitem(L._CFG, "bwd_chunk", 32)
         monkeypatch.setitem(L._CFG, "bwd_col_block", 32)
@@ -291,6 +295,18 @@ def _check_sum(s, s_ref):
 
 
 @interp
+@pytest.mark.parametrize("N", [64, 3000])
+def test_bias_only_and_nothing(N):
+    x, dy = _inputs(5, N, torch.bfloat16)
+    _, b = _params(N, torch.bfloat16, "fp32")
+    y, mean, rstd = L.ln_forward(x, None, b, 1e-5)
+    assert L.ln_backward(dy, x, mean, rstd, None, (False, False, False)) == (None, None, None)
+    dx, dw, db = L.ln_backward(dy, x, mean, rstd, None, (False, False, True), bias_dtype=torch.float32)
+    assert dx is None and dw is None and db.dtype == torch.float32
+    assert rel(db, dy.double().sum(0)) <= 1e-6
+
+
+@interp
 @pytest.mark.parametrize("N", [64, 1000, 300])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_fused_add(N, dtype, monkeypatch):
@@ -317,6 +333,7 @@ def test_deterministic(wide, monkeypatch):
     if wide:
         monkeypatch.setitem(L._CFG, "fwd_max_block", 64)
         monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+        monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 64)
         monkeypatch.setitem(L._CFG, "fwd_chunk", 32)
         monkeypatch.setitem(L._CFG, "bwd_chunk", 32)
         monkeypatch.setitem(L._CFG, "bwd_col_block", 32)

@@ -160,9 +160,10 @@ def _dtype_matches(dtype: str, params: str, wanted) -> bool:
 
 
 def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, modes=None,
-                 quick: bool = False) -> list:
+                 quick: bool = False, dtype_slots=None) -> list:
     """The suite's cases in suite order, narrowed by the filters (None = everything).
 
+    ``dtype_slots``: positions in each op's suite dtype list to keep (0 = the op's first, headline dtype).
     Layouts apply to 4-D and 5-D inputs of batch/group/instance norm only: a (N, C) batch-norm shape is run
     once, as contiguous. Batch norm has train and eval modes; the other ops train (forward + backward)."""
     cases = []
@@ -175,17 +176,21 @@ def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, 
         shapes_list = QUICK_SHAPES[op] if quick else spec["shapes"]
         op_layouts = spec.get("layouts", ["contiguous"])
         op_modes = spec.get("modes", ["train"])
-        for raw in shapes_list:
-            raw = list(raw)
-            groups = 0
-            if op == "group_norm":
-                groups, raw = int(raw[-1]), raw[:-1]
-            shape = tuple(int(d) for d in raw)
-            for dt in spec["dtypes"]:
-                dtype, params = (dt, dt) if isinstance(dt, str) else (dt[0], dt[1])
-                dtype, params = canon_dtype(dtype), canon_dtype(params)
-                if not _dtype_matches(dtype, params, dtypes):
-                    continue
+        # dtype is the outer loop: the suite's first (headline) dtype of every op comes first, so a run cut
+        # short by its budget misses whole later dtypes rather than scattered shapes
+        for slot, dt in enumerate(spec["dtypes"]):
+            if dtype_slots is not None and slot not in dtype_slots:
+                continue
+            dtype, params = (dt, dt) if isinstance(dt, str) else (dt[0], dt[1])
+            dtype, params = canon_dtype(dtype), canon_dtype(params)
+            if not _dtype_matches(dtype, params, dtypes):
+                continue
+            for raw in shapes_list:
+                raw = list(raw)
+                groups = 0
+                if op == "group_norm":
+                    groups, raw = int(raw[-1]), raw[:-1]
+                shape = tuple(int(d) for d in raw)
                 for layout in op_layouts:
                     if layout != "contiguous" and (len(shape) < 4 or op in ("layer_norm", "rms_norm")):
                         continue

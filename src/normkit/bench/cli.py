@@ -18,7 +18,7 @@ from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, devic
 from normkit.bench.timing import Progress, Timer
 
 COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled once per case{scope}; every "
-                "implementation (compile included) is timed as the replay of a CUDA graph that holds the "
+                "implementation (compile included) is timed on CUDA as the replay of a CUDA graph that holds the "
                 "rotated calls, so Python, dispatcher, guard and launch overhead are excluded; the first call "
                 "(compilation) is reported as first_call_s, not timed")
 TIMING_NOTE = ("median over replays of a CUDA graph holding the calls, rotating among {{k}} input sets so "
@@ -26,7 +26,9 @@ TIMING_NOTE = ("median over replays of a CUDA graph holding the calls, rotating 
                "timer=cuda-events); warmup {w} ms, rep {r} ms")
 
 EPILOG = """examples:
-  python -m normkit bench                                 # the suite, every peer available
+  python -m normkit bench                                 # the suite at each op's headline dtype, every peer
+  python -m normkit bench --dtype-slots 1,2,3             # the suite's other dtypes
+  python -m normkit bench --all-dtypes --peer-scope all   # everything (est. ~20 min on an H200)
   python -m normkit bench --ops layer_norm,rms_norm --dtypes bf16 --peers aten,liger
   python -m normkit bench --ops batch_norm --shapes 256x64x56x56 --layouts channels_last --modes train
   python -m normkit bench --accuracy                      # error vs float64, randn and randn+1000
@@ -55,19 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", nargs="+", default=None, help=f"subset of {','.join(C.OPS)}")
     p.add_argument("--shapes", nargs="+", default=None, help="shapes like 256x64x56x56 (group norm: 32x256x64x64)")
     p.add_argument("--dtypes", nargs="+", default=None, help="input dtypes (bf16, fp32, ...) or pairs bf16:fp32")
+    p.add_argument("--dtype-slots", nargs="+", default=None,
+                   help="positions in each op's suite dtype list, e.g. 1,2,3 (0 = the op's first, headline "
+                        "dtype). Default on CUDA: 0 alone, unless --dtypes or --all-dtypes is given")
+    p.add_argument("--all-dtypes", action="store_true",
+                   help="every dtype of the suite (est. ~10 min on an H200 with every peer)")
     p.add_argument("--layouts", nargs="+", default=None, help="contiguous, channels_last")
     p.add_argument("--modes", nargs="+", default=None, help="train (fwd+bwd), eval (batch norm fwd)")
     p.add_argument("--peers", nargs="+", default=None,
                    help=f"subset of {','.join(ALL_PEERS)}, 'all' or 'none' (normkit always runs); "
                         "default: all on CUDA, aten,aten-native on CPU")
-    p.add_argument("--compile-scope", choices=["headline", "all"], default="headline",
-                   help="headline (default): torch.compile only on each op's first suite dtype, to fit the "
-                        "time budget; all: every row")
+    p.add_argument("--peer-scope", "--compile-scope", dest="peer_scope", choices=["headline", "all"],
+                   default="headline",
+                   help="headline (default): torch.compile and FlagGems (the peers that compile or autotune "
+                        "per shape) run on each op's first suite dtype only, so the suite fits ~6 min on an "
+                        "H200; all: every row")
     p.add_argument("--compile-dynamic", action="store_true",
                    help="compile with dynamic=True, one compiled fn per (op, mode, dtypes, layout, ndim)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
-    p.add_argument("--warmup-ms", type=float, default=None, help="default 10 (CUDA), 1 (CPU)")
-    p.add_argument("--rep-ms", type=float, default=None, help="default 40 (CUDA), 3 (CPU)")
+    p.add_argument("--warmup-ms", type=float, default=None, help="default 5 (CUDA), 1 (CPU)")
+    p.add_argument("--rep-ms", type=float, default=None,
+                   help="default 25 (CUDA; each replay holds >= 1 ms of calls), 3 (CPU)")
     p.add_argument("--no-graphs", action="store_true", help="time eagerly with CUDA events (no CUDA graphs)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds; rows not started when it is spent are recorded as skipped")
@@ -94,7 +104,7 @@ def main(argv=None) -> int:
         print("bench: --device cuda but no CUDA device", file=sys.stderr)
         return 2
     quick = args.quick
-    if device == "cpu" and not quick:
+    if device == "cpu" and not quick and not args.dry_run:
         print("bench: no CUDA device: running the --quick sizes on CPU", file=sys.stderr)
         quick = True
     try:
@@ -119,32 +129,54 @@ def main(argv=None) -> int:
     if bad:
         print(f"bench: unknown peer(s) {bad}; known: {', '.join(ALL_PEERS)}", file=sys.stderr)
         return 2
+    if args.dtype_slots:
+        slots = [int(v) for v in _csv(args.dtype_slots)]
+    elif args.all_dtypes or args.dtypes or quick:
+        slots = None
+    else:
+        # the default narrowing: each op's headline dtype, every shape, layout, mode and peer (~6 min on an
+        # H200); the other dtypes with --all-dtypes or --dtype-slots 1,2,3
+        slots = [0]
+        if not (args.accuracy or args.models is not None) or args.perf:
+            print("bench: each op's headline dtype only (the suite's first); --all-dtypes or --dtype-slots "
+                  "1,2,3 for the others", file=sys.stderr)
     try:
         cases = C.expand_suite(suite, ops=ops, shapes=_csv(args.shapes), dtypes=_csv(args.dtypes),
-                               layouts=_csv(args.layouts), modes=_csv(args.modes), quick=quick)
+                               layouts=_csv(args.layouts), modes=_csv(args.modes), quick=quick,
+                               dtype_slots=slots)
     except ValueError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
     want_models = args.models is not None
     sections = {"perf": args.perf or not (args.accuracy or want_models), "accuracy": args.accuracy,
                 "models": want_models}
-    warmup = args.warmup_ms if args.warmup_ms is not None else (10.0 if device == "cuda" else 1.0)
-    rep = args.rep_ms if args.rep_ms is not None else (40.0 if device == "cuda" else 3.0)
+    warmup = args.warmup_ms if args.warmup_ms is not None else (5.0 if device == "cuda" else 1.0)
+    rep = args.rep_ms if args.rep_ms is not None else (25.0 if device == "cuda" else 3.0)
     impls = make_impls(peers, compile_dynamic=args.compile_dynamic, compile_mode=args.compile_mode)
     heads = headline_dtypes(suite)
 
     if args.dry_run:
-        est = estimate_seconds(cases, impls, scope=args.compile_scope, heads=heads)
+        est = estimate_seconds(cases, impls, scope=args.peer_scope, heads=heads)
         n_rows = sum(len(c.directions) for c in cases) * len(impls)
         for c in cases:
             print(c.label())
-        print(f"{len(cases)} cases, {n_rows} rows ({len(impls)} implementations); estimated GPU time "
-              f"{fmt_s(est)} (compile scope: {args.compile_scope})")
+        for op in C.OPS:
+            oc = [c for c in cases if c.op == op]
+            if oc:
+                t = estimate_seconds(oc, impls, scope=args.peer_scope, heads=heads)
+                print(f"  {op}: {len(oc)} cases, ~{fmt_s(t)}")
+        print(f"{len(cases)} cases, {n_rows} rows ({len(impls)} implementations: "
+              f"{', '.join(i.name for i in impls)}); estimated H200 time {fmt_s(est)} "
+              f"(peer scope: {args.peer_scope}; a rough model, see runner.estimate_seconds)")
         return 0
 
+    if device == "cpu" and quick:
+        # tiny CPU ops on a shared machine: one thread avoids thread-pool wake-up stalls (ms-long) that
+        # would dominate the timings and the CI run time
+        torch.set_num_threads(1)
     timer = Timer(device, warmup_ms=warmup, rep_ms=rep, graphs=not args.no_graphs)
     ctx = Context(device=device, timer=timer, seed=args.seed, quick=quick, budget_s=args.budget, t0=t_start,
-                  compile_scope=args.compile_scope, headline_dtypes=heads)
+                  peer_scope=args.peer_scope, headline_dtypes=heads)
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         ctx.l2_bytes = getattr(props, "L2_cache_size", None) or (60 << 20)
@@ -165,8 +197,8 @@ def main(argv=None) -> int:
     for impl in impls:
         if impl.name in ("liger", "flaggems"):
             versions[impl.name] = impl.version if impl.unavailable() is None else None
-    scope_txt = "" if args.compile_scope == "all" else \
-        " (only on each op's first suite dtype: --compile-scope all for every row)"
+    scope_txt = "" if args.peer_scope == "all" else \
+        " (only on each op's first suite dtype, as FlagGems: --peer-scope all for every row)"
     result = {
         "schema": report.SCHEMA,
         "complete": False,
@@ -176,7 +208,7 @@ def main(argv=None) -> int:
         "gpu_name": torch.cuda.get_device_name(0) if device == "cuda" else None,
         "versions": versions,
         "quick": quick,
-        "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device},
+        "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device, "dtype_slots": slots},
         "suite_file": os.path.abspath(args.suite) if args.suite else "packaged suite.json",
         "timing": {
             "method": (TIMING_NOTE.format(w=warmup, r=rep).replace("{k}", "k") if device == "cuda" else
@@ -227,12 +259,32 @@ def main(argv=None) -> int:
     save()
 
     if sections["perf"]:
-        for case in cases:
-            result["rows"].extend(run_case(case, impls, ctx, progress))
-            save()
-    if sections["accuracy"]:
-        result["accuracy"] = run_accuracy(ops or C.OPS, suite, impls, ctx, progress)
-        save()
+        # with --budget, each op gets a slice of it in proportion to its estimated time (time an op leaves
+        # unused passes on to the next), so a budget-limited run still covers every op
+        est = {op: estimate_seconds([c for c in cases if c.op == op], impls, scope=args.peer_scope,
+                                    heads=heads) for op in C.OPS}
+        total_est = sum(est.values()) or 1.0
+        perf_budget = None
+        if args.budget is not None:
+            reserve = 0.0
+            if sections["accuracy"]:
+                reserve += 0.15 * args.budget
+            if sections["models"]:
+                reserve += 0.35 * args.budget
+            perf_budget = args.budget - reserve - (time.time() - t_start)
+        slice_start = time.time()
+        spent_share = 0.0
+        for op in C.OPS:
+            op_cases = [c for c in cases if c.op == op]
+            if not op_cases:
+                continue
+            if perf_budget is not None:
+                spent_share += est[op] / total_est
+                ctx.deadline = slice_start + perf_budget * spent_share
+            for case in op_cases:
+                result["rows"].extend(run_case(case, impls, ctx, progress))
+                save()
+        ctx.deadline = None
     if sections["models"]:
         from normkit.bench import models as M
 
@@ -241,6 +293,9 @@ def main(argv=None) -> int:
                                         seed=args.seed, progress=progress, over_budget=ctx.over_budget)
         for k in ("torchvision", "timm", "transformers"):
             versions[k] = _dist_version(k)
+        save()
+    if sections["accuracy"]:
+        result["accuracy"] = run_accuracy(ops or C.OPS, suite, impls, ctx, progress)
         save()
     progress.close()
 

@@ -50,6 +50,7 @@ def functional_call(F, case: Case, x, w, b, rm, rv):
 
 class Impl:
     name = "?"
+    scoped = False   # True: expensive first calls (compilation, autotuning); --peer-scope headline limits it
     ops = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
     cuda_only = False
     version = None
@@ -72,6 +73,9 @@ class Impl:
 
     def build(self, case: Case):
         raise NotImplementedError
+
+    def finish_case(self, case: Case):
+        """Called after the case's rows are done."""
 
 
 class NormkitImpl(Impl):
@@ -141,6 +145,7 @@ class CompileImpl(Impl):
     (op, mode, dtypes, layout, ndim) with --compile-dynamic."""
 
     name = "compile"
+    scoped = True
 
     def __init__(self, dynamic: bool = False, mode=None):
         self.dynamic = dynamic
@@ -149,13 +154,21 @@ class CompileImpl(Impl):
         self.note = (f"torch.compile(dynamic={dynamic}{', mode=' + repr(mode) if mode else ''}) of the eager "
                      "call; timed as CUDA-graph replay, so guard and launch overhead are excluded; compile "
                      "time reported separately (compile_s)")
-        try:
+        try:  # one code object serves every case: let its cache hold them all
             import torch._dynamo
 
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-            if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
-                torch._dynamo.config.accumulated_cache_size_limit = max(
-                    torch._dynamo.config.accumulated_cache_size_limit, 4096)
+            cfg = torch._dynamo.config
+            for name, val in (("cache_size_limit", 256), ("recompile_limit", 256),
+                              ("accumulated_cache_size_limit", 4096), ("accumulated_recompile_limit", 4096)):
+                if hasattr(cfg, name):
+                    setattr(cfg, name, max(getattr(cfg, name), val))
+        except Exception:
+            pass
+        try:  # the backward is replayed with retain_graph=True: saved buffers must not be donated to it
+            import torch._functorch.config as fconfig
+
+            if hasattr(fconfig, "donated_buffer"):
+                fconfig.donated_buffer = False
         except Exception:
             pass
 
@@ -176,8 +189,17 @@ class CompileImpl(Impl):
             self._cache[key] = fn
         return fn
 
-    def clear(self):
-        self._cache.clear()
+    def finish_case(self, case):
+        """Static compilation: the case's compiled code is not needed again; drop it so that dynamo's guard
+        lists stay short."""
+        if not self.dynamic:
+            self._cache.pop(case, None)
+            try:
+                import torch._dynamo
+
+                torch._dynamo.reset()
+            except Exception:
+                pass
 
 
 class LigerImpl(Impl):
@@ -202,6 +224,16 @@ class LigerImpl(Impl):
             except Exception as e:
                 self._err = f"liger-kernel not importable ({type(e).__name__}: {e})"[:200]
         return self._err
+
+    def supports(self, case, device):
+        r = super().supports(case, device)
+        if r:
+            return r
+        if case.op in ("layer_norm", "rms_norm") and case.shape[-1] > 65536:
+            return "Liger refuses rows wider than 65536"
+        if case.op == "group_norm" and case.layout != "contiguous":
+            return "Liger group_norm views the input as (N, G, -1): contiguous only"
+        return None
 
     def build(self, case):
         m = self._mods
@@ -274,6 +306,7 @@ class _FGGroupNorm(torch.autograd.Function):
 class FlagGemsImpl(Impl):
     name = "flaggems"
     cuda_only = True
+    scoped = True   # triton.autotune on every new shape and dtype (~1 s per batch-norm case)
     note = ("flag_gems.ops batch_norm/layer_norm/group_norm (+ their aten-style backward, wrapped in "
             "autograd here), flag_gems.ops.rms_norm, flag_gems.fused.instance_norm")
 

@@ -5,7 +5,8 @@ one fixed random batch with bf16 autocast and SGD (momentum 0.9), once in plain 
 inside ``normkit.enabled()``. Reported per setting: the mean step time over the steps after the first
 ``warmup`` (CUDA events), the GPU kernel time per step and the part of it in normalization kernels
 (torch.profiler over 3 extra steps; kernels named like batch/layer/rms/group/instance norm, cuDNN ``bn_``
-kernels, Welford kernels, normkit's Triton kernels), the loss after N steps, normkit's aten call counts.
+kernels, Welford kernels, normkit's Triton kernels, and any kernel launched by a normalization op or
+autograd node), the loss after N steps, normkit's aten call counts.
 Dropout is off in GPT-2 so that both settings see the same function.
 """
 
@@ -22,7 +23,8 @@ import torch.nn.functional as F
 
 NORM_KERNEL = re.compile(
     r"(batch_?norm|layer_?norm|rms_?norm|group_?norm|instance_?norm|welford|normkit|bn_fw|bn_bw|"
-    r"(^|[^a-z])bn_|_bn_|_ln_|_rms_|_gn_|nhwcbatchnorm|norm_(fwd|bwd|forward|backward))", re.I)
+    r"(^|[^a-z])bn_|_bn_|_ln_|_rms_|_gn_|nhwcbatchnorm|norm_(fwd|bwd|forward|backward)|gammabeta|"
+    r"rowwisemoments|computefusedparams|backwardfusedparams)", re.I)
 
 # name -> (builder key, batch, layout); batch sizes and layouts as in suite.json's "models"
 MODELS = {
@@ -140,29 +142,79 @@ def _call_counts():
         return None
 
 
-def _kernel_times(prof, device: str):
-    """(total ms, norm ms, top norm kernels) summed over the profiled steps."""
-    from torch.autograd import DeviceType
+NORM_OP = re.compile(r"(batch_?norm|layer_?norm|rms_?norm|group_?norm|instance_?norm|^normkit::)", re.I)
 
-    total = norm = 0.0
-    top = {}
-    for evt in prof.key_averages():
-        if device == "cuda":
-            if getattr(evt, "device_type", None) != DeviceType.CUDA:
+
+def _normkit_kernel_names() -> set:
+    """Names of normkit's Triton kernels (they carry generic names such as ``_fwd_rows_kernel``)."""
+    names = set()
+    try:
+        import importlib
+        import pkgutil
+
+        import normkit.kernels as K
+
+        for m in pkgutil.iter_modules(K.__path__):
+            try:
+                mod = importlib.import_module(f"normkit.kernels.{m.name}")
+            except Exception:
                 continue
-            t = getattr(evt, "self_device_time_total", None)
-            if t is None:
-                t = getattr(evt, "self_cuda_time_total", 0.0)
-        else:
+            for attr, val in vars(mod).items():
+                if type(val).__name__ in ("JITFunction", "Autotuner", "Heuristics") or \
+                        (hasattr(val, "fn") and hasattr(val, "run") and attr.endswith("kernel")):
+                    names.add(attr)
+    except Exception:
+        pass
+    return names
+
+
+def is_norm_kernel(name: str, extra=frozenset()) -> bool:
+    return bool(NORM_KERNEL.search(name)) or name in extra or name.split("(")[0].split("<")[0].strip() in extra
+
+
+def _kernel_times(prof, device: str):
+    """(total ms, norm ms, norm ms by kernel name only, top norm kernels) over the profiled steps.
+
+    CUDA: a kernel counts as normalization when its name says so (ATen, cuDNN, Inductor, Liger, FlagGems,
+    normkit's Triton kernels) or when the op that launched it is a normalization op or autograd node
+    (which also catches the elementwise helpers those ops launch). CPU: aten op self-times by op name."""
+    total = norm = by_name = 0.0
+    top = {}
+    if device == "cuda":
+        from torch.autograd import DeviceType
+
+        extra = frozenset(_normkit_kernel_names())
+        events = prof.events()
+        for evt in events:
+            if getattr(evt, "device_type", None) == DeviceType.CUDA:
+                total += evt.time_range.elapsed_us()
+        for evt in events:
+            kernels = getattr(evt, "kernels", None)
+            if getattr(evt, "device_type", None) != DeviceType.CPU or not kernels:
+                continue
+            anc, p = False, evt
+            while p is not None and not anc:
+                anc = bool(NORM_OP.search(p.name))
+                p = p.cpu_parent
+            for k in kernels:
+                named = is_norm_kernel(k.name, extra)
+                if named:
+                    by_name += k.duration
+                if named or anc:
+                    norm += k.duration
+                    top[k.name[:100]] = top.get(k.name[:100], 0.0) + k.duration
+    else:
+        for evt in prof.key_averages():
             if not evt.key.startswith("aten::"):
                 continue
             t = evt.self_cpu_time_total
-        total += t
-        if NORM_KERNEL.search(evt.key):
-            norm += t
-            top[evt.key[:100]] = top.get(evt.key[:100], 0.0) + t
-    top = dict(sorted(top.items(), key=lambda kv: -kv[1])[:6])
-    return total / 1e3, norm / 1e3, {k: v / 1e3 for k, v in top.items()}
+            total += t
+            if NORM_OP.search(evt.key):
+                norm += t
+                by_name += t
+                top[evt.key[:100]] = top.get(evt.key[:100], 0.0) + t
+    top = dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])
+    return total / 1e3, norm / 1e3, by_name / 1e3, {k: v / 1e3 for k, v in top.items()}
 
 
 def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed: int, lr: float = 0.01,
@@ -212,13 +264,14 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
             after = _call_counts()
             from torch.profiler import ProfilerActivity, profile
 
-            acts = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+            acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
             with profile(activities=acts) as prof:
                 for _ in range(profile_steps):
                     step()
                 sync()
-        total, norm, top = _kernel_times(prof, device)
+        total, norm, by_name, top = _kernel_times(prof, device)
         row.update(step_ms=step_ms, gpu_kernel_ms=total / profile_steps, norm_ms=norm / profile_steps,
+                   norm_ms_by_kernel_name=by_name / profile_steps,
                    norm_share=(norm / total) if total else None, top_norm_kernels=top,
                    losses=[float(v) for v in torch.stack(losses).float().cpu()],
                    final_loss=float(losses[-1].float().item()), status="ok")
@@ -227,6 +280,10 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
         if before is not None and after is not None:
             row["normkit_calls"] = {k: after.get(k, 0) - before.get(k, 0) for k in after
                                     if after.get(k, 0) - before.get(k, 0)}
+            if setting == "normkit":
+                n_calls = sum(row["normkit_calls"].values())
+                row["note"] = (row["note"] + "; " if row["note"] else "") + \
+                    f"{n_calls} aten calls through normkit in {steps} steps"
     except Exception as e:
         row["status"] = "error"
         row["note"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]

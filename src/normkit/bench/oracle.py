@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from normkit.bench.cases import EPS, MOMENTUM, RMS_EPS, Case, Inputs
 
 # Relative L2 error allowed, by the least precise dtype among input and parameters. Output rounding alone
-# costs about 2e-3 in bf16, 3e-4 in fp16, 6e-8 in fp32; a wrong kernel is off by O(1).
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
+# costs about 2e-3 in bf16, 3e-4 in fp16, 6e-8 in fp32; the margins (8-13x) also admit low-precision
+# accumulation of dw/db (ATen CPU); a wrong kernel is off by O(1e-2) to O(1).
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 4e-3, "bfloat16": 1.6e-2}
 _RANK = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 3}
 
 

@@ -8,7 +8,6 @@ work; the remaining rows then say so.
 from __future__ import annotations
 
 import gc
-import math
 import os
 import platform
 import subprocess
@@ -33,11 +32,15 @@ class Context:
     quick: bool = False
     budget_s: float | None = None
     t0: float = field(default_factory=time.time)
-    compile_scope: str = "headline"   # headline: compile rows only for each op's first suite dtype
+    peer_scope: str = "headline"   # headline: torch.compile and FlagGems only on each op's first suite dtype
     headline_dtypes: dict = field(default_factory=dict)
     cuda_dead: str | None = None
 
+    deadline: float | None = None    # absolute time.time() by which the current op's slice ends
+
     def over_budget(self) -> bool:
+        if self.deadline is not None and time.time() > self.deadline:
+            return True
         return self.budget_s is not None and time.time() - self.t0 > self.budget_s
 
 
@@ -78,7 +81,8 @@ def device_info(device: str) -> dict:
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         info.update(gpu_name=torch.cuda.get_device_name(0), sm_count=p.multi_processor_count,
-                    total_memory_bytes=p.total_memory, capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+                    total_memory_bytes=p.total_memory,
+                    capability=".".join(map(str, torch.cuda.get_device_capability(0))),
                     l2_cache_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda,
                     cudnn=torch.backends.cudnn.version())
     else:
@@ -187,10 +191,10 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
     if reason:
         set_all("n/a", reason)
         return list(rows.values())
-    if isinstance(impl, CompileImpl) and ctx.compile_scope == "headline":
+    if impl.scoped and ctx.peer_scope == "headline":
         head = ctx.headline_dtypes.get(case.op)
         if head and (case.dtype, case.params) != head:
-            set_all("skipped", "torch.compile runs on each op's first suite dtype only (--compile-scope all)")
+            set_all("skipped", f"{impl.name} runs on each op's first suite dtype only (--peer-scope all)")
             return list(rows.values())
 
     timer = ctx.timer
@@ -329,6 +333,10 @@ def run_case(case: C.Case, impls, ctx: Context, progress: Progress | None = None
         return rows
     for impl in impls:
         rows.extend(run_impl_case(case, impl, sets, ref, src, ctx))
+        try:
+            impl.finish_case(case)
+        except Exception:
+            pass
         if progress:
             progress.update(1, f"{case.label()} {impl.name}")
     del sets, ref
@@ -415,20 +423,26 @@ def headline_dtypes(suite: dict) -> dict:
     return out
 
 
-def estimate_seconds(cases, impls, per_timing_s: float = 0.12, compile_s: float = 4.0,
-                     scope: str = "headline", heads: dict | None = None) -> float:
-    """A rough wall-clock estimate for a suite run on a GPU (used by --dry-run and the budget notes)."""
+def estimate_seconds(cases, impls, per_timing_s: float = 0.09, compile_s: float = 2.5,
+                     scope: str = "headline", heads: dict | None = None, first_call_s: float = 0.4) -> float:
+    """A rough wall-clock estimate for a suite run on an H200 (--dry-run, and the budget's split between
+    ops). Per timed direction: check, warm-up, capture and replays (~0.09 s with the default 5/25 ms);
+    per torch.compile direction ~2.5 s of compilation; ~0.4 s per case for Triton JIT / autotuning of the
+    Triton peers (FlagGems autotunes every new shape)."""
     total = 0.0
     for case in cases:
+        total += 0.1 + case.tensor_bytes / 4e9   # inputs, float64 oracle
         for impl in impls:
             if case.op not in impl.ops:
                 continue
             n = len(case.directions)
+            if impl.scoped and scope == "headline" and heads and (case.dtype, case.params) != heads.get(case.op):
+                continue
             if isinstance(impl, CompileImpl):
-                if scope == "headline" and heads and (case.dtype, case.params) != heads.get(case.op):
-                    continue
-                total += compile_s * (1.5 if n == 2 else 0.7)
-            total += per_timing_s * n + 0.05
+                total += compile_s * n
+            if impl.name in ("liger", "flaggems", "normkit"):
+                total += first_call_s
+            total += per_timing_s * n
     return total
 
 
@@ -436,4 +450,4 @@ def fmt_s(s: float) -> str:
     return f"{int(s // 60)}m{int(s % 60):02d}s"
 
 
-__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "device_info", "git_sha", "math"]
+__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "device_info", "git_sha"]

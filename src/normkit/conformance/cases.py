@@ -175,10 +175,6 @@ def _bn_op_allows(op: str, training: bool, stats: bool) -> bool:
     return True
 
 
-def _cname(op, tag, **kw):
-    return op + "/" + tag
-
-
 def batch_norm_cases() -> list:
     cases = []
 
@@ -442,10 +438,11 @@ def error_cases() -> list:
           "running_mean and running_var must either both be None or neither be None"),
         E("batch_norm", "native_batch_norm", "native_batch_norm/err_empty_train",
           bn_args(lambda d: _t(d, 0, 3, 4), rm=c3, rv=rv3), "RuntimeError",
-          "input tensor must have at least one element, but got input_sizes = [0, 3, 4]"),
+          "input tensor must have at least one element, but got input_sizes = [0, 3, 4]",
+          devices=("cpu",)),  # contract §2.5: raised by the CPU kernel
         E("batch_norm", "native_batch_norm", "native_batch_norm/err_long_input",
           bn_args(lambda d: _t(d, 2, 3, 4, dtype=torch.int64)), "NotImplementedError",
-          "\"batch_norm\" not implemented for 'Long'"),
+          "\"batch_norm\" not implemented for 'Long'", message_devices=("cpu",)),
         E("batch_norm", "F.batch_norm", "F.batch_norm/err_rank1",
           f_bn(lambda d: _t(d, 3)), "Exception", None),
         E("batch_norm", "native_batch_norm", "native_batch_norm/err_mixed_fp64_input_fp32_params",

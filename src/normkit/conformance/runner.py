@@ -735,10 +735,6 @@ def _mf(fmt):
             "channels_last_3d": torch.channels_last_3d}[fmt]
 
 
-def _initial(case, device):
-    return make_inputs(case, device)
-
-
 def _bn_invoke(fn, op, I, rm, rv, training, case):
     x, w, b, m, eps = I["x"], I["weight"], I["bias"], case.momentum, case.eps
     if op in ("native_batch_norm", "_native_batch_norm_legit"):

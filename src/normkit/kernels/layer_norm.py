@@ -48,17 +48,24 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # Tunables (the GPU sweep in benchmarks/ln_kernels.py overrides them to compare variants).
 _CFG = {
     "fwd_max_block": 16384,  # widest next_pow2(N) kept in registers, forward
-    "bwd_max_block": 16384,  # same for backward
-    "tile_elems": 8192,  # target BLOCK_M * BLOCK_N for narrow rows, forward
-    "fwd_ept": 16,  # elements per thread, forward
+    "bwd_max_block": 16384,  # same for the RMS backward
+    "bwd_max_block_ln": 8192,  # same for the layer-norm backward (one more accumulator: spills at 16K)
+    "tile_elems": 4096,  # target BLOCK_M * BLOCK_N for narrow rows, forward
+    "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= 4096
+    "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
-    "multi_row_max": 1024,
-    "max_warps": 16,  # widest BLOCK_N that still packs several rows per program
-    "fwd_chunk": 4096,  # chunk of the looped forward
-    "fwd_loop_warps": 8,
+    "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
+    "max_warps": 16,
+    # persistent forward rows kernel (w/b loaded once per program, not once per row): widths in
+    # [min, max] block; off by default (0 > 0), not yet measured on a GPU: see NOTES-layer_norm.md
+    "fwd_persist_min_block": 1 << 30,
+    "fwd_persist_max_block": 0,
+    "fwd_persist_progs_per_sm": 2,
+    "fwd_chunk": 8192,  # chunk of the looped forward
+    "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
-    "l2_budget": 32 << 20,  # ... capped so that P * row bytes stays within this much L2
+    "l2_budget": 0,  # ... optionally capped so that P * row bytes fits this much L2 (0: no cap)
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
@@ -84,19 +91,16 @@ def _rsqrt(v, ACC: tl.constexpr):
 
 
 @triton.jit
-def _fwd_rows_kernel(
-    X, R, W, B, Y, S, MEAN, RSTD,
+def _fwd_rows_tile(
+    X, R, Y, S, MEAN, RSTD, w, b, row0, cols, cmask,
     M, N, stride_x, stride_r, stride_y, stride_s, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """[BLOCK_M, BLOCK_N] tile, whole rows in registers. HBM: read x (+residual), write y (+sum)."""
-    pid = tl.program_id(0)
-    rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-    cols = tl.arange(0, BLOCK_N)
+    """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers (w/b given, [BLOCK_N])."""
+    rows = row0 + tl.arange(0, BLOCK_M).to(tl.int64)
     rmask = rows < M
-    cmask = cols < N
     mask = rmask[:, None] & cmask[None, :]
     xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
     if HAS_RES:
@@ -127,12 +131,44 @@ def _fwd_rows_kernel(
         tl.store(MEAN + rows, shift + mean_s, mask=rmask)
     tl.store(RSTD + rows, rstd, mask=rmask)
     if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
         y = y * w[None, :]
     if HAS_B:
-        b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
         y = y + b[None, :]
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y, mask=mask)
+
+
+@triton.jit
+def _fwd_rows_kernel(
+    X, R, W, B, Y, S, MEAN, RSTD,
+    M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
+
+    PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile).
+    PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held.
+    """
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = tl.zeros([BLOCK_N], dtype=ACC)
+    b = tl.zeros([BLOCK_N], dtype=ACC)
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    if HAS_B:
+        b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+    if PERSIST:
+        first = pid.to(tl.int64) * blocks_per_prog
+        for i in range(0, blocks_per_prog):
+            _fwd_rows_tile(X, R, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
+                           M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                           BLOCK_M, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+    else:
+        _fwd_rows_tile(X, R, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
+                       M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                       BLOCK_M, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,8 +290,9 @@ def _bwd_rows_kernel(
         if IS_RMS:
             xhat = x * rstd[:, None]
         else:
+            # masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store
             mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            xhat = (x - mean[:, None]) * rstd[:, None]
         if NEED_DW:
             dw_acc += dy * xhat
         if NEED_DB:
@@ -374,17 +411,24 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _reduce_partials_kernel(P_PTR, OUT, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
-    """OUT[n] = sum_p P_PTR[p, n] in a fixed order (deterministic). Reads the P x N partials once."""
+def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
+    (OUT0) or db (OUT1), so both reduce in one launch. Reads the (k, P, N) partials once."""
     pid = tl.program_id(0)
+    k = tl.program_id(1)
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = cols < N
+    base = P_PTR + k.to(tl.int64) * P * N
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=P_PTR.dtype.element_ty)
     for p0 in range(0, P, BLOCK_P):
         ps = p0 + tl.arange(0, BLOCK_P)
         m = (ps < P)[:, None] & cmask[None, :]
-        acc += tl.load(P_PTR + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=m, other=0.0)
-    tl.store(OUT + cols, tl.sum(acc, axis=0), mask=cmask)
+        acc += tl.load(base + ps.to(tl.int64)[:, None] * N + cols[None, :], mask=m, other=0.0)
+    tot = tl.sum(acc, axis=0)
+    if k == 0:
+        tl.store(OUT0 + cols, tot, mask=cmask)
+    else:
+        tl.store(OUT1 + cols, tot, mask=cmask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -464,7 +508,10 @@ def _rows_cfg(BLOCK_N: int, bwd: bool = False):
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
     thread (backward holds x, dy and two accumulators per element, so it gets fewer)."""
     tile = _CFG["bwd_tile_elems" if bwd else "tile_elems"]
-    ept = _CFG["bwd_ept" if bwd else "fwd_ept"]
+    if bwd:
+        ept = _CFG["bwd_ept"]
+    else:
+        ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else "fwd_ept"]
     BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
     num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
     return BLOCK_M, triton.next_power_of_2(num_warps)
@@ -507,10 +554,16 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     BLOCK_N = triton.next_power_of_2(N)
     if BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
-        grid = (triton.cdiv(M, BLOCK_M),)
-        _fwd_rows_kernel[grid](
-            *args, M, N, *strides, float(eps),
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+        nblocks = triton.cdiv(M, BLOCK_M)
+        persist = BLOCK_N <= _CFG["fwd_persist_max_block"] and BLOCK_N >= _CFG["fwd_persist_min_block"]
+        per = 1
+        if persist:
+            P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
+            per = triton.cdiv(nblocks, P)
+            nblocks = triton.cdiv(nblocks, per)
+        _fwd_rows_kernel[(nblocks,)](
+            *args, M, N, *strides, float(eps), per,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -521,15 +574,27 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     return y, s, mean, rstd
 
 
-def _reduce(partials: torch.Tensor, out_dtype) -> torch.Tensor:
-    P, N = partials.shape
-    out = _alloc((N,), dtype=out_dtype, device=partials.device)
+def _reduce(partials: torch.Tensor, dtypes):
+    """Reduce the (K, P, N) partials (K = 1 or 2) over P into K vectors of the given dtypes."""
+    K, P, N = partials.shape
+    outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
     BLOCK_N = min(256, triton.next_power_of_2(N))
     BLOCK_P = max(1, min(32, 4096 // BLOCK_N, triton.next_power_of_2(P)))
-    _reduce_partials_kernel[(triton.cdiv(N, BLOCK_N),)](
-        partials, out, P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
+    _reduce_partials_kernel[(triton.cdiv(N, BLOCK_N), K)](
+        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
     )
-    return out
+    return outs
+
+
+def _partials(need_dw, need_db, P, N, acc_t, dev, dummy):
+    """One (K, P, N) scratch for the dw and/or db partials: O(P x N) fp32 (fp64 for fp64)."""
+    K = int(need_dw) + int(need_db)
+    if K == 0:
+        return None, dummy, dummy
+    part = _alloc((K, P, N), dtype=acc_t, device=dev)
+    dwp = part[0] if need_dw else dummy
+    dbp = part[K - 1] if need_db else dummy
+    return part, dwp, dbp
 
 
 def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
@@ -556,7 +621,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     )
     need_partials = need_dw or need_db
     BLOCK_N = triton.next_power_of_2(N)
-    if BLOCK_N <= _CFG["bwd_max_block"]:
+    if BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = triton.cdiv(M, BLOCK_M)
         if need_partials:
@@ -567,8 +632,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             P = triton.cdiv(nblocks, per)
         else:
             P, per = nblocks, 1
-        dwp = _alloc((P, N), dtype=acc_t, device=dev) if need_dw else dummy
-        dbp = _alloc((P, N), dtype=acc_t, device=dev) if need_db else dummy
+        part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
         _bwd_rows_kernel[(P,)](
             dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, per,
@@ -589,15 +653,18 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         G = max(1, min(triton.cdiv(M, BR), triton.cdiv(target, ncb)))
         rpg = triton.cdiv(triton.cdiv(M, G), BR) * BR
         G = triton.cdiv(M, rpg)
-        dwp = _alloc((G, N), dtype=acc_t, device=dev) if need_dw else dummy
-        dbp = _alloc((G, N), dtype=acc_t, device=dev) if need_db else dummy
+        part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
         _bwd_cols_kernel[(ncb, G)](
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg,
             BLOCK_R=BR, BLOCK_N=BN, num_warps=8, **flags,
         )
-    dw = _reduce(dwp, dw_dtype) if need_dw else None
-    db = _reduce(dbp, db_dtype) if need_db else None
+    if not need_partials:
+        return dx, None, None
+    dtypes = ([dw_dtype] if need_dw else []) + ([db_dtype] if need_db else [])
+    outs = _reduce(part, dtypes)
+    dw = outs[0] if need_dw else None
+    db = outs[-1] if need_db else None
     return dx, dw, db
 
 

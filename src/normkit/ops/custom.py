@@ -4,9 +4,10 @@ Forward ops return every statistic their backward needs; backward ops return emp
 gradients masked out (custom ops cannot return None); the autograd glue turns those into None.
 
 * `normkit::batch_norm(x, weight?, bias?, running_mean(a!)?, running_var(b!)?, training, momentum, eps)
-  -> (y, stat1, stat2)`: training: `(save_mean, save_invstd)`; eval: copies of the running stats in the
-  compute dtype (what the backward needs; the aten-level ops return empty eval stats instead).
-* `normkit::batch_norm_backward(grad, x, weight?, stat1, stat2, training, eps, mask) -> 3 tensors`
+  -> (y, save_mean, save_invstd)` (eval: empty saved stats). `register_autograd` refuses mutating ops,
+  so its autograd is an `autograd.Function` (`batch_norm_autograd`), which Dynamo traces fine.
+* `normkit::batch_norm_backward(grad, x, weight?, stat1, stat2, training, eps, mask) -> 3 tensors`:
+  `(stat1, stat2)` are `(save_mean, save_invstd)` in training and `(running_mean, running_var)` in eval.
 * `normkit::layer_norm(x, normalized_shape, weight?, bias?, eps) -> (y, mean, rstd)` (+ `_backward`)
 * `normkit::rms_norm(x, normalized_shape, weight?, eps) -> (y, rstd)` (+ `_backward`)
 * `normkit::add_layer_norm(x, residual, ...) -> (y, x + residual, mean, rstd)`, `normkit::add_rms_norm`.
@@ -66,16 +67,13 @@ def batch_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], runn
                eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     y, m, s = _bn.native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
     acc = acc_dtype(x.dtype)
-    if not training:
-        m = running_mean.to(acc, copy=True)
-        s = running_var.to(acc, copy=True)
     return _in_format(y, _fmt(x)), m.to(acc), s.to(acc)
 
 
 @batch_norm.register_fake
 def _(x, weight, bias, running_mean, running_var, training, momentum, eps):
     acc = acc_dtype(x.dtype)
-    c = x.shape[1]
+    c = x.shape[1] if training else 0
     return (torch.empty_like(x, memory_format=_fmt(x)), x.new_empty((c,), dtype=acc),
             x.new_empty((c,), dtype=acc))
 
@@ -121,7 +119,10 @@ class _BatchNormFn(torch.autograd.Function):
         y, s1, s2 = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
         ctx.training = training
         ctx.eps = eps
-        ctx.save_for_backward(x, weight, s1, s2)
+        if training:
+            ctx.save_for_backward(x, weight, s1, s2)
+        else:  # eval saved stats are empty: the backward reads the running stats (as ATen's autograd does)
+            ctx.save_for_backward(x, weight, running_mean, running_var)
         ctx.mark_non_differentiable(s1, s2)
         return y, s1, s2
 

@@ -51,12 +51,13 @@ def rms_norm_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
     return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
 
 
-def _ln_kernels(family: str, x: Tensor, m: int, n: int, *params):
-    mod = kernels_for(family, x)
-    if mod is None or m == 0 or n == 0 or not params_ok(x, *params):
+def _ln_kernels(family: str, x2d: Tensor, *params):
+    """The kernel module when it handles these `(M, N)` rows and parameters, else None."""
+    m, n = x2d.shape
+    mod = kernels_for(family, x2d)
+    if mod is None or m == 0 or n == 0 or not params_ok(x2d, *params):
         return None
-    if not mod.supports(x.new_empty((1, 1)).expand(m, n), *[p.reshape(-1) if p is not None else None
-                                                              for p in params]):
+    if not mod.supports(x2d, *[_flat(p) for p in params]):
         return None
     return mod
 
@@ -71,10 +72,11 @@ def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Op
                       bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     checks().check_layer_norm(input, normalized_shape, weight, bias)
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
-    mod = _ln_kernels("layer_norm", input, m, n, weight, bias)
+    x2d = input.reshape(m, n)
+    mod = _ln_kernels("layer_norm", x2d, weight, bias)
     if mod is None:
         return tuple(reference().native_layer_norm(input, ns, weight, bias, eps))
-    y, mean, rstd = mod.ln_forward(input.reshape(m, n), _flat(weight), _flat(bias), eps)
+    y, mean, rstd = mod.ln_forward(x2d, _flat(weight), _flat(bias), eps)
     return y.view(input.shape), mean.view(stat_shape), rstd.view(stat_shape)
 
 
@@ -84,10 +86,11 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
     checks().check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask]
-    mod = _ln_kernels("layer_norm", input, m, n, weight, bias)
+    x2d = input.reshape(m, n)
+    mod = _ln_kernels("layer_norm", x2d, weight, bias)
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference().native_layer_norm_backward(grad_out, input, ns, mean, rstd, weight, bias, mask))
-    dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), input.reshape(m, n), mean.reshape(m).to(acc_dtype(input.dtype)),
+    dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), x2d, mean.reshape(m).to(acc_dtype(input.dtype)),
                                  rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask,
                                  bias_dtype=None if bias is None else bias.dtype)
     return (None if dx is None else dx.view(input.shape),
@@ -102,10 +105,11 @@ def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Opti
     checks().check_rms_norm(input, normalized_shape, weight)
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
     eps = rms_norm_eps(input.dtype, eps)
-    mod = _ln_kernels("rms_norm", input, m, n, weight) if not input.dtype.is_complex else None
+    x2d = input.reshape(m, n)
+    mod = _ln_kernels("rms_norm", x2d, weight) if not input.dtype.is_complex else None
     if mod is None:
         return tuple(reference()._fused_rms_norm(input, ns, weight, eps))
-    y, rstd = mod.rms_forward(input.reshape(m, n), _flat(weight), eps)
+    y, rstd = mod.rms_forward(x2d, _flat(weight), eps)
     return y.view(input.shape), rstd.view(stat_shape)
 
 
@@ -114,10 +118,11 @@ def _fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: 
     checks().check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask][:2]
-    mod = _ln_kernels("rms_norm", input, m, n, weight)
+    x2d = input.reshape(m, n)
+    mod = _ln_kernels("rms_norm", x2d, weight)
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference()._fused_rms_norm_backward(grad_out, input, ns, rstd, weight, mask))
-    dx, dw = mod.rms_backward(grad_out.reshape(m, n), input.reshape(m, n),
+    dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d,
                               rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask)
     return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
 
@@ -145,12 +150,13 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
     _check_residual(x, residual)
     checks().check_layer_norm(x, normalized_shape, weight, bias)
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
-    mod = _ln_kernels("layer_norm", x, m, n, weight, bias)
+    x2d = x.reshape(m, n)
+    mod = _ln_kernels("layer_norm", x2d, weight, bias)
     if mod is None or not hasattr(mod, "add_ln_forward"):
         s = x + residual
         y, mean, rstd = native_layer_norm(s, ns, weight, bias, eps)
         return y, s, mean, rstd
-    y, s, mean, rstd = mod.add_ln_forward(x.reshape(m, n), residual.reshape(m, n), _flat(weight), _flat(bias), eps)
+    y, s, mean, rstd = mod.add_ln_forward(x2d, residual.reshape(m, n), _flat(weight), _flat(bias), eps)
     return y.view(x.shape), s.view(x.shape), mean.view(stat_shape), rstd.view(stat_shape)
 
 
@@ -161,12 +167,13 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
     checks().check_rms_norm(x, normalized_shape, weight)
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     eps = rms_norm_eps(x.dtype, eps)
-    mod = _ln_kernels("rms_norm", x, m, n, weight)
+    x2d = x.reshape(m, n)
+    mod = _ln_kernels("rms_norm", x2d, weight)
     if mod is None or not hasattr(mod, "add_rms_forward"):
         s = x + residual
         y, rstd = _fused_rms_norm(s, ns, weight, eps)
         return y, s, rstd
-    y, s, rstd = mod.add_rms_forward(x.reshape(m, n), residual.reshape(m, n), _flat(weight), eps)
+    y, s, rstd = mod.add_rms_forward(x2d, residual.reshape(m, n), _flat(weight), eps)
     return y.view(x.shape), s.view(x.shape), rstd.view(stat_shape)
 
 
