@@ -155,8 +155,16 @@ def sweep(sol_bw, deadline):
     base = dict(L._CFG)
     groups = {}
 
-    def add(group, label, cfg, op, M, N, which):
-        groups.setdefault(group, []).append((label, cfg, op, M, N, which))
+    def add(group, label, cfg, op, M, N, which, pdt=torch.bfloat16):
+        groups.setdefault(group, []).append((label, cfg, op, M, N, which, pdt))
+
+    for M, N in ((16384, 4096), (8192, 8192), (4096, 16384)):
+        for pdt in (torch.bfloat16, torch.float32):
+            for lab, cfg in (("off", {}), ("p1", {"fwd_persist_min_block": 2048, "fwd_persist_max_block": 16384,
+                                                  "fwd_persist_progs_per_sm": 1}),
+                             ("p2", {"fwd_persist_min_block": 2048, "fwd_persist_max_block": 16384,
+                                     "fwd_persist_progs_per_sm": 2})):
+                add("fwdpersist", lab, cfg, "ln", M, N, "fwd", pdt)
 
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
         add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
@@ -185,13 +193,13 @@ def sweep(sol_bw, deadline):
             add("bwdept", f"e{ept}", {"bwd_ept": ept}, "ln", M, N, "bwd")
     out, chosen = [], {}
     order = ["fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k", "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
-             "bwdept"]
+             "bwdept", "fwdpersist"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":
-            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5]) for c in cases[:2]]
+            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5], c[6]) for c in cases[:2]]
         totals = {}
-        for label, cfg, op, M, N, which in cases:
+        for label, cfg, op, M, N, which, pdt in cases:
             if time.time() > deadline:
                 log(f"sweep {g}: out of time")
                 break
@@ -200,7 +208,7 @@ def sweep(sol_bw, deadline):
             L._CFG.update(chosen)
             L._CFG.update(cfg)
             try:
-                r = time_row(op, M, N, torch.bfloat16, torch.bfloat16, sol_bw, with_aten=False)
+                r = time_row(op, M, N, torch.bfloat16, pdt, sol_bw, with_aten=False)
             except Exception as e:
                 log(f"sweep {g} {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
                 totals[label] = float("inf")
@@ -208,8 +216,8 @@ def sweep(sol_bw, deadline):
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             totals[label] = totals.get(label, 0.0) + v
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
-                        "cfg": cfg})
-            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {label:22s} {v:8.4f} ms  SOL {sv:.3f}")
+                        "cfg": cfg, "params": str(pdt)})
+            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}")
         complete = {lab for lab in totals if sum(1 for c in cases if c[0] == lab) ==
                     sum(1 for o in out if o["group"] == g and o["label"] == lab)}
         if complete:

@@ -4,8 +4,9 @@ Signatures and the Python-side checks are `torch.nn.functional`'s (contract §2.
 one, eps sign, spatial size and group checks raise the same `ValueError`s, then the aten-level checks of
 `normkit._checks` run before any kernel launch (running statistics stay untouched when a call raises).
 
-Batch, layer and RMS norm go through `torch.ops.normkit.*` (fake implementations, autograd, double
-backward), so they work under `torch.compile(fullgraph=True)` and CUDA-graph capture. Instance norm goes
+Batch, layer and RMS norm go through `normkit.ops.custom`'s autograd Functions (double backward too),
+which call the `torch.ops.normkit.*` custom ops inside `torch.compile` (fullgraph works) and the same
+implementations directly in eager; both are CUDA-graph capturable (no host synchronisation). Instance norm goes
 through the batch-norm op on the `(1, N*C, *)` view, as ATen does. Group norm runs `normkit.reference`
 (plain differentiable torch) for now.
 
@@ -39,6 +40,12 @@ def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
                     f"not {type(normalized_shape).__name__}")
 
 
+def _check_residual(x: Tensor, residual: Tensor) -> None:
+    from normkit.ops.layer_norm import _check_residual as check
+
+    check(x, residual)
+
+
 def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
     # torch's _batch_norm_impl_index for an empty input: no view of the input, no gradient-chain break.
     out = input.clone()
@@ -69,7 +76,7 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
     ns = _shape_list(normalized_shape)
     _checks.check_layer_norm(input, ns, weight, bias)
-    return _ops().layer_norm(input, ns, weight, bias, float(eps))[0]
+    return _ops().layer_norm_autograd(input, ns, weight, bias, float(eps))[0]
 
 
 def _rms_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
@@ -97,7 +104,7 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
         from normkit import reference
 
         return reference.rms_norm(input, ns, weight, eps)
-    y = _ops().rms_norm(input, ns, weight, _rms_eps(input.dtype, eps))[0]
+    y = _ops().rms_norm_autograd(input, ns, weight, _rms_eps(input.dtype, eps))[0]
     return _keep_channels_last(y, input)
 
 
@@ -105,8 +112,9 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
                    bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)` (one kernel on GPU)."""
     ns = _shape_list(normalized_shape, "add_layer_norm")
+    _check_residual(x, residual)
     _checks.check_layer_norm(x, ns, weight, bias)
-    y, s, _, _ = _ops().add_layer_norm(x, residual, ns, weight, bias, float(eps))
+    y, s, _, _ = _ops().add_layer_norm_autograd(x, residual, ns, weight, bias, float(eps))
     return y, s
 
 
@@ -114,8 +122,9 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`."""
     ns = _shape_list(normalized_shape, "add_rms_norm")
+    _check_residual(x, residual)
     _checks.check_rms_norm(x, ns, weight)
-    y, s, _ = _ops().add_rms_norm(x, residual, ns, weight, _rms_eps(x.dtype, eps))
+    y, s, _ = _ops().add_rms_norm_autograd(x, residual, ns, weight, _rms_eps(x.dtype, eps))
     return y, s
 
 

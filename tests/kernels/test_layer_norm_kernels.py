@@ -155,7 +155,8 @@ def check_ln(M, N, dtype, kind="same", offset=0.0, device="cpu", eps=1e-5, bwd=T
     assert (mean.double() - mr).abs().max().item() <= mtol, tag
     if not bwd:
         return
-    dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, w is not None, b is not None), bias_dtype=None if b is None else b.dtype)
+    dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, w is not None, b is not None),
+                               bias_dtype=None if b is None else b.dtype)
     gx, gw, gb = ref_ln_bwd(dy, x, w, b, eps)
     assert dx.dtype == dtype and dx.shape == (M, N)
     assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[dtype], tag + " dx"
@@ -292,6 +293,25 @@ def _check_sum(s, s_ref):
         assert ((s.float() - s_ref.float()).abs() <= ulp).all()
     else:
         assert torch.equal(s, s_ref)
+
+
+@interp
+@pytest.mark.parametrize("N", [64, 100, 1000])
+def test_persistent_forward(N, monkeypatch):
+    # the opt-in persistent rows forward: w/b held per program over several row blocks
+    monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1)
+    monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "fwd_persist_progs_per_sm", 1)
+    monkeypatch.setitem(L._CFG, "tile_elems", 256)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float64, "none")):
+        check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0, bwd=False)
+        check_rms(37, N, dtype, kind, bwd=False)
+    x, _ = _inputs(37, N, torch.float16)
+    r, _ = _inputs(37, N, torch.float16)
+    w, b = _params(N, torch.float16, "same")
+    y, s, mean, rstd = L.add_ln_forward(x, r, w, b, 1e-5)
+    _check_sum(s, x + r)
+    assert rel(y, ref_ln(s, w, b, 1e-5)[0]) <= TOL[torch.float16]
 
 
 @interp

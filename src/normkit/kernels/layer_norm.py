@@ -6,21 +6,28 @@ No validation, no autograd, no host synchronisation here (CUDA-graph and ``torch
 
 Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``):
 
-* **rows in registers** (``BLOCK_N <= _CFG['fwd_max_block']`` forward, ``'bwd_max_block'`` backward):
-  a program holds a ``[BLOCK_M, BLOCK_N]`` tile, several rows per program for narrow rows
-  (``BLOCK_M * BLOCK_N ~ 4K-8K`` elements), one row per program for wide ones. Forward: one read of x,
-  one write of y (2 HBM passes, the minimum). Backward: one read of x and dy, one write of dx
-  (3 passes) plus the dw/db partials (``P x N`` fp32, ``P ~ #SMs x a few``), reduced by a second kernel.
-* **looped rows** (wider): forward, one program per row loops twice over the row in chunks; the second
-  loop walks the row backwards so that it re-reads the most recently loaded chunks from L2 (2 HBM passes
-  when the concurrent rows fit in L2, at worst 3). Backward, a row-sum kernel (reads x, dy) and a
-  column-tiled kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group), the
-  column kernel walking the rows in the reverse order so the tail of the first kernel's reads hit L2:
-  5 passes at worst.
+* **rows in registers** (``BLOCK_N <= _CFG['fwd_max_block']`` = 16384 forward; backward up to
+  ``'bwd_max_block'`` = 16384 for RMS and ``'bwd_max_block_ln'`` = 8192 for layer norm, whose two
+  accumulators spill at 16K): a program holds a ``[BLOCK_M, BLOCK_N]`` tile, several rows per program
+  for narrow rows (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row per program for wide ones. Forward:
+  one read of x, one write of y (2 HBM passes, the minimum). Backward: P persistent programs
+  (``P ~ #SMs x 32/num_warps``), each walking consecutive row blocks: one read of x and dy, one write of
+  dx (3 passes), dy*xhat and dy summed in registers and written once as fp32 partials ``(P, N)``,
+  reduced over P by one more small launch (fixed order).
+* **looped rows** (wider): forward, persistent programs (4 per SM) each take rows ``pid, pid+P, ...``
+  and loop twice over the row in chunks, the second loop walking backwards so that it re-reads the
+  most recently loaded chunks from L2 (2 HBM passes when the rows in flight fit in L2, else 3: at
+  65536/262144 it measured 0.50-0.68 of copy bandwidth). Backward, a row-sum kernel (reads x, dy) and
+  a column-tiled kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group, walking
+  the rows in the reverse order so the tail of the first kernel's reads hit L2): 5 passes at worst.
 
-Numerics: fp32 accumulation (fp64 for fp64 inputs); mean/rstd in fp32 (fp64 for fp64). The variance is
-computed from ``x - mean`` held in registers (two passes over registers), and in the looped regime from
-per-chunk (mean, M2) pairs merged with Chan's formula; never ``E[x^2] - E[x]^2``. ``rstd =
+Measured on an H200 (bf16, >= 64 MiB): forward 0.80-0.89 of copy bandwidth up to 16384 wide, backward
+0.57-0.82 up to 4096 wide; see ``benchmarks/NOTES-layer_norm.md``.
+
+Numerics: fp32 accumulation (fp64 for fp64 inputs); mean/rstd in fp32 (fp64 for fp64). Layer norm
+works on ``x - x[row, 0]`` (exact for nearby values, so a +1000 offset costs no digits in ``x - mean``);
+the variance is computed from ``x - mean`` held in registers (two passes over registers), and in the
+looped regime from per-chunk (mean, M2) pairs merged with Chan's formula; never ``E[x^2] - E[x]^2``. ``rstd =
 rsqrt(var + eps)``. RMS: ``rstd = rsqrt(mean(x^2) + eps)``, ``y = (x * rstd) * w`` in fp32, then cast.
 dw/db are accumulated in fp32 per program and reduced in a fixed order: bitwise deterministic, no atomics.
 """
@@ -92,13 +99,14 @@ def _rsqrt(v, ACC: tl.constexpr):
 
 @triton.jit
 def _fwd_rows_tile(
-    X, R, Y, S, MEAN, RSTD, w, b, row0, cols, cmask,
+    X, R, W, B, Y, S, MEAN, RSTD, w, b, row0, cols, cmask,
     M, N, stride_x, stride_r, stride_y, stride_s, eps,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, LOAD_WB: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers (w/b given, [BLOCK_N])."""
+    """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers. w/b: given ([BLOCK_N], held
+    by a persistent program), or, with LOAD_WB, loaded here after the statistics (short live range)."""
     rows = row0 + tl.arange(0, BLOCK_M).to(tl.int64)
     rmask = rows < M
     mask = rmask[:, None] & cmask[None, :]
@@ -130,6 +138,11 @@ def _fwd_rows_tile(
         y = d * rstd[:, None]
         tl.store(MEAN + rows, shift + mean_s, mask=rmask)
     tl.store(RSTD + rows, rstd, mask=rmask)
+    if LOAD_WB:
+        if HAS_W:
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        if HAS_B:
+            b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
     if HAS_W:
         y = y * w[None, :]
     if HAS_B:
@@ -155,20 +168,20 @@ def _fwd_rows_kernel(
     cmask = cols < N
     w = tl.zeros([BLOCK_N], dtype=ACC)
     b = tl.zeros([BLOCK_N], dtype=ACC)
-    if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    if HAS_B:
-        b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
     if PERSIST:
+        if HAS_W:
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        if HAS_B:
+            b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
         first = pid.to(tl.int64) * blocks_per_prog
         for i in range(0, blocks_per_prog):
-            _fwd_rows_tile(X, R, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
+            _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
                            M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                           BLOCK_M, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+                           BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
     else:
-        _fwd_rows_tile(X, R, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
+        _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
                        M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                       BLOCK_M, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+                       BLOCK_M, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
 
 
 # --------------------------------------------------------------------------------------------------

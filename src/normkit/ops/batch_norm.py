@@ -53,6 +53,11 @@ def _empty_reserve(x: Tensor) -> Tensor:
 def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """Validated forward: `(out, save_mean, save_invstd)`, eval stats empty."""
     checks().check_batch_norm(x, weight, bias, running_mean, running_var, training)
+    return _forward_core(x, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _forward_core(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """`_forward` without validation (for callers that validated already: normkit.functional)."""
     mod = _bn_kernels(x, weight, bias, running_mean, running_var)
     if mod is None:
         return tuple(reference().native_batch_norm(x, weight, bias, running_mean, running_var, training,
@@ -104,6 +109,13 @@ def _backward(grad_out, x, weight, running_mean, running_var, save_mean, save_in
               output_mask, *, kernel_name="batch_norm_backward_cpu"):
     checks().check_batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean,
                                        save_invstd, train, kernel=kernel_name)
+    return _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                          output_mask)
+
+
+def _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                   output_mask):
+    """`_backward` without validation."""
     mask = [bool(m) for m in output_mask]
     mod = _bn_kernels(x, weight, running_mean, running_var)
     if mod is None or grad_out.dtype != x.dtype:

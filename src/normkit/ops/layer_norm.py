@@ -71,6 +71,10 @@ def _flat(p: Optional[Tensor]) -> Optional[Tensor]:
 def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
                       bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     checks().check_layer_norm(input, normalized_shape, weight, bias)
+    return _layer_norm_core(input, normalized_shape, weight, bias, eps)
+
+
+def _layer_norm_core(input, normalized_shape, weight, bias, eps):
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
     x2d = input.reshape(m, n)
     mod = _ln_kernels("layer_norm", x2d, weight, bias)
@@ -84,6 +88,10 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
                                rstd: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                                output_mask: List[bool]):
     checks().check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
+    return _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+
+
+def _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask]
     x2d = input.reshape(m, n)
@@ -103,6 +111,10 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
 def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
                     eps: Optional[float]) -> Tuple[Tensor, Tensor]:
     checks().check_rms_norm(input, normalized_shape, weight)
+    return _rms_norm_core(input, normalized_shape, weight, eps)
+
+
+def _rms_norm_core(input, normalized_shape, weight, eps):
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
     eps = rms_norm_eps(input.dtype, eps)
     x2d = input.reshape(m, n)
@@ -116,6 +128,10 @@ def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Opti
 def _fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor,
                              weight: Optional[Tensor], output_mask: List[bool]):
     checks().check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
+    return _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, output_mask)
+
+
+def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, output_mask):
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask][:2]
     x2d = input.reshape(m, n)
@@ -149,12 +165,16 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
     """`s = x + residual`, `y = layer_norm(s)`: returns `(y, s, mean, rstd)` (one fused kernel on GPU)."""
     _check_residual(x, residual)
     checks().check_layer_norm(x, normalized_shape, weight, bias)
+    return _add_layer_norm_core(x, residual, normalized_shape, weight, bias, eps)
+
+
+def _add_layer_norm_core(x, residual, normalized_shape, weight, bias, eps):
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     x2d = x.reshape(m, n)
     mod = _ln_kernels("layer_norm", x2d, weight, bias)
     if mod is None or not hasattr(mod, "add_ln_forward"):
         s = x + residual
-        y, mean, rstd = native_layer_norm(s, ns, weight, bias, eps)
+        y, mean, rstd = _layer_norm_core(s, ns, weight, bias, eps)
         return y, s, mean, rstd
     y, s, mean, rstd = mod.add_ln_forward(x2d, residual.reshape(m, n), _flat(weight), _flat(bias), eps)
     return y.view(x.shape), s.view(x.shape), mean.view(stat_shape), rstd.view(stat_shape)
@@ -165,13 +185,17 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
     """`s = x + residual`, `y = rms_norm(s)`: returns `(y, s, rstd)`."""
     _check_residual(x, residual)
     checks().check_rms_norm(x, normalized_shape, weight)
+    return _add_rms_norm_core(x, residual, normalized_shape, weight, eps)
+
+
+def _add_rms_norm_core(x, residual, normalized_shape, weight, eps):
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     eps = rms_norm_eps(x.dtype, eps)
     x2d = x.reshape(m, n)
     mod = _ln_kernels("rms_norm", x2d, weight)
     if mod is None or not hasattr(mod, "add_rms_forward"):
         s = x + residual
-        y, rstd = _fused_rms_norm(s, ns, weight, eps)
+        y, rstd = _rms_norm_core(s, ns, weight, eps)
         return y, s, rstd
     y, s, rstd = mod.add_rms_forward(x2d, residual.reshape(m, n), _flat(weight), eps)
     return y.view(x.shape), s.view(x.shape), rstd.view(stat_shape)
