@@ -40,7 +40,7 @@ TOL_STAT = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 1e-6, torc
 
 # tiny tiles and few programs: many programs per channel, several grid-stride steps, several
 # channel blocks and ragged edges even on small shapes
-TINY = {"red_tile_bytes": 128, "ew_tile_bytes": 64, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
+TINY = {"red_tile_bytes": 128, "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -408,7 +408,9 @@ def _cuda_check(x, dtype_tol, params_dtype=torch.float32):
     d = dims_of(x)
     xf = x.float()
     var, mr = torch.var_mean(xf.double() if x.numel() < 2**28 else xf, dim=d, correction=0)
-    assert relerr(mean, mr) < 1e-5 and relerr(invstd, 1 / torch.sqrt(var.double() + 1e-5)) < 1e-5
+    # the batch mean of randn is ~0: measure its error against the channel's std, not its size
+    assert ((mean.double() - mr.double()).abs() * torch.sqrt(var.double())).max() < 1e-5
+    assert relerr(invstd, 1 / torch.sqrt(var.double() + 1e-5)) < 1e-5
     sh = bshape(x)
     yr = (xf - mean.view(sh)) * (invstd * w.float()).view(sh) + b.float().view(sh)
     assert y.stride() == x.stride()

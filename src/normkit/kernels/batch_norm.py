@@ -47,10 +47,12 @@ __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 # Heuristic knobs (shape-keyed; tests shrink them to exercise many programs/iterations on tiny
 # shapes, the GPU sweep varies them).
 _TUNE = {
-    "red_tile_bytes": 16384,  # bytes of one tensor per reduction program per loop step
-    "ew_tile_bytes": 16384,  # bytes of one tensor per elementwise program
+    "red_tile_bytes": 8192,  # bytes of one tensor per reduction program per half loop step (2 in flight)
+    "ew_tile_bytes": 16384,  # bytes of one tensor per elementwise program, rows view
+    "ew_tile_bytes_ncs": 8192,  # the same, ncs view
     "target_programs": 1024,  # programs of the split reduction (fixed: results never depend on the GPU)
-    "min_rows": 128,  # rows-layout reduction: at least this many rows per program before splitting C finer
+    "partial_frac": 0.02,  # partial sums (2 x P x C fp32) at most this fraction of the input bytes
+    "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
     "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
     "ew_warps": 8,
     "red_warps": 8,
@@ -68,14 +70,29 @@ _FWD_TRAIN, _FWD_EVAL, _BWD_TRAIN, _BWD_EVAL = 0, 1, 2, 3
 
 
 @triton.jit
+def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr, ACC: tl.constexpr):
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    if BWD:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+        acc1 += g
+        acc2 += g * (x - ref)
+    else:
+        d = tl.where(mask, x - ref, 0.0)
+        acc1 += d
+        acc2 += d * d
+    return acc1, acc2
+
+
+@triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
-    row chunks p, p+P, p+2P, ... Forward: sum(x-shift), sum((x-shift)^2), shift = row 0.
-    Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]."""
+    row chunks p, p+P, p+2P, ... (two chunks per loop step, both loads in flight before use).
+    Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)).
+    Writes part[0, p, c] and part[1, p, c]."""
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -85,23 +102,20 @@ def _bn_reduce_rows_kernel(
         ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)
     else:
         ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    ref2 = ref[None, :]
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
     for i in range(0, n_iter):
-        chunk = (p + i * P).to(tl.int64)
-        rows = chunk * BM + rr
-        mask = (rows < M)[:, None] & cmask[None, :]
-        offs = rows[:, None] * C + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-        if BWD:
-            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
-            acc1 += g
-            acc2 += g * (x - ref[None, :])
-        else:
-            d = tl.where(mask, x - ref[None, :], 0.0)
-            acc1 += d
-            acc2 += d * d
+        chunk = (p + (2 * i) * P).to(tl.int64)
+        rows0 = chunk * BM + rr
+        rows1 = rows0 + P * BM
+        m0 = (rows0 < M)[:, None] & cmask[None, :]
+        m1 = (rows1 < M)[:, None] & cmask[None, :]
+        o0 = rows0[:, None] * C + cols[None, :]
+        o1 = rows1[:, None] * C + cols[None, :]
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
@@ -115,7 +129,8 @@ def _bn_reduce_ncs_kernel(
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
-    (p, cb) takes channels cb*CB.. and units p, p+P, ... Same sums as the rows kernel."""
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the
+    rows kernel."""
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -125,30 +140,29 @@ def _bn_reduce_ncs_kernel(
         ref = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)
     else:
         ref = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)
+    ref2 = ref[:, None]
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
     for i in range(0, n_iter):
-        u = (p + i * P).to(tl.int64)
-        n = u // NSC
-        sc = u - n * NSC
-        s = sc * BS + sr
-        plane = n * C + ch  # u < U  <=>  n < N  <=>  plane < N*C (for ch < C)
-        mask = (cmask & (plane < NC))[:, None] & (s < S)[None, :]
-        offs = plane[:, None] * S + s[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-        if BWD:
-            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
-            acc1 += g
-            acc2 += g * (x - ref[:, None])
-        else:
-            d = tl.where(mask, x - ref[:, None], 0.0)
-            acc1 += d
-            acc2 += d * d
-    s1 = tl.sum(acc1, axis=1)
-    s2 = tl.sum(acc2, axis=1)
-    tl.store(part_ptr + p * C + ch, s1, mask=cmask)
-    tl.store(part_ptr + (P + p) * C + ch, s2, mask=cmask)
+        u0 = (p + (2 * i) * P).to(tl.int64)
+        u1 = u0 + P
+        n0 = u0 // NSC
+        n1 = u1 // NSC
+        s0 = (u0 - n0 * NSC) * BS + sr
+        s1 = (u1 - n1 * NSC) * BS + sr
+        plane0 = n0 * C + ch  # u < U  <=>  n < N  <=>  plane < N*C (for ch < C)
+        plane1 = n1 * C + ch
+        m0 = (cmask & (plane0 < NC))[:, None] & (s0 < S)[None, :]
+        m1 = (cmask & (plane1 < NC))[:, None] & (s1 < S)[None, :]
+        o0 = plane0[:, None] * S + s0[None, :]
+        o1 = plane1[:, None] * S + s1[None, :]
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
+    r1 = tl.sum(acc1, axis=1)
+    r2 = tl.sum(acc2, axis=1)
+    tl.store(part_ptr + p * C + ch, r1, mask=cmask)
+    tl.store(part_ptr + (P + p) * C + ch, r2, mask=cmask)
 
 
 @triton.jit
@@ -176,7 +190,8 @@ def _bn_combine_fwd_kernel(
     ACC: tl.constexpr,
 ):
     """Per channel: mean, invstd = rsqrt(biased var + eps), running-stat update, and the
-    normalisation coefficients coef = [shift, mean - shift, w*invstd, b] (ACC dtype)."""
+    normalisation coefficients coef = [shift, mean - shift, w*invstd, b - (mean - shift)*w*invstd]
+    (ACC dtype): y = (x - shift) * a + c keeps every digit of x - shift."""
     pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
@@ -203,7 +218,7 @@ def _bn_combine_fwd_kernel(
     tl.store(coef_ptr + ch, shift.to(ACC), mask=cmask)
     tl.store(coef_ptr + C + ch, dmean.to(ACC), mask=cmask)
     tl.store(coef_ptr + 2 * C + ch, a.to(ACC), mask=cmask)
-    tl.store(coef_ptr + 3 * C + ch, b.to(ACC), mask=cmask)
+    tl.store(coef_ptr + 3 * C + ch, (b - dmean * a).to(ACC), mask=cmask)
     if HAS_RS:
         if F64:
             mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
@@ -267,11 +282,11 @@ def _bn_ew_coefs(p0, p1, p2, p3, ch, cmask, C, e0, e1, e2,
                  MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                  F64: tl.constexpr, ACC: tl.constexpr):
     """Per-channel coefficients (k0, k1, k2, k3) of the elementwise pass for channels ch."""
-    if MODE == 0:  # forward train: p0 = coef [shift, dmean, a, b]
+    if MODE == 0:  # forward train: p0 = coef [shift, dmean, a, c]
         k0 = tl.load(p0 + ch, mask=cmask, other=0.0).to(ACC)
-        k1 = tl.load(p0 + C + ch, mask=cmask, other=0.0).to(ACC)
         k2 = tl.load(p0 + 2 * C + ch, mask=cmask, other=0.0).to(ACC)
         k3 = tl.load(p0 + 3 * C + ch, mask=cmask, other=0.0).to(ACC)
+        k1 = k3
     elif MODE == 1:  # forward eval: p0 = running_mean, p1 = running_var, p2 = w, p3 = b
         if F64:
             eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
@@ -282,7 +297,7 @@ def _bn_ew_coefs(p0, p1, p2, p3, ch, cmask, C, e0, e1, e2,
         if F64:
             k2 = 1.0 / tl.sqrt(rv + eps)
         else:
-            k2 = tl.div_rn(tl.zeros_like(rv) + 1.0, tl.sqrt_rn(rv + eps))
+            k2 = tl.rsqrt(rv + eps)  # MUFU.RSQ: ~1e-7 relative, one instruction per channel
         if HAS_W:
             k2 = k2 * tl.load(p2 + ch, mask=cmask, other=1.0).to(ACC)
         if HAS_B:
@@ -308,7 +323,7 @@ def _bn_ew_coefs(p0, p1, p2, p3, ch, cmask, C, e0, e1, e2,
 @triton.jit
 def _bn_ew_apply(x, g, k0, k1, k2, k3, MODE: tl.constexpr):
     if MODE == 0:
-        out = ((x - k0) - k1) * k2 + k3
+        out = (x - k0) * k2 + k3
     elif MODE == 1:
         out = (x - k0) * k2 + k3
     elif MODE == 2:
@@ -353,7 +368,7 @@ def _bn_ew_rows_kernel(
 def _bn_ew_ncs_kernel(
     x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
     NC, C, S, NSB, NT, e0, e1, e2,
-    R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr,
+    R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
 ):
     """Elementwise pass over a contiguous (N, C, S) view seen as (N*C) planes of S: tile
@@ -361,9 +376,15 @@ def _bn_ew_ncs_kernel(
     pid = NT - 1 - tl.program_id(0)
     rb = pid // NSB
     sb = pid - rb * NSB
-    r = rb.to(tl.int64) * R + tl.arange(0, R)
+    r0 = rb.to(tl.int64) * R
+    r = r0 + tl.arange(0, R)
     rmask = r < NC
-    ch = r % C
+    # channel of each plane: one int64 remainder per program, int32 after that
+    ch = (r0 % C).to(tl.int32) + tl.arange(0, R)
+    if WRAP_MOD:
+        ch = ch % C
+    else:
+        ch = tl.where(ch >= C, ch - C, ch)
     k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
                                   MODE, HAS_W, HAS_B, F64, ACC)
     s = sb * BS + tl.arange(0, BS)
@@ -549,13 +570,15 @@ def _reduce_cfg_uncached(v, esize):
         nsc = _cdiv(v.S, BS)
         units = v.N * nsc
         cfg = dict(CB=CB, BS=BS, NSC=nsc, U=units)
-    P = max(1, min(units, target // ncb))
-    cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, P))
+    # cap P so that the partials (2 x P x C x 4 bytes) stay a small fraction of the input
+    cap = int(_TUNE["partial_frac"] * v.M * esize / 8)
+    P = max(1, min(units, target // ncb, max(cap, 1)))
+    cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, 2 * P))
     return cfg
 
 
 def _ew_cfg_uncached(v, esize):
-    tile = _tile(esize, "ew_tile_bytes")
+    tile = _tile(esize, "ew_tile_bytes" if v.kind == "rows" else "ew_tile_bytes_ncs")
     if v.kind == "rows":
         BC = min(_pow2(v.C), tile)
         BM = max(1, tile // BC)
@@ -618,7 +641,7 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
     else:
         _bn_ew_ncs_kernel[grid](
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
-            R=cfg["R"], BS=cfg["BS"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
+            R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
             num_warps=_warps(cfg["R"] * cfg["BS"]),
         )
 

@@ -426,6 +426,17 @@ class _AddLayerNormFn(torch.autograd.Function):
                 gb if mask[2] else None, None)
 
 
+def _add_ln_setup(ctx, inputs, output):
+    x, residual, normalized_shape, weight, bias, eps = inputs
+    ctx.normalized_shape = list(normalized_shape)
+    ctx.eps = eps
+    ctx.save_for_backward(output[1], weight, bias, output[2], output[3])
+
+
+add_layer_norm.register_autograd(lambda ctx, *grads: _AddLayerNormFn.backward(ctx, *grads),
+                                 setup_context=_add_ln_setup)
+
+
 def add_layer_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                             bias: Optional[Tensor], eps: float):
     return _AddLayerNormFn.apply(x, residual, normalized_shape, weight, bias, eps)
@@ -475,6 +486,17 @@ class _AddRMSNormFn(torch.autograd.Function):
             gsum, gw = _rms_grads(gy, s, ctx.normalized_shape, rstd, weight, ctx.eps, mask)
         gsum = _sum_grad(gsum if mask[0] else None, gs) if need_sum else None
         return gsum if n[0] else None, gsum if n[1] else None, None, gw if mask[1] else None, None
+
+
+def _add_rms_setup(ctx, inputs, output):
+    x, residual, normalized_shape, weight, eps = inputs
+    ctx.normalized_shape = list(normalized_shape)
+    ctx.eps = eps
+    ctx.save_for_backward(output[1], weight, output[2])
+
+
+add_rms_norm.register_autograd(lambda ctx, *grads: _AddRMSNormFn.backward(ctx, *grads),
+                               setup_context=_add_rms_setup)
 
 
 def add_rms_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
