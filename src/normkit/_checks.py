@@ -138,14 +138,19 @@ def check_batch_norm(
     *,
     kernel: str = "batch_norm",
     allow_empty: bool = False,
+    functional: bool = False,
 ) -> None:
-    """Every forward batch-norm check, in the order ``torch.batch_norm`` applies them.
+    """Every forward batch-norm check, in the order torch applies them at the level of the caller.
 
-    Order: rank (channel dim exists), running stats defined in eval and of size C, weight/bias of size C
+    Called from the functional level (``functional=True``), the order is ``torch.batch_norm``'s: rank
+    (channel dim exists), running stats defined in eval and of size C, weight/bias of size C
     (``_batch_norm_impl_index``), one running stat without the other, dtype (the kernel), and finally
-    an empty input in training (the CPU kernel). ``allow_empty`` skips the last one for callers that
-    handle empty training batches themselves (``instance_norm``, the functional API).
+    an empty input in training (the CPU kernel). Raw aten ops check one running stat without the other
+    first (the kernel's own check runs before anything else there). ``allow_empty`` skips the empty-input
+    check for callers that handle empty training batches themselves (``instance_norm``, the functional API).
     """
+    if not functional:
+        check_batch_norm_running_stats(running_mean, running_var)
     check_channel_dim(input)
     c = input.shape[1]
     for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
@@ -266,7 +271,7 @@ def check_batch_norm_functional(input: Tensor, running_mean, running_var, weight
     check_batch_norm_eps(eps, training)
     if input.numel() == 0:
         return False
-    check_batch_norm(input, weight, bias, running_mean, running_var, training)
+    check_batch_norm(input, weight, bias, running_mean, running_var, training, functional=True)
     return True
 
 

@@ -22,6 +22,19 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32
 
 
+def opmath_dtype(input: Tensor) -> torch.dtype:
+    """Dtype the reference computes in: float64 (complex128) wherever the device has it.
+
+    The reference is the oracle and the CPU path, so it rounds once, at the end: statistics are computed
+    in double (as torch's CPU kernels do for fp32 inputs) and cast to ``acc_dtype`` only when returned.
+    A constant channel then has exactly zero variance, and a +1000 offset costs no digits. MPS has no
+    float64: there it computes in ``acc_dtype``.
+    """
+    if input.device.type == "mps":
+        return acc_dtype(input.dtype)
+    return torch.complex128 if input.dtype.is_complex else torch.float64
+
+
 def suggest_memory_format(t: Tensor) -> torch.memory_format:
     """Python port of C++ ``Tensor::suggest_memory_format()`` (no such method in Python)."""
     if t.layout != torch.strided or t.dim() not in (4, 5):

@@ -18,6 +18,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.reference._common import (
     acc_dtype,
+    opmath_dtype,
     batch_dims,
     channel_view,
     empty_stat,
@@ -82,18 +83,18 @@ def _normalize(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 
 def _forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    cdt = acc_dtype(input.dtype)
+    cdt, sdt = opmath_dtype(input), acc_dtype(input.dtype)
     if training:
         mean, var = _batch_stats(input.to(cdt))
         invstd = invstd_from_var(var, eps)
         _update_running_stats(running_mean, running_var, mean, var, input.numel() // input.shape[1],
                               momentum)
-        return _normalize(input, weight, bias, mean, invstd), mean, invstd
+        return _normalize(input, weight, bias, mean, invstd), mean.to(sdt), invstd.to(sdt)
     # Eval: normalize with the running stats; plain 1/sqrt (aten has no zero guard here).
     mean = running_mean.to(cdt)
     invstd = torch.rsqrt(running_var.to(cdt) + eps)
     out = _normalize(input, weight, bias, mean, invstd)
-    return out, empty_stat(input, cdt), empty_stat(input, cdt)
+    return out, empty_stat(input, sdt), empty_stat(input, sdt)
 
 
 def native_batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
@@ -150,7 +151,7 @@ def _batch_norm_no_update(input: Tensor, weight: Optional[Tensor], bias: Optiona
 
 def _backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
               output_mask):
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     nd = input.dim()
     dims = batch_dims(nd)
     if train:
@@ -213,9 +214,10 @@ def batch_norm_update_stats(input: Tensor, running_mean: Optional[Tensor], runni
                             momentum: float) -> Tuple[Tensor, Tensor]:
     """``aten::batch_norm_update_stats`` → (mean, biased var), updating the running stats given."""
     _checks.check_batch_norm_update_stats(input, running_mean, running_var)
-    mean, var = _batch_stats(input.to(acc_dtype(input.dtype)))
+    mean, var = _batch_stats(input.to(opmath_dtype(input)))
     _update_running_stats(running_mean, running_var, mean, var, input.numel() // input.shape[1], momentum)
-    return mean, var
+    sdt = acc_dtype(input.dtype)
+    return mean.to(sdt), var.to(sdt)
 
 
 def cudnn_batch_norm(input: Tensor, weight: Tensor, bias: Optional[Tensor], running_mean: Optional[Tensor],

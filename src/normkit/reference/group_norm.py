@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import acc_dtype, channel_view, param_dtype, suggest_memory_format, to_format
+from normkit.reference._common import acc_dtype, channel_view, opmath_dtype, param_dtype, suggest_memory_format, to_format
 
 __all__ = ["native_group_norm", "native_group_norm_backward"]
 
@@ -34,7 +34,7 @@ def native_group_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Te
                       HxW: int, group: int, eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     """``aten::native_group_norm`` → (out, mean (N, group), rstd (N, group))."""
     _checks.check_group_norm(input, weight, bias, N, C, HxW, group)
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     sdt = _stat_dtype(input, weight, bias)
     x = _grouped(input.to(cdt), N, C, HxW, group)
     if (C // group) * HxW == 0:
@@ -65,7 +65,7 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
     per channel: dw = Σ g·x̂, db = Σ g (weight's dtype, the input's when weight is None).
     """
     _checks.check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     nd = input.dim()
     # Per-channel reductions over every dim but 1 (the batch and spatial dims).
     dims = [0] + list(range(2, nd))

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import acc_dtype, param_dtype, prod
+from normkit.reference._common import acc_dtype, opmath_dtype, param_dtype, prod
 
 __all__ = ["native_layer_norm", "native_layer_norm_backward"]
 
@@ -32,14 +32,14 @@ def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Op
                       bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     """``aten::native_layer_norm`` → (out, mean, rstd)."""
     _checks.check_layer_norm(input, normalized_shape, weight, bias)
-    cdt = acc_dtype(input.dtype)
+    cdt, sdt = opmath_dtype(input), acc_dtype(input.dtype)
     dims = _norm_dims(input, normalized_shape)
     x = input.to(cdt)
     if prod(normalized_shape) == 0:
         # Empty rows: aten reports mean 0 and rstd NaN (a mean over nothing would be NaN too).
         mean = x.sum(dims, keepdim=True)
         rstd = torch.full_like(mean, float("nan"))
-        return input.contiguous().clone(), mean, rstd
+        return input.contiguous().clone(), mean.to(sdt), rstd.to(sdt)
     mean = x.mean(dims, keepdim=True)
     var = (x - mean).square().mean(dims, keepdim=True)  # two-pass, biased
     rstd = torch.rsqrt(var + eps)
@@ -48,7 +48,7 @@ def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Op
         y = y * weight.to(cdt)
     if bias is not None:
         y = y + bias.to(cdt)
-    return y.to(input.dtype).contiguous(), mean, rstd
+    return y.to(input.dtype).contiguous(), mean.to(sdt), rstd.to(sdt)
 
 
 def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int],
@@ -62,7 +62,7 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
     dw/db take the weight's/bias's dtype (the input's when absent: aten errors there instead).
     """
     _checks.check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     dims = _norm_dims(input, normalized_shape)
     row_dims = tuple(range(0, input.dim() - len(normalized_shape)))
     stat_shape = list(input.shape[: len(row_dims)]) + [1] * len(dims)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import acc_dtype, param_dtype, suggest_memory_format, to_format
+from normkit.reference._common import acc_dtype, opmath_dtype, param_dtype, suggest_memory_format, to_format
 
 __all__ = ["rms_norm", "_fused_rms_norm", "_fused_rms_norm_backward", "default_rms_eps"]
 
@@ -37,7 +37,7 @@ def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Opti
                     eps: Optional[float]) -> Tuple[Tensor, Tensor]:
     """``aten::_fused_rms_norm`` → (out, rstd); rstd shape ``shape[:axis] + [1]*k``, opmath dtype."""
     _checks.check_rms_norm(input, normalized_shape, weight)
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     if eps is None:
         eps = default_rms_eps(input.dtype)
     x = input.to(cdt)
@@ -45,7 +45,7 @@ def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Opti
     y = x * rstd
     if weight is not None:
         y = y * weight.to(cdt)  # in opmath, before the cast (unlike HF's LlamaRMSNorm)
-    return to_format(y.to(input.dtype), _out_format(input)), rstd
+    return to_format(y.to(input.dtype), _out_format(input)), rstd.to(acc_dtype(input.dtype))
 
 
 def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
@@ -62,7 +62,7 @@ def _fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: 
     With x̂ = x·rstd and g' = g·w: dx = rstd·(g' − x̂·mean(g'·x̂)), dw = Σ_rows g·x̂ (weight's dtype).
     """
     _checks.check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
-    cdt = acc_dtype(input.dtype)
+    cdt = opmath_dtype(input)
     dims = _norm_dims(input, normalized_shape)
     row_dims = tuple(range(0, input.dim() - len(normalized_shape)))
     r = rstd.to(cdt).reshape(list(input.shape[: len(row_dims)]) + [1] * len(dims))

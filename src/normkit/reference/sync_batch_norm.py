@@ -15,6 +15,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.reference._common import (
     acc_dtype,
+    opmath_dtype,
     batch_dims,
     channel_view,
     invstd_from_var,
@@ -37,8 +38,9 @@ __all__ = [
 def batch_norm_stats(input: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
     """Local (mean, invstd), each (C,) in the acc dtype; eps only enters invstd (0 guard as aten)."""
     _checks.check_batch_norm_stats(input)
-    mean, var = _batch_stats(input.to(acc_dtype(input.dtype)))
-    return mean, invstd_from_var(var, eps)
+    mean, var = _batch_stats(input.to(opmath_dtype(input)))
+    sdt = acc_dtype(input.dtype)
+    return mean.to(sdt), invstd_from_var(var, eps).to(sdt)
 
 
 def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Tensor,
