@@ -251,6 +251,11 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     xb = torch.randn(4, 3, 5, dtype=torch.bfloat16)
     yb = normkit.batch_norm(xb, None, None, torch.ones(3), torch.zeros(3), training=True)
     check(yb.float(), F.batch_norm(xb.float(), None, None, training=True), 2e-2)
+    xh = torch.randn(4, 3, 5, dtype=torch.float16)
+    rmh, rvh = torch.zeros(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16)
+    gi, gw, gb = normkit.ops.native_batch_norm_backward(torch.randn_like(xh), xh, None, rmh, rvh, None, None, False,
+                                                        1e-5, [True, True, True])
+    assert gw.dtype == gb.dtype == torch.float16, (gw.dtype, gb.dtype)  # an absent weight's grads: x's dtype
     print("INTERPRETER-OK")
     """
 )

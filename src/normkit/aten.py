@@ -73,13 +73,9 @@ def _family_available(family: str, x) -> bool:
     the reference runs)."""
     if _key == "CPU":
         return True
-    from normkit import kernels
-
-    if not kernels.runs_kernels_on(x):
-        return False
     from normkit.ops import _select
 
-    return _select.kernel_module(family) is not None
+    return _select.kernels_for(family, x) is not None
 
 
 def _plain_float(t) -> bool:
@@ -99,8 +95,9 @@ def _opt_ok(t) -> bool:
 def _kernel_params_ok(x, others) -> bool:
     # What the kernels take: every other tensor on x's device, in x's dtype or float32. Anything else
     # (e.g. fp64 params with a bf16 input) goes to the original kernel rather than the slow reference.
+    dev = x.get_device()
     for o in others:
-        if o is not None and (o.device != x.device or o.dtype not in (x.dtype, torch.float32)):
+        if o is not None and (o.get_device() != dev or o.dtype not in (x.dtype, torch.float32)):
             return False
     return True
 

@@ -63,7 +63,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     if training:
         _checks.verify_batch_size(input.size())
     _checks.check_batch_norm_eps(eps, training)
-    _checks.check_batch_norm(input, weight, bias, running_mean, running_var, training, allow_empty=True)
+    _checks.check_batch_norm(input, weight, bias, running_mean, running_var, training, allow_empty=True,
+                             functional=True)
     if input.numel() == 0:
         return _empty_batch_output(input, weight, bias)
     y, _, _ = _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, bool(training),
@@ -85,15 +86,6 @@ def _rms_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
     return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
 
 
-def _keep_channels_last(y: Tensor, input: Tensor) -> Tensor:
-    # ATen's rms_norm keeps channels_last / channels_last_3d inputs in that layout.
-    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
-        return y.contiguous(memory_format=torch.channels_last)
-    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
-        return y.contiguous(memory_format=torch.channels_last_3d)
-    return y
-
-
 def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
     """Like `torch.nn.functional.rms_norm`: eps=None means the machine epsilon of the compute type (fp32,
@@ -105,7 +97,9 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 
         return reference.rms_norm(input, ns, weight, eps)
     y = _ops().rms_norm_autograd(input, ns, weight, _rms_eps(input.dtype, eps))[0]
-    return _keep_channels_last(y, input)
+    from normkit.ops.layer_norm import keep_channels_last
+
+    return keep_channels_last(y, input)
 
 
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,

@@ -40,7 +40,8 @@ TOL_STAT = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 1e-6, torc
 
 # tiny tiles and few programs: many programs per channel, several grid-stride steps, several
 # channel blocks and ragged edges even on small shapes
-TINY = {"red_tile_bytes": 128, "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
+TINY = {"red_tile_bytes": 128, "red_tile_bytes_ncs_fwd": 128, "red_tile_bytes_ncs_bwd": 64,
+        "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -53,6 +54,12 @@ def relerr(a, b):
     d = torch.linalg.vector_norm(a - b)
     n = torch.linalg.vector_norm(b)
     return (d / n).item() if n > 0 else d.item()
+
+
+def err_vs_scale(a, ref, scale):
+    """||a - ref|| / ||scale||: for grad_input, whose terms (each ~ g*invstd*w) can cancel to ~0
+    on tiny batches, so its own size is no yardstick."""
+    return (torch.linalg.vector_norm(a.double() - ref.double()) / torch.linalg.vector_norm(scale.double())).item()
 
 
 def bits(t):
@@ -147,7 +154,8 @@ def tune(request, monkeypatch):
     return request.param
 
 
-# (shape, layout) cases: 2-D, NCL, NCHW, NHWC, NCDHW, NDHWC, HW = 1, strided copies, C = 1
+# (shape, layout) cases: 2-D, NCL, NCHW, NHWC, NCDHW, NDHWC, HW = 1, strided copies, C = 1;
+# short planes not a multiple of 16 take the compile-time-S kernels
 CASES = [
     ((7, 5), "contig"),
     ((3, 4, 9), "contig"),
@@ -158,6 +166,10 @@ CASES = [
     ((6, 4, 1, 1), "contig"),
     ((3, 5, 4, 3), "strided"),
     ((5, 1, 3, 2), "contig"),
+    ((3, 5, 4, 8), "contig"),  # S = 32: aligned planes (run-time S kernels)
+    ((2, 3, 1030), "contig"),  # S > 1024, not a multiple of 16: run-time S, unaligned config
+    ((2, 4), "contig"),  # N*HW = 2, the smallest training batch
+    ((1, 3, 2), "contig"),
 ]
 
 
@@ -204,7 +216,8 @@ def test_train_forward_backward(shape, layout, dtype, tune, poison):
     dxr, gwr, gbr = ref_bwd(g, x, w, mean, invstd, True)
     assert dx.dtype == dtype and dx.stride() == expected_strides(x)
     assert gw.dtype == w.dtype and gb.dtype == w.dtype
-    assert relerr(dx, dxr) < TOL_BWD[dtype]
+    scale = g.double() * (invstd.double() * w.double()).view(bshape(x))
+    assert err_vs_scale(dx, dxr, scale) < TOL_BWD[dtype]
     assert relerr(gw, gwr) < TOL_BWD[dtype]
     assert relerr(gb, gbr) < TOL_BWD[dtype]
 

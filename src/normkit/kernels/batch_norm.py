@@ -24,14 +24,19 @@ Passes over HBM (a "pass" = one full read or write of an input-sized tensor):
   reduction over (x, dy) too.
 
 Regime: split reduction (many programs per channel block, grid-stride over chunks so that the
-whole grid sweeps memory front to back), then the elementwise pass walks memory back to front so
-that its first tiles hit what the reduction left in L2.
+whole grid sweeps memory front to back, two chunks in flight per step), then the elementwise pass
+walks memory back to front so that its first tiles hit what the reduction left in L2. Block sizes
+come from shape-keyed heuristics (``_TUNE``; no autotuning, so CUDA-graph capture is safe).
+ncs planes whose length is not a multiple of 16 (7x7, 14x14) cannot use 16-byte accesses; they
+get small programs with few planes a thread (registers grow per plane), and S is compiled in when
+S <= 1024 so the alignment S does have is used (196 = 4 x 49).
 
 Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the
 channel's first element, in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
-order. The normalisation uses ``((x - shift) - (mean - shift)) * (w * invstd) + b`` so a large
-common offset costs no digits. No atomics, no host synchronisation, the same bits on every run
-(the split depends on the shape only, never on the device).
+order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
+``c = b - (mean - shift) * a``, so a large common offset costs no digits. No atomics, no host
+synchronisation, the same bits on every run (the split depends on the shape only, never on the
+device).
 """
 
 import functools
@@ -47,11 +52,16 @@ __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 # Heuristic knobs (shape-keyed; tests shrink them to exercise many programs/iterations on tiny
 # shapes, the GPU sweep varies them).
 _TUNE = {
-    "red_tile_bytes": 8192,  # bytes of one tensor per reduction program per half loop step (2 in flight)
+    # measured on the H200 (benchmarks/NOTES-batch_norm.md): each knob picked per layout/mode
+    "red_tile_bytes": 8192,  # rows view: bytes of one tensor per reduction program per half step (2 in flight)
+    "red_tile_bytes_ncs_fwd": 16384,  # ncs view, forward statistics
+    "red_tile_bytes_ncs_bwd": 4096,  # ncs view, backward sums (two tensors per step)
     "ew_tile_bytes": 16384,  # bytes of one tensor per elementwise program, rows view
     "ew_tile_bytes_ncs": 8192,  # the same, ncs view
     "target_programs": 1024,  # programs of the split reduction (fixed: results never depend on the GPU)
-    "partial_frac": 0.02,  # partial sums (2 x P x C fp32) at most this fraction of the input bytes
+    "target_programs_rows_fwd": 512,  # rows view, forward statistics
+    "partial_frac": 0.02,  # ncs: partial sums (2 x P x C fp32) at most this fraction of the input bytes
+    "partial_frac_rows": 0.005,  # the same, rows view
     "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
     "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
     "ew_warps": 8,
@@ -123,7 +133,7 @@ def _bn_reduce_rows_kernel(
 
 
 @triton.jit
-def _bn_reduce_ncs_kernel(
+def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
@@ -163,6 +173,27 @@ def _bn_reduce_ncs_kernel(
     r2 = tl.sum(acc2, axis=1)
     tl.store(part_ptr + p * C + ch, r1, mask=cmask)
     tl.store(part_ptr + (P + p) * C + ch, r2, mask=cmask)
+
+
+@triton.jit
+def _bn_reduce_ncs_kernel(
+    x_ptr, g_ptr, ref_ptr, part_ptr,
+    C, S, NC, NSC, P, NCB, n_iter,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+):
+    """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
+
+
+@triton.jit
+def _bn_reduce_ncs_kernel_cs(
+    x_ptr, g_ptr, ref_ptr, part_ptr,
+    C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+):
+    """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
+    the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
 
 
 @triton.jit
@@ -365,20 +396,22 @@ def _bn_ew_rows_kernel(
 
 
 @triton.jit
-def _bn_ew_ncs_kernel(
+def _bn_ew_ncs(
     x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
     NC, C, S, NSB, NT, e0, e1, e2,
     R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
+    LOCAL32: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
 ):
     """Elementwise pass over a contiguous (N, C, S) view seen as (N*C) planes of S: tile
-    [R planes, BS], tiles walked from the end of memory to the start."""
+    [R planes, BS], tiles walked from the end of memory to the start. LOCAL32: offsets inside
+    the tile in int32 from a per-program int64 base (fewer registers per plane)."""
     pid = NT - 1 - tl.program_id(0)
     rb = pid // NSB
     sb = pid - rb * NSB
     r0 = rb.to(tl.int64) * R
-    r = r0 + tl.arange(0, R)
-    rmask = r < NC
+    rl = tl.arange(0, R)
+    rmask = rl < NC - r0
     # channel of each plane: one int64 remainder per program, int32 after that
     ch = (r0 % C).to(tl.int32) + tl.arange(0, R)
     if WRAP_MOD:
@@ -389,17 +422,47 @@ def _bn_ew_ncs_kernel(
                                   MODE, HAS_W, HAS_B, F64, ACC)
     s = sb * BS + tl.arange(0, BS)
     mask = rmask[:, None] & (s < S)[None, :]
-    offs = r[:, None] * S + s[None, :]
+    base = r0 * S
+    if LOCAL32:
+        offs = rl[:, None] * S + s[None, :]
+    else:
+        offs = rl.to(tl.int64)[:, None] * S + s[None, :]
     if MODE != 3:
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(ACC)
     else:
         x = 0.0
     if MODE >= 2:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+        g = tl.load(g_ptr + base + offs, mask=mask, other=0.0).to(ACC)
     else:
         g = 0.0
     out = _bn_ew_apply(x, g, k0[:, None], k1[:, None], k2[:, None], k3[:, None], MODE)
-    tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + base + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bn_ew_ncs_kernel(
+    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
+    NC, C, S, NSB, NT, e0, e1, e2,
+    R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
+    LOCAL32: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+):
+    """ncs elementwise pass, plane length S at run time."""
+    _bn_ew_ncs(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, NC, C, S, NSB, NT, e0, e1, e2,
+               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
+
+
+@triton.jit
+def _bn_ew_ncs_kernel_cs(
+    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
+    NC, C, S: tl.constexpr, NSB, NT, e0, e1, e2,
+    R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
+    LOCAL32: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+):
+    """ncs elementwise pass with S a compile-time constant (short unaligned planes)."""
+    _bn_ew_ncs(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, NC, C, S, NSB, NT, e0, e1, e2,
+               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -529,11 +592,11 @@ def _pick_bs(S, tile):
     return best
 
 
-def _reduce_cfg(v, esize):
-    key = (v.kind, v.N, v.C, v.S, esize, tuple(_TUNE.values()))
+def _reduce_cfg(v, esize, bwd=False):
+    key = (v.kind, v.N, v.C, v.S, esize, bwd, tuple(_TUNE.values()))
     cfg = _CFG_CACHE.get(("red",) + key)
     if cfg is None:
-        cfg = _CFG_CACHE[("red",) + key] = _reduce_cfg_uncached(v, esize)
+        cfg = _CFG_CACHE[("red",) + key] = _reduce_cfg_uncached(v, esize, bwd)
     return cfg
 
 
@@ -548,16 +611,22 @@ def _ew_cfg(v, esize):
 _CFG_CACHE = {}
 
 
-def _reduce_cfg_uncached(v, esize):
+def _reduce_cfg_uncached(v, esize, bwd=False):
     """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
     NCB (channel blocks), n_iter (grid-stride steps)."""
-    tile = _tile(esize, "red_tile_bytes")
-    target = _TUNE["target_programs"]
+    if v.kind == "rows":
+        tile = _tile(esize, "red_tile_bytes")
+        target = _TUNE["target_programs" if bwd else "target_programs_rows_fwd"]
+        frac = _TUNE["partial_frac_rows"]
+    else:
+        tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
+        target = _TUNE["target_programs"]
+        frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "rows":
         BC = min(_pow2(C), tile, 1024)
         # enough rows per program that the partials stay a small fraction of the input
-        while BC > 32 and v.M * _cdiv(C, BC) < _TUNE["min_rows"] * target:
+        while BC > 32 and v.M * _cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
             BC //= 2
         BM = max(1, tile // BC)
         ncb = _cdiv(C, BC)
@@ -565,13 +634,23 @@ def _reduce_cfg_uncached(v, esize):
         cfg = dict(BM=BM, BC=BC)
     else:
         BS = _pick_bs(v.S, tile)
-        CB = min(_pow2(C), max(1, tile // BS))
+        if _unaligned(v):
+            # planes that start off a 16-element boundary: scalar accesses, registers grow with
+            # the planes a thread touches; small programs with few planes each, more of them
+            nw = _unaligned_warps(BS)
+            CB = min(_pow2(C), max(1, (512 * nw) // BS))
+            target = target * max(1, 8 // nw)
+        else:
+            nw = None
+            CB = min(_pow2(C), max(1, tile // BS))
         ncb = _cdiv(C, CB)
         nsc = _cdiv(v.S, BS)
         units = v.N * nsc
         cfg = dict(CB=CB, BS=BS, NSC=nsc, U=units)
+        if nw is not None:
+            cfg["nw"] = nw
     # cap P so that the partials (2 x P x C x 4 bytes) stay a small fraction of the input
-    cap = int(_TUNE["partial_frac"] * v.M * esize / 8)
+    cap = int(frac * v.M * esize / 8)
     P = max(1, min(units, target // ncb, max(cap, 1)))
     cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, 2 * P))
     return cfg
@@ -586,14 +665,36 @@ def _ew_cfg_uncached(v, esize):
         nt = _cdiv(v.M, BM) * ncb
         return dict(BM=BM, BC=BC, NCB=ncb, NT=nt)
     BS = _pick_bs(v.S, tile)
-    R = max(1, tile // BS)
+    if _unaligned(v):
+        nw = _unaligned_warps(BS)
+        R = max(1, (512 * nw) // BS)  # ~16 elements a thread, as few planes a thread as possible
+    else:
+        R = max(1, tile // BS)
+        nw = _warps(R * BS)
     nsb = _cdiv(v.S, BS)
     nt = _cdiv(v.N * v.C, R) * nsb
-    return dict(R=R, BS=BS, NSB=nsb, NT=nt)
+    return dict(R=R, BS=BS, NSB=nsb, NT=nt, nw=nw)
 
 
 def _warps(elems):
     return _TUNE["ew_warps"] if elems >= 2048 else 4
+
+
+def _unaligned(v):
+    """ncs planes whose length is not a multiple of 16 elements (7x7, 14x14, ...): Triton cannot
+    prove 16-byte alignment, so every access is scalar and a warp spans a plane."""
+    return v.kind == "ncs" and v.S % 16 != 0
+
+
+def _const_s(v):
+    """Compile S in (one kernel per plane length) for short unaligned planes, so the compiler sees
+    the alignment S does have (196 = 4 x 49: 16-byte fp32 / 8-byte bf16 accesses)."""
+    return _unaligned(v) and v.S <= 1024
+
+
+def _unaligned_warps(BS):
+    # ~4+ elements of a plane per thread: warps = BS / 128, at least 1, at most 8
+    return max(1, min(8, BS // 128))
 
 
 def _combine_cfg(C, P):
@@ -605,7 +706,7 @@ def _combine_cfg(C, P):
 def _reduce(v, g, ref, bwd, acc_tl, acc_t):
     """Launch the split reduction; returns (partials [2, P, C], P)."""
     x = v.x
-    cfg = _reduce_cfg(v, x.element_size())
+    cfg = _reduce_cfg(v, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
     part = torch.empty((2, P, v.C), device=x.device, dtype=acc_t)
     grid = (P * ncb,)
@@ -618,10 +719,11 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
-        _bn_reduce_ncs_kernel[grid](
+        kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
+        kern[grid](
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
             CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
-            num_warps=_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4,
+            num_warps=cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4),
         )
     return part, P
 
@@ -639,10 +741,12 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
             num_warps=_warps(cfg["BM"] * cfg["BC"]),
         )
     else:
-        _bn_ew_ncs_kernel[grid](
+        kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel
+        kern[grid](
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
-            R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
-            num_warps=_warps(cfg["R"] * cfg["BS"]),
+            R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C,
+            LOCAL32=cfg["R"] * v.S < 2**31 - cfg["BS"], HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
+            num_warps=cfg["nw"],
         )
 
 

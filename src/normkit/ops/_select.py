@@ -30,9 +30,15 @@ def kernel_module(family: str):
 
 def kernels_for(family: str, x: torch.Tensor):
     """The kernel module when normkit's kernels handle tensors on x's device, else None."""
+    if family in _modules and x.is_cuda:  # fast path (per-call overhead matters at small sizes)
+        return _modules[family]
     from normkit import kernels
 
-    if not isinstance(x, torch.Tensor) or not kernels.runs_kernels_on(x):
+    if not isinstance(x, torch.Tensor):
+        return None
+    if x.device.type == "cpu" and not kernels.interpreting():
+        return None  # the reference runs; don't import Triton for nothing
+    if not kernels.runs_kernels_on(x):
         return None
     return kernel_module(family)
 
@@ -55,9 +61,10 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def params_ok(x: torch.Tensor, *params) -> bool:
     """Parameters the kernels take: on x's device, in x's dtype or float32, 1-D."""
+    dev = x.get_device()
     for p in params:
         if p is None:
             continue
-        if not isinstance(p, torch.Tensor) or p.device != x.device or p.dtype not in (x.dtype, torch.float32):
+        if not isinstance(p, torch.Tensor) or p.get_device() != dev or p.dtype not in (x.dtype, torch.float32):
             return False
     return True

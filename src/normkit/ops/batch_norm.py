@@ -128,7 +128,14 @@ def _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, sa
         acc = acc_dtype(x.dtype)
         mean = running_mean.to(acc)
         invstd = torch.rsqrt(running_var.to(acc) + eps)
-    return tuple(mod.bn_backward(grad_out, x, weight, mean, invstd, train, mask))
+    gi, gw, gb = mod.bn_backward(grad_out, x, weight, mean, invstd, train, mask)
+    # gradient dtype of an absent weight: the input's (the reference's rule; the kernels use fp32)
+    pdt = weight.dtype if weight is not None else x.dtype
+    if gw is not None and gw.dtype != pdt:
+        gw = gw.to(pdt)
+    if gb is not None and gb.dtype != pdt:
+        gb = gb.to(pdt)
+    return gi, gw, gb
 
 
 def native_batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Optional[Tensor],

@@ -143,10 +143,19 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
     return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
 
 
+def keep_channels_last(y: Tensor, input: Tensor) -> Tensor:
+    """aten's `rms_norm` keeps channels_last / channels_last_3d inputs in that layout (one copy here)."""
+    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
+        return y.contiguous(memory_format=torch.channels_last)
+    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
+        return y.contiguous(memory_format=torch.channels_last_3d)
+    return y
+
+
 def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
     """aten::rms_norm (forward only here; `normkit.rms_norm` has autograd)."""
-    return _fused_rms_norm(input, normalized_shape, weight, eps)[0]
+    return keep_channels_last(_fused_rms_norm(input, normalized_shape, weight, eps)[0], input)
 
 
 # ------------------------------------------------------------------------------ pre-norm residual fusion
