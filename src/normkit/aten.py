@@ -8,6 +8,9 @@ backend key (``CUDA``) for every normalization op that eager PyTorch reaches on 
 ``cudnn_batch_norm_backward`` (what fp32/fp16 ``F.batch_norm`` calls when cuDNN is on),
 ``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``.  Because the kernels sit at the
 backend key, ATen's own autograd formulas still run above them and call normkit's backward ops.
+``rms_norm`` itself is CompositeImplicitAutograd and never reaches ``_fused_rms_norm`` for a weight whose
+dtype differs from the input's (contract §13) nor on CPU, so it is also overridden at the Autograd key
+of the device (``AutogradCUDA``), routed to ``normkit.rms_norm`` (normkit's autograd).
 
 Per-input fallback
 ------------------
@@ -26,9 +29,13 @@ Restore
 and brings back the previous ones.  Where ``_destroy`` is missing, the registrations stay but turn into
 pass-throughs to the captured kernels (the observable behaviour is restored).
 
-Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (and ``rms_norm`` at
-``AutogradCPU``, since on CPU ``F.rms_norm`` never reaches ``_fused_rms_norm``) so that routing,
-fallback and restore can be proven without a GPU.
+Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (``rms_norm`` at
+``AutogradCPU``) so that routing, fallback and restore can be proven without a GPU; at that key every
+floating input is taken (normkit's reference runs), not only those the Triton kernels take.
+
+Counting: ``call_counts()`` / ``fallback_counts()`` per aten op name, ``reset_counts()``. Under
+``torch.compile`` the ops are traced with fake tensors, which normkit declines (the original kernels
+trace as usual): ``enable()`` is the eager path; use ``normkit.nn`` / ``normkit.functional`` to compile.
 """
 
 from __future__ import annotations
