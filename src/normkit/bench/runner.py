@@ -113,7 +113,8 @@ def copy_bandwidth(ctx: Context, nbytes: int) -> float:
     src = torch.randn(n, device=ctx.device, dtype=torch.float32)
     dst = torch.empty_like(src)
     _sync(ctx)
-    ms, _ = ctx.timer.time([lambda: dst.copy_(src)])
+    # Eagerly: in a CUDA graph the copy runs on the copy engines at ~2.8 of the ~4.2 TB/s (H200).
+    ms, _ = ctx.timer.time([lambda: dst.copy_(src)], graph=False)
     del src, dst
     _cleanup(ctx)
     return 2 * n * 4 / (ms * 1e-3) / 1e9
