@@ -50,6 +50,17 @@ def _compiling() -> bool:
     return torch._dynamo.is_compiling()  # pragma: no cover - torch < 2.3
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+def _via_custom_op(x: Tensor) -> bool:
+    """Whether to call the custom op (opaque to tracers) rather than the implementation directly: inside
+    `torch.compile`, and whenever something traces or intercepts dispatch (fake / functional tensors,
+    `make_fx`, `opcheck`, any `TorchDispatchMode`). Plain eager calls skip the custom-op dispatch."""
+    return _compiling() or type(x) not in _PLAIN or _dispatch_stack_len() > 0
+
+
 def _or_empty(t: Optional[Tensor], like: Tensor) -> Tensor:
     return like.new_empty((0,)) if t is None else t
 
@@ -133,7 +144,7 @@ def _bn_double_backward_graph(grad, x, weight, s1, s2, training, eps, mask):
 class _BatchNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
-        if _compiling():
+        if _via_custom_op(x):
             y, s1, s2 = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
         else:
             y, s1, s2 = _bn_forward_impl(x, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -155,7 +166,7 @@ class _BatchNormFn(torch.autograd.Function):
             return None, None, None, None, None, None, None, None
         if torch.is_grad_enabled():
             gi, gw, gb = _bn_double_backward_graph(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
-        elif _compiling():
+        elif _via_custom_op(grad):
             gi, gw, gb = batch_norm_backward(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
         else:
             gi, gw, gb = _bn_backward_impl(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
@@ -225,7 +236,7 @@ def _ln_double_backward_graph(grad, x, ns, weight, bias, eps, mask):
 def _ln_grads(grad, x, ns, mean, rstd, weight, bias, eps, mask):
     if torch.is_grad_enabled():
         return _ln_double_backward_graph(grad, x, ns, weight, bias, eps, mask)
-    if _compiling():
+    if _via_custom_op(grad):
         return layer_norm_backward(grad, x, ns, mean, rstd, weight, bias, mask)
     return _ln_backward_impl(grad, x, ns, mean, rstd, weight, bias, mask)
 
@@ -233,7 +244,7 @@ def _ln_grads(grad, x, ns, mean, rstd, weight, bias, eps, mask):
 class _LayerNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps):
-        if _compiling():
+        if _via_custom_op(x):
             y, mean, rstd = layer_norm(x, normalized_shape, weight, bias, eps)
         else:
             y, mean, rstd = _ln_forward_impl(x, normalized_shape, weight, bias, eps)
@@ -320,7 +331,7 @@ def _rms_double_backward_graph(grad, x, ns, weight, eps, mask):
 def _rms_grads(grad, x, ns, rstd, weight, eps, mask):
     if torch.is_grad_enabled():
         return _rms_double_backward_graph(grad, x, ns, weight, eps, mask)
-    if _compiling():
+    if _via_custom_op(grad):
         return rms_norm_backward(grad, x, ns, rstd, weight, mask)
     return _rms_backward_impl(grad, x, ns, rstd, weight, mask)
 
@@ -328,7 +339,7 @@ def _rms_grads(grad, x, ns, rstd, weight, eps, mask):
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, eps):
-        if _compiling():
+        if _via_custom_op(x):
             y, rstd = rms_norm(x, normalized_shape, weight, eps)
         else:
             y, rstd = _rms_forward_impl(x, normalized_shape, weight, eps)
@@ -402,7 +413,7 @@ def _sum_grad(gsum, gs):
 class _AddLayerNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, normalized_shape, weight, bias, eps):
-        if _compiling():
+        if _via_custom_op(x):
             y, s, mean, rstd = add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
         else:
             y, s, mean, rstd = _add_ln_impl(x, residual, normalized_shape, weight, bias, eps)
@@ -465,7 +476,7 @@ def _(x, residual, normalized_shape, weight, eps):
 class _AddRMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, normalized_shape, weight, eps):
-        if _compiling():
+        if _via_custom_op(x):
             y, s, rstd = add_rms_norm(x, residual, normalized_shape, weight, eps)
         else:
             y, s, rstd = _add_rms_impl(x, residual, normalized_shape, weight, eps)
