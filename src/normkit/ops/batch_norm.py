@@ -38,6 +38,10 @@ def _bn_kernels(x: Tensor, *params):
     mod = kernels_for("batch_norm", x)
     if mod is None or not mod.supports(x) or not params_ok(x, *params):
         return None
+    # Triton passes eps as an fp32 scalar (~1e-8 relative error in invstd, at the edge of fp64
+    # tolerances): fp64 (no performance target) runs the reference until the kernels take fp64 eps.
+    if x.dtype == torch.float64:
+        return None
     return mod
 
 
@@ -59,7 +63,9 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
 def _forward_core(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """`_forward` without validation (for callers that validated already: normkit.functional)."""
     mod = _bn_kernels(x, weight, bias, running_mean, running_var)
-    if mod is None:
+    # eps == 0 (raw aten only: F.batch_norm refuses it in training) needs aten's InvStd guard, invstd 0
+    # for a constant channel; the kernels compute rsqrt(var + eps) like CUDA's train path: reference.
+    if mod is None or (training and eps == 0):
         return tuple(reference().native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                    momentum, eps))
     if training:
