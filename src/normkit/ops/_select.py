@@ -29,13 +29,18 @@ def kernel_module(family: str):
 
 
 def kernels_for(family: str, x: torch.Tensor):
-    """The kernel module when normkit's kernels handle tensors on x's device, else None."""
+    """The kernel module when normkit's kernels handle tensors on x's device and dtype, else None.
+
+    float64 is declined: Triton passes eps as an fp32 scalar, ~1e-8 relative error in invstd/rstd, at
+    or past fp64 tolerances. fp64 has no performance target, so it runs the reference (under
+    ``enable()``: ATen's own kernel) until the kernels take an fp64 eps.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype == torch.float64:
+        return None
     if family in _modules and x.is_cuda:  # fast path (per-call overhead matters at small sizes)
         return _modules[family]
     from normkit import kernels
 
-    if not isinstance(x, torch.Tensor):
-        return None
     if x.device.type == "cpu" and not kernels.interpreting():
         return None  # the reference runs; don't import Triton for nothing
     if not kernels.runs_kernels_on(x):

@@ -38,10 +38,6 @@ def _bn_kernels(x: Tensor, *params):
     mod = kernels_for("batch_norm", x)
     if mod is None or not mod.supports(x) or not params_ok(x, *params):
         return None
-    # Triton passes eps as an fp32 scalar (~1e-8 relative error in invstd, at the edge of fp64
-    # tolerances): fp64 (no performance target) runs the reference until the kernels take fp64 eps.
-    if x.dtype == torch.float64:
-        return None
     return mod
 
 
