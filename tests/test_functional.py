@@ -326,3 +326,46 @@ def test_cuda_compile_inductor_functional_and_enable():
         plain = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.LayerNorm(10)).cuda().eval()
         torch.testing.assert_close(torch.compile(plain)(x), plain(x), rtol=1e-4, atol=1e-4)
     assert ref.shape == x.shape[:1] + (8, 10, 10)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, ns: normkit.rms_norm(x, ns),
+    lambda x, ns: normkit.add_rms_norm(x, x.clone(), ns),
+    lambda x, ns: normkit.ops.rms_norm(x, ns),
+    lambda x, ns: normkit.nn.RMSNorm(ns)(x),
+])
+@pytest.mark.parametrize("shape, ns", [((2, 3), [1, 2, 3]), ((), [1])])
+def test_rms_norm_rank_error_is_torchs_value_error(call, shape, ns):
+    # aten::rms_norm: "Input tensor must have at least k dimensions" (ValueError), not the shape RuntimeError
+    x = _fresh(shape)
+    with pytest.raises(ValueError) as expected:
+        F.rms_norm(x, ns)
+    with pytest.raises(ValueError) as got:
+        call(x, ns)
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("fmt, shape", [(torch.channels_last, (2, 3, 4, 5)), (torch.channels_last_3d, (2, 3, 2, 3, 4))])
+def test_rms_norm_grad_input_keeps_channels_last(fmt, shape):
+    # aten's rms_norm keeps a channels_last input's layout for the output and for grad_input
+    x = _leaf(_fresh(shape).contiguous(memory_format=fmt))
+    w = _leaf(_fresh(shape[-1:]))
+    xr, wr = _leaf(x.double()), _leaf(w.double())
+    y, yr = normkit.rms_norm(x, shape[-1:], w), F.rms_norm(xr, shape[-1:], wr)
+    g = torch.randn(shape)
+    gx, gw = _grads(y, (x, w), g)
+    gxr, gwr = _grads(yr, (xr, wr), g.double())
+    assert y.is_contiguous(memory_format=fmt) and gx.is_contiguous(memory_format=fmt)
+    torch.testing.assert_close(y.double(), yr, **_tol(torch.float32))
+    torch.testing.assert_close(gx.double(), gxr, **_tol(torch.float32))
+    torch.testing.assert_close(gw.double(), gwr, **_tol(torch.float32))
+
+
+def test_instance_norm_empty_batch_with_weight_raises_torchs_error():
+    # the (1, 0, *) view repeats weight 0 times; ATen's weight[0] is select(), whose IndexError text differs
+    x, w = torch.randn(0, 3, 5), _fresh((3,))
+    with pytest.raises(IndexError) as expected:
+        F.instance_norm(x, weight=w)
+    with pytest.raises(IndexError) as got:
+        normkit.instance_norm(x, weight=w)
+    assert str(got.value) == str(expected.value)

@@ -48,11 +48,13 @@ def _check_residual(x: Tensor, residual: Tensor) -> None:
 
 def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
     # torch's _batch_norm_impl_index for an empty input: no view of the input, no gradient-chain break.
+    # select(), not [0]: ATen's `weight[0]` raises select()'s IndexError text for an empty weight
+    # (instance norm of an empty batch repeats the parameters zero times).
     out = input.clone()
     if weight is not None:
-        out = out * weight[0]
+        out = out * weight.select(0, 0)
     if bias is not None:
-        out = out + bias[0]
+        out = out + bias.select(0, 0)
     return out
 
 
@@ -90,15 +92,16 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
              eps: Optional[float] = None) -> Tensor:
     """Like `torch.nn.functional.rms_norm`: eps=None means the machine epsilon of the compute type (fp32,
     fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
+    from normkit.ops.layer_norm import check_rms_norm_rank, keep_channels_last
+
     ns = _shape_list(normalized_shape, "rms_norm")
+    check_rms_norm_rank(input, ns, weight)
     _checks.check_rms_norm(input, ns, weight)
     if input.dtype.is_complex:
         from normkit import reference
 
         return reference.rms_norm(input, ns, weight, eps)
     y = _ops().rms_norm_autograd(input, ns, weight, _rms_eps(input.dtype, eps))[0]
-    from normkit.ops.layer_norm import keep_channels_last
-
     return keep_channels_last(y, input)
 
 
@@ -115,8 +118,11 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`."""
+    from normkit.ops.layer_norm import check_rms_norm_rank
+
     ns = _shape_list(normalized_shape, "add_rms_norm")
     _check_residual(x, residual)
+    check_rms_norm_rank(x, ns, weight)
     _checks.check_rms_norm(x, ns, weight)
     y, s, _ = _ops().add_rms_norm_autograd(x, residual, ns, weight, _rms_eps(x.dtype, eps))
     return y, s

@@ -315,9 +315,134 @@ def test_norm_share_attribution_cuda_logic():
     for e in list(events):
         for k in e.kernels:
             events.append(dev(k.name, k.duration))
+    events.append(dev("rms_norm_kernel_no_cpu_op", 2.0))  # a named kernel no CPU op claims
+    # a record_function range kineto also puts on the GPU timeline: not kernel time
+    annotation = dev("Optimizer.step#SGD.step", 30.0)
+    annotation.is_user_annotation = True
+    events.append(annotation)
     prof = NS(events=lambda: events)
     total, norm, by_name, top = _kernel_times(prof, "cuda")
-    assert math.isclose(total, 90e-3)
-    assert math.isclose(norm, (10 + 1 + 20 + 5 + 4) * 1e-3)
-    assert math.isclose(by_name, (10 + 20 + 4) * 1e-3)
+    assert math.isclose(total, 92e-3)
+    assert math.isclose(norm, (10 + 1 + 20 + 5 + 4 + 2) * 1e-3)
+    assert math.isclose(by_name, (10 + 20 + 4 + 2) * 1e-3)
     assert "sm90_xmma_fprop" not in top
+
+
+# --- the run plan's machinery: budgets, scoped peers, interruption, peer adapters' CUDA-free parts ---------
+
+class _Scoped(AtenImpl):
+    """Eager ATen posing as a compiling peer."""
+
+    scoped = True
+
+    def __init__(self):
+        super().__init__(True)
+        self.name = "scoped"
+
+
+def test_scoped_peer_gives_way_to_the_rows_still_to_come():
+    import time
+
+    ctx = _ctx()
+    case = C.Case("layer_norm", (16, 8), "float32", "float32")
+    ctx.deadline = time.time() + 30.0
+    ctx.scoped_reserve_s = 60.0          # the rest of the slice needs more than is left
+    rows = run_case(case, [AtenImpl(True), _Scoped()], ctx)
+    st = {(r["impl"], r["direction"]): r for r in rows}
+    assert st["aten", "fwd"]["status"] == "ok"
+    assert st["scoped", "fwd"]["status"] == "skipped" and "budget" in st["scoped", "fwd"]["note"]
+    ctx.scoped_reserve_s = 1.0
+    rows = run_case(case, [_Scoped()], ctx)
+    assert all(r["status"] == "ok" for r in rows)
+
+
+def test_estimate_counts_dynamic_compile_graphs_once():
+    from normkit.bench.impls import CompileImpl, make_impls
+    from normkit.bench.runner import estimate_seconds
+
+    suite = C.load_suite()
+    cases = C.expand_suite(suite, ops=["layer_norm"], dtypes=["bf16:bf16"])
+    static = estimate_seconds(cases, [CompileImpl(False)], scope="all")
+    dynamic = estimate_seconds(cases, [CompileImpl(True)], scope="all")
+    assert dynamic < static / 2
+    # every peer, the whole suite: minutes, not hours; scoped peers last in the run order
+    impls = make_impls(["aten", "aten-native", "liger", "compile", "flaggems"], compile_dynamic=True)
+    assert [i.name for i in impls][-2:] == ["compile", "flaggems"]
+    t = estimate_seconds(C.expand_suite(suite), impls, scope="all")
+    assert 300 < t < 3000
+
+
+def test_peer_adapters_cuda_free_parts():
+    from normkit.bench.impls import FlagGemsImpl, fast_autotune
+
+    fg = FlagGemsImpl()
+    big = C.Case("group_norm", (4, 64, 32, 128, 128), "float32", "float32", "contiguous", "train", 8)
+    ok = C.Case("group_norm", (32, 256, 64, 64), "bfloat16", "bfloat16", "contiguous", "train", 32)
+    assert "Triton" in fg.supports(big, "cuda")
+    assert fg.supports(ok, "cuda") is None
+    assert fg.supports(ok, "cpu")  # CUDA only
+    # blocks whose Triton compile alone would take minutes: skipped, per direction
+    assert fg.skip(C.Case("rms_norm", (512, 262144), "bfloat16", "bfloat16"), "fwd") is None
+    assert "262144" in fg.skip(C.Case("rms_norm", (512, 262144), "bfloat16", "bfloat16"), "bwd")
+    assert fg.skip(C.Case("rms_norm", (2048, 65536), "bfloat16", "bfloat16"), "bwd") is None
+    assert fg.skip(C.Case("group_norm", (8, 128, 256, 256), "bfloat16", "bfloat16", groups=32), "fwd")
+    assert fg.skip(ok, "fwd") is None and "weight/bias" in fg.skip(ok, "bwd")
+    assert fg.skip(C.Case("group_norm", (64, 1280, 16, 16), "bfloat16", "bfloat16", groups=32), "bwd") is None
+    # Liger's group norm copies a channels_last input (ensure_contiguous): it runs, the copy is timed
+    cl = C.Case("group_norm", (32, 256, 64, 64), "bfloat16", "bfloat16", "channels_last", "train", 32)
+    assert LigerImpl().supports(cl, "cuda") is None
+    assert "65536" in LigerImpl().supports(C.Case("rms_norm", (512, 262144), "bfloat16", "bfloat16"), "cuda")
+    # FlagGems' autotuning runs with a cheaper do_bench, restored afterwards
+    tt = pytest.importorskip("triton.testing")
+    before = tt.do_bench.__defaults__
+    with fast_autotune(5, 20):
+        assert tt.do_bench.__defaults__[:2] == (5, 20)
+    assert tt.do_bench.__defaults__ == before
+
+
+def test_skipped_backward_keeps_the_forward():
+    class NoBwd(AtenImpl):
+        def skip(self, case, direction):
+            return "too slow to compile" if direction == "bwd" else None
+
+    rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [NoBwd(True)], _ctx())
+    st = {r["direction"]: r for r in rows}
+    assert st["fwd"]["status"] == "ok" and st["fwd"]["ms"] > 0
+    assert st["bwd"]["status"] == "skipped" and st["bwd"]["note"] == "too slow to compile"
+
+
+def test_interrupted_run_still_writes_its_outputs(tmp_path, monkeypatch, capsys):
+    from normkit.bench import cli
+
+    real = cli.run_case
+    calls = []
+
+    def run_case_then_stop(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(cli, "run_case", run_case_then_stop)
+    js = tmp_path / "b.json"
+    rc = cli.main(["--quick", "--ops", "rms_norm", "--json", str(js), "--out", str(tmp_path), "--no-progress",
+                   "--save-every", "0"])
+    assert rc == 0
+    d = _strict_json(js)
+    assert d["interrupted"] and d["complete"] is False
+    assert len(d["rows"]) == 2 * 3 * 2   # two cases x (normkit, aten, aten-native) x (fwd, bwd) before it
+    assert "interrupted" in (tmp_path / "summary.md").read_text()
+
+
+def test_models_and_accuracy_run_before_the_suite_rows(tmp_path):
+    from normkit.bench import cli
+
+    js = tmp_path / "b.json"
+    rc = cli.main(["--quick", "--ops", "rms_norm", "--perf", "--models", "tiny", "--steps", "2", "--accuracy",
+                   "--budget", "0", "--json", str(js), "--no-progress"])
+    assert rc == 0
+    d = _strict_json(js)
+    # budget 0: models and accuracy were reached first (they check the budget per model / row too, so
+    # they read skipped), and the suite rows all read skipped
+    assert d["models"] and d["accuracy"] and d["rows"]
+    assert all(r["status"] == "skipped" for r in d["rows"])

@@ -184,3 +184,36 @@ def test_group_instance_and_sync_primitives_delegate_to_reference():
     torch.testing.assert_close(mean, x.mean(dim=(0, 2, 3)))
     y = ops.batch_norm_elemt(x, None, None, mean, invstd, 1e-5)
     torch.testing.assert_close(y, torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.0, 1e-5)[0])
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """t's values as a stride-2 view into a larger random buffer (a non-contiguous (C,) tensor)."""
+    buf = torch.randn(2 * t.numel(), dtype=t.dtype)
+    buf[::2].copy_(t)
+    return buf[::2]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_noncontiguous_params_and_running_stats(training):
+    """Strided weight/bias/running stats (e.g. slices of a bigger buffer): the Triton kernels index dense
+    (C,) arrays, so ops must hand them dense copies, and write the running-stat update back in place."""
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    x = torch.randn(4, 3, 5, 2, generator=g) * 2 + 0.5
+    w, b = _strided(torch.randn(3, generator=g)), _strided(torch.randn(3, generator=g))
+    rm, rv = _strided(torch.randn(3, generator=g)), _strided(torch.rand(3, generator=g) + 0.5)
+    assert not (w.is_contiguous() or rm.is_contiguous())
+    rm64, rv64 = rm.double(), rv.double()
+    others = rm._base[1::2].clone(), rv._base[1::2].clone()
+    out, sm, si = ops.native_batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5)
+    ref = torch.ops.aten.native_batch_norm(x.double(), w.double(), b.double(), rm64, rv64, training, 0.1, 1e-5)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.double(), ref[0], **tol)
+    torch.testing.assert_close(rm.double(), rm64, **tol)
+    torch.testing.assert_close(rv.double(), rv64, **tol)
+    assert torch.equal(rm._base[1::2], others[0]) and torch.equal(rv._base[1::2], others[1])
+    go = torch.randn(x.shape, generator=g)
+    got = ops.native_batch_norm_backward(go, x, w, rm, rv, sm, si, training, 1e-5, [True, True, True])
+    exp = torch.ops.aten.native_batch_norm_backward(go.double(), x.double(), w.double(), rm.double(), rv.double(),
+                                                    ref[1], ref[2], training, 1e-5, [True, True, True])
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a.double(), e, **tol)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -14,10 +15,10 @@ from normkit.bench import cases as C
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
 from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, device_info, estimate_seconds, fmt_s,
-                                  git_sha, headline_dtypes, run_accuracy, run_case)
+                                  git_sha, headline_dtypes, run_accuracy, run_case, unscoped)
 from normkit.bench.timing import Progress, Timer
 
-COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled once per case{scope}; every "
+COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled {once}{scope}; every "
                 "implementation (compile included) is timed on CUDA as the replay of a CUDA graph that holds the "
                 "rotated calls, so Python, dispatcher, guard and launch overhead are excluded; the first call "
                 "(compilation) is reported as first_call_s, not timed")
@@ -28,7 +29,8 @@ TIMING_NOTE = ("median over replays of a CUDA graph holding the calls, rotating 
 EPILOG = """examples:
   python -m normkit bench                                 # the suite at each op's headline dtype, every peer
   python -m normkit bench --dtype-slots 1,2,3             # the suite's other dtypes
-  python -m normkit bench --all-dtypes --peer-scope all   # everything (est. ~20 min on an H200)
+  python -m normkit bench --all-dtypes --peer-scope all --compile-dynamic   # everything (est. ~15 min on an
+                                                          # H200; benchmarks/run_h200.sh splits it in two)
   python -m normkit bench --ops layer_norm,rms_norm --dtypes bf16 --peers aten,liger
   python -m normkit bench --ops batch_norm --shapes 256x64x56x56 --layouts channels_last --modes train
   python -m normkit bench --accuracy                      # error vs float64, randn and randn+1000
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="positions in each op's suite dtype list, e.g. 1,2,3 (0 = the op's first, headline "
                         "dtype). Default on CUDA: 0 alone, unless --dtypes or --all-dtypes is given")
     p.add_argument("--all-dtypes", action="store_true",
-                   help="every dtype of the suite (est. ~10 min on an H200 with every peer)")
+                   help="every dtype of the suite (--dry-run prints the estimated time)")
     p.add_argument("--layouts", nargs="+", default=None, help="contiguous, channels_last")
     p.add_argument("--modes", nargs="+", default=None, help="train (fwd+bwd), eval (batch norm fwd)")
     p.add_argument("--peers", nargs="+", default=None,
@@ -70,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-scope", "--compile-scope", dest="peer_scope", choices=["headline", "all"],
                    default="headline",
                    help="headline (default): torch.compile and FlagGems (the peers that compile or autotune "
-                        "per shape) run on each op's first suite dtype only, so the suite fits ~6 min on an "
-                        "H200; all: every row")
+                        "per shape) run on each op's first suite dtype only; all: every row (--dry-run "
+                        "prints the estimated time)")
     p.add_argument("--compile-dynamic", action="store_true",
                    help="compile with dynamic=True, one compiled fn per (op, mode, dtypes, layout, ndim)")
     p.add_argument("--compile-mode", default=None, help="torch.compile mode (default: torch's default)")
@@ -83,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds; rows not started when it is spent are recorded as skipped")
     p.add_argument("--perf", action="store_true", help="run the timing suite too when --accuracy/--models are given")
     p.add_argument("--accuracy", action="store_true", help="error against float64 per op/dtype, randn and randn+1000")
+    p.add_argument("--accuracy-ops", nargs="+", default=None,
+                   help="ops for --accuracy (default: --ops, else all), e.g. 'all' while --ops narrows the suite")
     p.add_argument("--models", nargs="*", default=None,
                    help="whole training steps: resnet50 (both layouts), resnet50-nchw, resnet50-cl, vit_b16, "
                         "gpt2, tiny (CPU); no names = the suite's models")
@@ -93,7 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="list the cases, estimate the GPU time, exit")
     p.add_argument("--strict", action="store_true", help="exit 1 when a normkit row is WRONG or an error")
+    p.add_argument("--save-every", type=float, default=10.0,
+                   help="seconds between rewrites of --json while running (default 10; a cut run keeps its rows)")
     return p
+
+
+class _Stop(BaseException):
+    """SIGTERM (e.g. from `timeout`): stop the run, write what there is."""
+
+
+def _on_term(signum, frame):  # pragma: no cover - signal path
+    raise _Stop(f"signal {signum}")
 
 
 def main(argv=None) -> int:
@@ -134,8 +148,8 @@ def main(argv=None) -> int:
     elif args.all_dtypes or args.dtypes or quick:
         slots = None
     else:
-        # the default narrowing: each op's headline dtype, every shape, layout, mode and peer (~6 min on an
-        # H200); the other dtypes with --all-dtypes or --dtype-slots 1,2,3
+        # the default narrowing: each op's headline dtype, every shape, layout, mode and peer; the other
+        # dtypes with --all-dtypes or --dtype-slots 1,2,3
         slots = [0]
         if not (args.accuracy or args.models is not None) or args.perf:
             print("bench: each op's headline dtype only (the suite's first); --all-dtypes or --dtype-slots "
@@ -147,6 +161,15 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
+    acc_ops = _csv(args.accuracy_ops)
+    if acc_ops in (None, []):
+        acc_ops = ops or list(C.OPS)
+    elif acc_ops == ["all"]:
+        acc_ops = list(C.OPS)
+    bad = [o for o in acc_ops if o not in C.OPS]
+    if bad:
+        print(f"bench: unknown --accuracy-ops {bad}; known: {', '.join(C.OPS)}", file=sys.stderr)
+        return 2
     want_models = args.models is not None
     sections = {"perf": args.perf or not (args.accuracy or want_models), "accuracy": args.accuracy,
                 "models": want_models}
@@ -156,18 +179,22 @@ def main(argv=None) -> int:
     heads = headline_dtypes(suite)
 
     if args.dry_run:
-        est = estimate_seconds(cases, impls, scope=args.peer_scope, heads=heads)
+        est_dev = "cuda"
         n_rows = sum(len(c.directions) for c in cases) * len(impls)
         for c in cases:
             print(c.label())
+        est, seen = 0.0, set()
         for op in C.OPS:
             oc = [c for c in cases if c.op == op]
             if oc:
-                t = estimate_seconds(oc, impls, scope=args.peer_scope, heads=heads)
+                t = estimate_seconds(oc, impls, scope=args.peer_scope, heads=heads, device=est_dev,
+                                     seen_compile_keys=seen)
+                est += t
                 print(f"  {op}: {len(oc)} cases, ~{fmt_s(t)}")
         print(f"{len(cases)} cases, {n_rows} rows ({len(impls)} implementations: "
-              f"{', '.join(i.name for i in impls)}); estimated H200 time {fmt_s(est)} "
-              f"(peer scope: {args.peer_scope}; a rough model, see runner.estimate_seconds)")
+              f"{', '.join(i.name for i in impls)}); estimated H200 time {fmt_s(est)} for the suite rows "
+              f"(peer scope: {args.peer_scope}; a rough model, see runner.estimate_seconds; --models and "
+              "--accuracy come on top)")
         return 0
 
     if device == "cpu" and quick:
@@ -196,7 +223,10 @@ def main(argv=None) -> int:
         pass
     for impl in impls:
         if impl.name in ("liger", "flaggems"):
-            versions[impl.name] = impl.version if impl.unavailable() is None else None
+            why = impl.unavailable()
+            versions[impl.name] = impl.version if why is None else None
+            if why and device == "cuda":
+                print(f"bench: {impl.name} unavailable, its rows read n/a: {why}", file=sys.stderr)
     scope_txt = "" if args.peer_scope == "all" else \
         " (only on each op's first suite dtype, as FlagGems: --peer-scope all for every row)"
     result = {
@@ -213,7 +243,10 @@ def main(argv=None) -> int:
         "timing": {
             "method": (TIMING_NOTE.format(w=warmup, r=rep).replace("{k}", "k") if device == "cuda" else
                        f"CPU wall clock (time.perf_counter), median of batches; warmup {warmup} ms, rep {rep} ms"),
-            "compile": COMPILE_NOTE.format(dyn=args.compile_dynamic, scope=scope_txt),
+            "compile": COMPILE_NOTE.format(
+                dyn=args.compile_dynamic, scope=scope_txt,
+                once=("once per (op, mode, dtypes, layout, rank): one graph with symbolic sizes serves every "
+                      "shape" if args.compile_dynamic else "once per case")),
             "warmup_ms": warmup, "rep_ms": rep, "graphs": timer.graphs,
         },
         "implementations": {i.name: i.note for i in impls},
@@ -225,20 +258,28 @@ def main(argv=None) -> int:
         "models": [],
     }
 
-    def save(final=False):
+    last_save = [0.0]
+
+    def save(final=False, force=False):
+        """Rewrite --json (throttled to one write per --save-every seconds unless forced): a run cut short
+        keeps its rows."""
+        if not args.json_path:
+            return
+        if not (final or force) and time.time() - last_save[0] < args.save_every:
+            return
         result["elapsed_s"] = time.time() - t_start
-        result["complete"] = final
-        if args.json_path:
-            try:
-                report.write_json(report.clean_floats(result), args.json_path)
-            except Exception as e:
-                print(f"bench: could not write {args.json_path}: {e}", file=sys.stderr)
+        result["complete"] = bool(final and not result.get("interrupted"))
+        try:
+            report.write_json(report.clean_floats(result), args.json_path)
+            last_save[0] = time.time()
+        except Exception as e:
+            print(f"bench: could not write {args.json_path}: {e}", file=sys.stderr)
 
     units = 1
     if sections["perf"]:
         units += len(cases) * len(impls)
     if sections["accuracy"]:
-        units += accuracy_units(ops or C.OPS, suite)
+        units += accuracy_units(acc_ops, suite)
     if sections["models"]:
         from normkit.bench import models as M
 
@@ -250,53 +291,47 @@ def main(argv=None) -> int:
         units += 2 * len(model_names)
     progress = Progress(units, "bench", enabled=not args.no_progress)
 
-    # copy bandwidth, the SOL ceiling of this run
+    # SIGTERM (`timeout`) and Ctrl-C stop the run between rows and still write the tables, plots and JSON
+    old_term = signal.signal(signal.SIGTERM, _on_term) if _main_thread() else None
     try:
-        result["copy_bandwidth_gbps"] = ctx.copy_gbps = copy_bandwidth(ctx, int(result["copy_bytes"]))
-    except Exception as e:
-        print(f"bench: copy bandwidth failed: {type(e).__name__}: {e}", file=sys.stderr)
-    progress.update(1, "copy bandwidth")
-    save()
+        # copy bandwidth, the SOL ceiling of this run
+        try:
+            result["copy_bandwidth_gbps"] = ctx.copy_gbps = copy_bandwidth(ctx, int(result["copy_bytes"]))
+        except Exception as e:
+            print(f"bench: copy bandwidth failed: {type(e).__name__}: {e}", file=sys.stderr)
+        progress.update(1, "copy bandwidth")
+        save(force=True)
 
-    if sections["perf"]:
-        # with --budget, each op gets a slice of it in proportion to its estimated time (time an op leaves
-        # unused passes on to the next), so a budget-limited run still covers every op
-        est = {op: estimate_seconds([c for c in cases if c.op == op], impls, scope=args.peer_scope,
-                                    heads=heads) for op in C.OPS}
-        total_est = sum(est.values()) or 1.0
-        perf_budget = None
-        if args.budget is not None:
-            reserve = 0.0
-            if sections["accuracy"]:
-                reserve += 0.15 * args.budget
-            if sections["models"]:
-                reserve += 0.35 * args.budget
-            perf_budget = args.budget - reserve - (time.time() - t_start)
-        slice_start = time.time()
-        spent_share = 0.0
-        for op in C.OPS:
-            op_cases = [c for c in cases if c.op == op]
-            if not op_cases:
-                continue
-            if perf_budget is not None:
-                spent_share += est[op] / total_est
-                ctx.deadline = slice_start + perf_budget * spent_share
-            for case in op_cases:
-                result["rows"].extend(run_case(case, impls, ctx, progress))
-                save()
-        ctx.deadline = None
-    if sections["models"]:
-        from normkit.bench import models as M
+        # --models and --accuracy first: bounded and wanted whole; the suite rows, which a budget can cut
+        # row by row, take what is left
+        if sections["models"]:
+            from normkit.bench import models as M
 
-        steps = args.steps if not quick else min(args.steps, 4)
-        result["models"] = M.run_models(model_names, device, steps=steps, warmup=min(5, max(steps // 4, 1)),
-                                        seed=args.seed, progress=progress, over_budget=ctx.over_budget)
-        for k in ("torchvision", "timm", "transformers"):
-            versions[k] = _dist_version(k)
-        save()
-    if sections["accuracy"]:
-        result["accuracy"] = run_accuracy(ops or C.OPS, suite, impls, ctx, progress)
-        save()
+            steps = args.steps if not quick else min(args.steps, 4)
+
+            def model_done(rows_so_far):
+                result["models"] = rows_so_far
+                save(force=True)
+
+            result["models"] = M.run_models(model_names, device, steps=steps,
+                                            warmup=min(5, max(steps // 4, 1)), seed=args.seed,
+                                            progress=progress, over_budget=ctx.over_budget,
+                                            on_pair=model_done)
+            for k in ("torchvision", "timm", "transformers"):
+                versions[k] = _dist_version(k)
+            save(force=True)
+        if sections["accuracy"]:
+            result["accuracy"] = run_accuracy(acc_ops, suite, impls, ctx, progress)
+            save(force=True)
+
+        if sections["perf"]:
+            _run_perf(args, cases, impls, ctx, heads, progress, result, save, t_start)
+    except (KeyboardInterrupt, _Stop) as e:
+        result["interrupted"] = f"{type(e).__name__}: {e}".strip()
+        print(f"\nbench: interrupted ({result['interrupted']}); writing what there is", file=sys.stderr)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
     progress.close()
 
     plots = []
@@ -323,6 +358,50 @@ def main(argv=None) -> int:
                and r.get("status") in ("WRONG", "error")]
         return 1 if bad else 0
     return 0
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _run_perf(args, cases, impls, ctx, heads, progress, result, save, t_start):
+    """The suite rows, op by op. With --budget, each op gets a slice of what is left in proportion to its
+    estimated time (time an op leaves unused passes on to the next), so a budget-limited run still covers
+    every op; inside a slice, torch.compile and FlagGems rows give way once running them would leave too
+    little for the normkit / eager / Liger rows still to come (ctx.scoped_reserve_s)."""
+    seen = set()
+    est = {}
+    for op in C.OPS:
+        est[op] = estimate_seconds([c for c in cases if c.op == op], impls, scope=args.peer_scope, heads=heads,
+                                   device=ctx.device, seen_compile_keys=seen)
+    total_est = sum(est.values()) or 1.0
+    perf_budget = None
+    if args.budget is not None:
+        perf_budget = args.budget - (time.time() - t_start)
+    cheap = unscoped(impls)
+    slice_start = time.time()
+    spent_share = 0.0
+    try:
+        for op in C.OPS:
+            op_cases = [c for c in cases if c.op == op]
+            if not op_cases:
+                continue
+            if perf_budget is not None:
+                spent_share += est[op] / total_est
+                ctx.deadline = slice_start + perf_budget * spent_share
+            for i, case in enumerate(op_cases):
+                if perf_budget is not None:
+                    rest = estimate_seconds(op_cases[i + 1:], cheap, scope=args.peer_scope, heads=heads,
+                                            device=ctx.device)
+                    ctx.scoped_reserve_s = 1.25 * rest
+                result["rows"].extend(run_case(case, impls, ctx, progress))
+                save()
+            save(force=True)
+    finally:
+        ctx.deadline = None
+        ctx.scoped_reserve_s = 0.0
 
 
 def _dist_version(name):

@@ -20,7 +20,9 @@ import torch.nn.functional as TF
 
 from normkit.bench.cases import EPS, MOMENTUM, RMS_EPS, Case
 
-ALL_PEERS = ("aten", "aten-native", "compile", "liger", "flaggems")
+# run (and column) order: the peers that compile or autotune per case ("scoped") come last, so that a
+# budget-limited run drops them first (runner: ctx.scoped_reserve_s)
+ALL_PEERS = ("aten", "aten-native", "liger", "compile", "flaggems")
 
 
 def _version(dist: str):
@@ -66,6 +68,11 @@ class Impl:
             return f"{self.name} has no {case.op}"
         if self.cuda_only and device != "cuda":
             return f"{self.name} needs CUDA"
+        return None
+
+    def skip(self, case: Case, direction: str):
+        """None when the direction is run, else why it is not (the row reads "skipped" with that note):
+        for cases an implementation could run but that would cost the run more time than it has."""
         return None
 
     def context(self):
@@ -206,7 +213,8 @@ class LigerImpl(Impl):
     name = "liger"
     ops = ("layer_norm", "rms_norm", "group_norm")
     cuda_only = True
-    note = "liger_kernel.ops: LigerLayerNormFunction, LigerRMSNormFunction (in_place=False), LigerGroupNormFunction"
+    note = ("liger_kernel.ops: LigerLayerNormFunction, LigerRMSNormFunction (in_place=False), "
+            "LigerGroupNormFunction (its ensure_contiguous copies a channels_last input: that copy is timed)")
 
     def __init__(self):
         self.version = _version("liger-kernel")
@@ -231,8 +239,6 @@ class LigerImpl(Impl):
             return r
         if case.op in ("layer_norm", "rms_norm") and case.shape[-1] > 65536:
             return "Liger refuses rows wider than 65536"
-        if case.op == "group_norm" and case.layout != "contiguous":
-            return "Liger group_norm views the input as (N, G, -1): contiguous only"
         return None
 
     def build(self, case):
@@ -303,12 +309,61 @@ class _FGGroupNorm(torch.autograd.Function):
         return gi, gw, gb, None, None
 
 
+TRITON_MAX_NUMEL = 1 << 20   # Triton refuses a block (tl.arange product) larger than this
+# FlagGems' rms_norm backward and group_norm kernels hold a whole row / group in one Triton block
+# (next_pow2 of its size, no loop). Compiling such a kernel grows steeply with the block: Triton 3.9
+# compiled FlagGems' rms_norm_grad_dx_kernel for sm_90 (bf16, 4 warps) in 1.5 s at 16384 elements, 14 s at
+# 65536 and over a minute above; the run would spend its budget in Triton's compiler. Such rows are
+# skipped, with this reason in their note.
+FG_MAX_BLOCK = 1 << 16
+
+# FlagGems' kernels autotune (triton.autotune / its LibTuner) on every new shape and dtype; each config is
+# timed with triton.testing.do_bench, 25 ms warm-up + 100 ms by default, i.e. seconds per case for the
+# 12-config layer/RMS norm kernels. While FlagGems rows run, do_bench's defaults are lowered to these (the
+# autotuner passes neither): still >= 20 ms of calls per config, enough to rank configs.
+FG_TUNE_WARMUP_MS = 5
+FG_TUNE_REP_MS = 20
+
+
+@contextlib.contextmanager
+def fast_autotune(warmup_ms: float = FG_TUNE_WARMUP_MS, rep_ms: float = FG_TUNE_REP_MS):
+    """Lower triton.testing.do_bench's default warm-up / rep (what triton.autotune uses) for the block."""
+    try:
+        import inspect
+
+        import triton.testing as tt
+
+        fn = tt.do_bench
+        params = [p for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty]
+        old = fn.__defaults__
+        names = [p.name for p in params]
+        if old is None or len(old) != len(names) or "warmup" not in names or "rep" not in names:
+            raise LookupError("unexpected do_bench signature")
+        new = list(old)
+        new[names.index("warmup")] = warmup_ms
+        new[names.index("rep")] = rep_ms
+    except Exception:
+        yield
+        return
+    fn.__defaults__ = tuple(new)
+    try:
+        yield
+    finally:
+        fn.__defaults__ = old
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
 class FlagGemsImpl(Impl):
     name = "flaggems"
     cuda_only = True
-    scoped = True   # triton.autotune on every new shape and dtype (~1 s per batch-norm case)
+    scoped = True   # triton.autotune on every new shape and dtype
     note = ("flag_gems.ops batch_norm/layer_norm/group_norm (+ their aten-style backward, wrapped in "
-            "autograd here), flag_gems.ops.rms_norm, flag_gems.fused.instance_norm")
+            "autograd here), flag_gems.ops.rms_norm, flag_gems.fused.instance_norm; its autotuning (first "
+            f"call, not timed) with triton.testing.do_bench at {FG_TUNE_WARMUP_MS}/{FG_TUNE_REP_MS} ms "
+            "warm-up/rep per config instead of 25/100")
 
     def __init__(self):
         self.version = _version("flag-gems") or _version("flag_gems")
@@ -330,6 +385,39 @@ class FlagGemsImpl(Impl):
             except Exception as e:
                 self._err = f"flag_gems not importable ({type(e).__name__}: {e})"[:200]
         return self._err
+
+    def supports(self, case, device):
+        r = super().supports(case, device)
+        if r:
+            return r
+        if case.op == "group_norm":
+            n, c = case.shape[0], case.shape[1]
+            hxw = math.prod(case.shape[2:])
+            block = max(_pow2(-(-c // case.groups)), _pow2(n)) * _pow2(hxw)
+            if block > TRITON_MAX_NUMEL:
+                return (f"FlagGems group_norm puts next_pow2(C/G or N) x next_pow2(H*W) = {block} elements in one "
+                        f"Triton block (Triton's limit: {TRITON_MAX_NUMEL})")
+        return None
+
+    def skip(self, case, direction):
+        if case.op == "rms_norm" and direction == "bwd":
+            block = _pow2(case.shape[-1])
+            if block > FG_MAX_BLOCK:
+                return (f"FlagGems rms_norm backward holds a row in one Triton block of {block} elements: "
+                        f"not run above {FG_MAX_BLOCK} (Triton compile time: minutes)")
+        if case.op == "group_norm":
+            n, c = case.shape[0], case.shape[1]
+            hxw = _pow2(math.prod(case.shape[2:]))
+            fwd = _pow2(-(-c // case.groups)) * hxw
+            wb = _pow2(n) * hxw
+            if fwd > FG_MAX_BLOCK or (direction == "bwd" and wb > FG_MAX_BLOCK):
+                which = "forward" if fwd > FG_MAX_BLOCK else "weight/bias backward"
+                return (f"FlagGems group_norm {which} holds a group in one Triton block of {max(fwd, wb)} "
+                        f"elements: not run above {FG_MAX_BLOCK} (Triton compile time: minutes)")
+        return None
+
+    def context(self):
+        return fast_autotune()
 
     def build(self, case):
         fg = self._fg

@@ -239,13 +239,21 @@ def summary_markdown(result: dict, plots=()) -> str:
               + (f"**{result['copy_bandwidth_gbps']:.0f} GB/s**" if result.get("copy_bandwidth_gbps") else "n/a"),
               f"- timing: {result.get('timing', {}).get('method', '')}",
               f"- torch.compile: {result.get('timing', {}).get('compile', '')}",
+              "- implementations: " + "; ".join(f"**{k}**: {v}" for k, v in
+                                                 (result.get("implementations") or {}).items()),
               "- byte count: forward = read x + write y; backward = read x + read dy + write dx; "
               "parameters and statistics not counted",
               "- correctness: every implementation's y (and dx, dw, db, running stats) against "
               f"{result.get('oracle', 'normkit.reference in float64')} on the same inputs, relative L2 "
               "error within a per-dtype tolerance (bf16 1.6e-2, fp16 4e-3, fp32 1e-4); **WRONG** marks a "
               "failure; `n/a` = the implementation lacks that op or layout; `skip` = not run (budget or scope)",
-              f"- wall time: {result.get('elapsed_s', 0):.0f} s", ""]
+              f"- wall time: {result.get('elapsed_s', 0):.0f} s"
+              + (f" (--budget {result['config']['budget']:.0f} s: rows not reached read `skip`)"
+                 if (result.get("config") or {}).get("budget") else ""),
+              ]
+    if result.get("interrupted"):
+        lines.append(f"- **interrupted** ({result['interrupted']}): the rows after that point were not run")
+    lines.append("")
     rows = result.get("rows") or []
     if rows:
         lines += ["## Headline", "", headline(rows), ""]

@@ -41,6 +41,11 @@ def _bn_kernels(x: Tensor, *params):
     return mod
 
 
+def _c(t: Optional[Tensor]) -> Optional[Tensor]:
+    """The kernels index per-channel tensors as dense `(C,)` arrays: give them contiguous ones."""
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
 def _empty_stats(x: Tensor) -> Tuple[Tensor, Tensor]:
     dt = acc_dtype(x.dtype)
     return x.new_empty((0,), dtype=dt), x.new_empty((0,), dtype=dt)
@@ -64,9 +69,17 @@ def _forward_core(x, weight, bias, running_mean, running_var, training, momentum
     if mod is None or (training and eps == 0):
         return tuple(reference().native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                    momentum, eps))
+    weight, bias = _c(weight), _c(bias)
     if training:
-        return tuple(mod.bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps))
-    y = mod.bn_forward_eval(x, weight, bias, running_mean, running_var, eps)
+        # non-contiguous running stats: update a dense copy, then write it back in place
+        rm, rv = _c(running_mean), _c(running_var)
+        out = tuple(mod.bn_forward_train(x, weight, bias, rm, rv, momentum, eps))
+        if rm is not running_mean:
+            running_mean.copy_(rm)
+        if rv is not running_var:
+            running_var.copy_(rv)
+        return out
+    y = mod.bn_forward_eval(x, weight, bias, _c(running_mean), _c(running_var), eps)
     return (y,) + _empty_stats(x)
 
 
@@ -130,7 +143,7 @@ def _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, sa
         acc = acc_dtype(x.dtype)
         mean = running_mean.to(acc)
         invstd = torch.rsqrt(running_var.to(acc) + eps)
-    gi, gw, gb = mod.bn_backward(grad_out, x, weight, mean, invstd, train, mask)
+    gi, gw, gb = mod.bn_backward(grad_out, x, _c(weight), _c(mean), _c(invstd), train, mask)
     # gradient dtype of an absent weight: the input's (the reference's rule; the kernels use fp32)
     pdt = weight.dtype if weight is not None else x.dtype
     if gw is not None and gw.dtype != pdt:

@@ -293,7 +293,9 @@ def _rms_forward_impl(x, normalized_shape, weight, eps):
 
 def _rms_backward_impl(grad, x, normalized_shape, rstd, weight, mask):
     gi, gw = _ln._rms_norm_backward_core(grad, x, normalized_shape, rstd, weight, mask)
-    return (gi.contiguous() if mask[0] else None, gw.to(weight.dtype) if mask[1] and weight is not None else None)
+    # grad_input in the output's layout: channels_last(_3d) for such inputs, as aten's rms_norm
+    return (_in_format(gi, _ln.rms_memory_format(x)) if mask[0] else None,
+            gw.to(weight.dtype) if mask[1] and weight is not None else None)
 
 
 @torch.library.custom_op("normkit::rms_norm", mutates_args=())
@@ -317,7 +319,7 @@ def rms_norm_backward(grad: Tensor, x: Tensor, normalized_shape: List[int], rstd
 
 @rms_norm_backward.register_fake
 def _(grad, x, normalized_shape, rstd, weight, mask):
-    gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if mask[0] else x.new_empty((0,))
+    gi = (torch.empty_like(x, memory_format=_ln.rms_memory_format(x)) if mask[0] else x.new_empty((0,)))
     gw = torch.empty_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
     return gi, gw
 

@@ -21,6 +21,8 @@ __all__ = [
     "_fused_rms_norm_backward",
     "rms_norm",
     "rms_norm_eps",
+    "rms_memory_format",
+    "check_rms_norm_rank",
     "add_layer_norm",
     "add_layer_norm_backward",
     "add_rms_norm",
@@ -143,18 +145,34 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
     return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
 
 
+def rms_memory_format(input: Tensor) -> torch.memory_format:
+    """The layout of aten `rms_norm`'s output and grad_input: channels_last / channels_last_3d inputs keep
+    it, everything else is contiguous."""
+    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
 def keep_channels_last(y: Tensor, input: Tensor) -> Tensor:
     """aten's `rms_norm` keeps channels_last / channels_last_3d inputs in that layout (one copy here)."""
-    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
-        return y.contiguous(memory_format=torch.channels_last)
-    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
-        return y.contiguous(memory_format=torch.channels_last_3d)
-    return y
+    fmt = rms_memory_format(input)
+    return y if fmt == torch.contiguous_format else y.contiguous(memory_format=fmt)
+
+
+def check_rms_norm_rank(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor]) -> None:
+    """aten `rms_norm` (what `F.rms_norm` and `nn.RMSNorm` call) raises a ValueError for an input with fewer
+    dims than `normalized_shape`, after the normalized_shape / weight checks and before the shape check."""
+    ns = [int(s) for s in normalized_shape]
+    if ns and input.dim() < len(ns) and (weight is None or list(weight.shape) == ns):
+        raise ValueError(f"Input tensor must have at least {len(ns)} dimensions, but got {input.dim()}")
 
 
 def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
     """aten::rms_norm (forward only here; `normkit.rms_norm` has autograd)."""
+    check_rms_norm_rank(input, normalized_shape, weight)
     return keep_channels_last(_fused_rms_norm(input, normalized_shape, weight, eps)[0], input)
 
 
@@ -193,6 +211,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
                  eps: Optional[float]):
     """`s = x + residual`, `y = rms_norm(s)`: returns `(y, s, rstd)`."""
     _check_residual(x, residual)
+    check_rms_norm_rank(x, normalized_shape, weight)
     checks().check_rms_norm(x, normalized_shape, weight)
     return _add_rms_norm_core(x, residual, normalized_shape, weight, eps)
 
