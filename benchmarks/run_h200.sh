@@ -9,28 +9,31 @@
 # Make the second call right after the first: a machine still warm keeps Triton's, Inductor's and FlagGems'
 # caches (faster, same numbers); a fresh one is fine too. Copy each call's files to
 # benchmarks/results/h200-<date>/part1 and .../part2 afterwards (the two summary.md files are the report:
-# part1 holds batch/RMS/instance norm, part2 layer/group norm, the models and the accuracy table).
+# part1 holds batch and group norm, part2 layer, RMS and instance norm, the models and the accuracy table).
 #
 # THE PLAN. The whole suite (every op, shape, layout, dtype and mode; 219 cases, 2244 rows) with every peer
 # (ATen eager cuDNN on / off, Liger-Kernel, torch.compile, FlagGems), plus --models and --accuracy, is split
 # by op so that the two calls carry about the same load. Estimated H200 time (runner.estimate_seconds,
 # calibrated on the 2026-11-30 run: 336 rows in 68 s = ~0.06 s per timed direction, ~0.1 s per case for
 # inputs + float64 oracle, Triton JIT ~0.7 s per batch-norm case / ~0.5 s per other case for normkit and
-# Liger; plus ~1.5 s per compiled direction for torch.compile(dynamic=True): one graph per (op, mode,
+# Liger (~5 s per group-norm case for Liger: its 65536-element blocks take ~18 s each to compile); plus
+# ~1.5 s per compiled direction for torch.compile(dynamic=True): one graph per (op, mode,
 # dtypes, layout, ndim), 63 graphs instead of 219 cases x directions with dynamic=False; FlagGems' per-shape
-# autotuning at a 5/20 ms do_bench instead of 25/100; ~+-50%; `python -m normkit bench --dry-run ...`
-# prints the model):
-#   PART=1  batch_norm (128 cases, ~5.9 min), rms_norm (27, ~1.5 min), instance_norm (8, ~0.9 min):
-#           ~8.3 min of suite rows, every dtype, every peer.
+# autotuning at a 5/20 ms do_bench instead of 25/100, and its kernels that hold a row or group of more
+# than 32768 elements in one Triton block skipped (their compile alone: 15 s at 65536, minutes above; see
+# impls.FG_MAX_BLOCK); ~+-50%; `python -m normkit bench --dry-run --all-dtypes --peer-scope all
+# --peers all --compile-dynamic --ops ...` prints the model):
+#   PART=1  batch_norm (128 cases, ~5.9 min), group_norm (20, ~3.0 min): ~8.9 min of suite rows, every
+#           dtype, every peer.
 #   PART=2  --models: resnet50 NCHW + channels_last, ViT-B/16, GPT-2 small, each eager and inside
 #           normkit.enable(), 20 steps, bf16 autocast (~1.5 min); --accuracy --accuracy-ops all: every op
-#           and dtype, randn and randn + 1000, every peer incl. torch.compile (~2 min; its compiled graphs
-#           are reused by the suite rows); then the suite rows of layer_norm (36 cases, ~2.9 min) and
-#           group_norm (20, ~1.8 min): ~8.2 min.
-# Both parts are estimated a little over their ~7.8 min budget: expect the last torch.compile / FlagGems
-# rows of an op (its last dtype) to read "skip" if the estimates hold, none if they were pessimistic.
+#           and dtype, randn and randn + 1000, every peer incl. torch.compile (~1.7 min; most of its
+#           compiled graphs are reused by the suite rows); then the suite rows of layer_norm (36 cases,
+#           ~2.9 min), rms_norm (27, ~1.5 min), instance_norm (8, ~0.9 min): ~8.5 min.
+# Both parts are estimated ~10% over their ~8 min budget: expect the last torch.compile / FlagGems rows of
+# an op (its last dtype) to read "skip" if the estimates hold, none if they were pessimistic.
 # Each call ends in time whatever the estimates' error: the bench gets --budget = what is left of DEADLINE
-# (525 s from the script's start) less TAIL (45 s for the row in flight, plots, summary, JSON). Models and
+# (530 s from the script's start) less TAIL (40 s for the row in flight, plots, summary, JSON). Models and
 # accuracy run first; the suite rows then get slices of what is left, op by op in proportion to their
 # estimates, and inside a slice torch.compile and FlagGems give way first (rows "skip", note "time budget")
 # so that normkit's and the eager peers' rows are kept. `timeout` sends SIGTERM at DEADLINE - 15 s (the
@@ -48,10 +51,10 @@ set -u -o pipefail
 
 PART=${PART:-1}
 OUT=${OUT:-benchmarks/results/h200-local}
-DEADLINE=${DEADLINE:-525}
-TAIL=${TAIL:-45}
-OPS1=${OPS1:-batch_norm rms_norm instance_norm}
-OPS2=${OPS2:-layer_norm group_norm}
+DEADLINE=${DEADLINE:-530}
+TAIL=${TAIL:-40}
+OPS1=${OPS1:-batch_norm group_norm}
+OPS2=${OPS2:-layer_norm rms_norm instance_norm}
 EXTRA=${EXTRA:-}
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=src
