@@ -174,6 +174,10 @@ def test_gradgradcheck_layer_norm_and_rms_norm():
      "Expected more than 1 spatial element when training, got input size torch.Size([2, 3, 1])"),
     (lambda rm, rv: normkit.batch_norm(torch.ones(2, 3, dtype=torch.long), rm, rv, training=True),
      NotImplementedError, "\"batch_norm\" not implemented for 'Long'"),
+    (lambda rm, rv: normkit.batch_norm(_fresh((4, 3)), rm, rv, training=True, momentum=None), TypeError,
+     "batch_norm(): argument 'momentum' (position 7) must be float, not NoneType"),
+    (lambda rm, rv: normkit.instance_norm(_fresh((2, 3, 4)), rm, rv, momentum=None), TypeError,
+     "instance_norm(): argument 'momentum' (position 7) must be float, not NoneType"),
 ])
 def test_functional_errors_exact_and_stats_untouched(call, exc, msg):
     rm, rv = _fresh((3,)), torch.rand(3) + 0.5
@@ -369,3 +373,38 @@ def test_instance_norm_empty_batch_with_weight_raises_torchs_error():
     with pytest.raises(IndexError) as got:
         normkit.instance_norm(x, weight=w)
     assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("case", ["weight_size", "running_size", "eval_no_stats", "one_stat", "long", "1d"])
+def test_empty_batch_returns_before_any_check_like_torch(case):
+    # torch.batch_norm returns for an empty input before its size / running-stat / dtype checks
+    x, w, rm, rv, training = torch.randn(0, 3, 4), None, None, None, True
+    if case == "weight_size":
+        w = _fresh((4,))
+    elif case == "running_size":
+        rm, rv = _fresh((4,)), torch.rand(4) + 0.5
+    elif case == "eval_no_stats":
+        training = False
+    elif case == "one_stat":
+        rm = _fresh((3,))
+    elif case == "long":
+        x = x.long()
+    else:
+        x = torch.randn(0)
+    saved = None if rm is None else rm.clone()
+    expected = F.batch_norm(x, rm, rv, w, None, training)
+    got = normkit.batch_norm(x, rm, rv, w, None, training)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert saved is None or torch.equal(rm, saved)
+
+
+@pytest.mark.parametrize("fn", ["add_layer_norm", "add_rms_norm"])
+def test_add_norm_sum_only_gives_no_param_grads(fn):
+    # only s = x + residual used: like torch's `s = x + r; y = norm(s)`, weight/bias get no gradient (None)
+    x, r, w, b = _leaf(_fresh((2, 3, 8))), _leaf(_fresh((2, 3, 8))), _leaf(_fresh((8,))), _leaf(_fresh((8,)))
+    y, s = normkit.add_layer_norm(x, r, [8], w, b) if fn == "add_layer_norm" else normkit.add_rms_norm(x, r, [8], w)
+    g = torch.randn(2, 3, 8)
+    gx, gr, gw, gb = torch.autograd.grad(s, (x, r, w, b), g, allow_unused=True)
+    assert gw is None and gb is None
+    torch.testing.assert_close(gx, g)
+    torch.testing.assert_close(gr, g)

@@ -58,6 +58,12 @@ def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[
     return out
 
 
+def _require_float(fn: str, name: str, position: int, value) -> None:
+    # torch.batch_norm / torch.instance_norm parse their float arguments before anything else they do
+    if value is None:
+        raise TypeError(f"{fn}(): argument '{name}' (position {position}) must be float, not NoneType")
+
+
 def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
@@ -65,10 +71,13 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     if training:
         _checks.verify_batch_size(input.size())
     _checks.check_batch_norm_eps(eps, training)
+    _require_float("batch_norm", "momentum", 7, momentum)
+    if input.numel() == 0:
+        # torch.batch_norm (`_batch_norm_impl_index`) returns for an empty input before any other check:
+        # no rank, size, running-stat or dtype error, and no running-stat update.
+        return _empty_batch_output(input, weight, bias)
     _checks.check_batch_norm(input, weight, bias, running_mean, running_var, training, allow_empty=True,
                              functional=True)
-    if input.numel() == 0:
-        return _empty_batch_output(input, weight, bias)
     y, _, _ = _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, bool(training),
                                 float(momentum), float(eps))
     return y
@@ -149,6 +158,8 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
     statistics (when given) updated with the batch average of the per-instance statistics."""
     if use_input_stats:
         _checks.verify_spatial_size(input.size())
+    _require_float("instance_norm", "momentum", 7, momentum)
+    _require_float("instance_norm", "eps", 8, eps)
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
     n, c = input.shape[0], input.shape[1]
     x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))

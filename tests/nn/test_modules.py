@@ -151,3 +151,18 @@ def test_modules_compile_fullgraph():
         torch.testing.assert_close(compiled(x), ref(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(m[0].running_var, ref[0].running_var)
     assert int(m[0].num_batches_tracked) == 2
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_empty_batch_with_other_channel_count_like_torch(training):
+    # torch.batch_norm checks no sizes for an empty batch: the module returns an empty output (and counts it)
+    ours, theirs = nknn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+    _randomize(ours)
+    theirs.load_state_dict(ours.state_dict())
+    ours.train(training)
+    theirs.train(training)
+    x = torch.randn(0, 4, 5, 5)
+    y, yt = ours(x), theirs(x)
+    assert y.shape == yt.shape
+    for (k, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        assert torch.equal(a, b), k

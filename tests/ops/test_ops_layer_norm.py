@@ -86,3 +86,31 @@ def test_layer_norm_errors(fn, args, msg):
     x = torch.randn(2, 3, 8, dtype=F64)
     with pytest.raises(RuntimeError, match=msg):
         getattr(ops, fn)(x, *args)
+
+
+def _strided_rows(t: torch.Tensor) -> torch.Tensor:
+    """t's values as a view with row stride 2 into a larger random buffer."""
+    buf = torch.randn((2 * t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype)
+    buf[::2] = t
+    return buf[::2]
+
+
+def test_backward_reads_strided_saved_stats():
+    # aten accepts any strides for mean/rstd; the kernels read a dense (M,) array
+    x = torch.randn(6, 8) * 2 + 0.5
+    w, b, g = torch.randn(8), torch.randn(8), torch.randn(6, 8)
+    _, mean, rstd = ops.native_layer_norm(x, [8], w, b, 1e-5)
+    mean_s, rstd_s = _strided_rows(mean), _strided_rows(rstd)
+    assert not mean_s.is_contiguous()
+    xr, wr, br, gr = x.double(), w.double(), b.double(), g.double()
+    _, m64, r64 = torch.ops.aten.native_layer_norm(xr, [8], wr, br, 1e-5)
+    exp = torch.ops.aten.native_layer_norm_backward(gr, xr, [8], m64, r64, wr, br, [True] * 3)
+    got = ops.native_layer_norm_backward(g, x, [8], mean_s, rstd_s, w, b, [True] * 3)
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a.double(), e, rtol=1e-4, atol=1e-4)
+    _, rstd = ops._fused_rms_norm(x, [8], w, None)
+    got = ops._fused_rms_norm_backward(g, x, [8], _strided_rows(rstd), w, [True, True])
+    xr_, wr_ = xr.clone().requires_grad_(), wr.clone().requires_grad_()
+    exp = torch.autograd.grad(torch.rms_norm(xr_, [8], wr_), (xr_, wr_), gr)
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a.double(), e, rtol=1e-4, atol=1e-4)

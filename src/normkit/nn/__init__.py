@@ -35,8 +35,9 @@ class _BatchNormMixin:
 
             _checks.verify_batch_size(input.size())
             _checks.check_batch_norm_eps(self.eps, True)
-            _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
-                                     allow_empty=True)
+            if input.numel() > 0:  # torch.batch_norm checks nothing more for an empty batch
+                _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
+                                         allow_empty=True)
         factor = 0.0 if self.momentum is None else self.momentum
         if training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)

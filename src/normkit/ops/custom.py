@@ -419,6 +419,8 @@ class _AddLayerNormFn(torch.autograd.Function):
             y, s, mean, rstd = add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
         else:
             y, s, mean, rstd = _add_ln_impl(x, residual, normalized_shape, weight, bias, eps)
+        # an unused y gives gy None (not zeros): no layer-norm backward, and weight/bias get no gradient
+        ctx.set_materialize_grads(False)
         ctx.normalized_shape = list(normalized_shape)
         ctx.eps = eps
         ctx.save_for_backward(s, weight, bias, mean, rstd)
@@ -482,6 +484,7 @@ class _AddRMSNormFn(torch.autograd.Function):
             y, s, rstd = add_rms_norm(x, residual, normalized_shape, weight, eps)
         else:
             y, s, rstd = _add_rms_impl(x, residual, normalized_shape, weight, eps)
+        ctx.set_materialize_grads(False)  # as in _AddLayerNormFn
         ctx.normalized_shape = list(normalized_shape)
         ctx.eps = eps
         ctx.save_for_backward(s, weight, rstd)

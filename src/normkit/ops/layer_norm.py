@@ -68,6 +68,12 @@ def _flat(p: Optional[Tensor]) -> Optional[Tensor]:
     return None if p is None else p.reshape(-1)
 
 
+def _row_stat(t: Tensor, m: int, dtype: torch.dtype) -> Tensor:
+    """A saved per-row statistic as the kernels read it: dense `(M,)` in the acc dtype (a caller's strided
+    mean/rstd would otherwise be read as if contiguous)."""
+    return t.reshape(m).to(acc_dtype(dtype)).contiguous()
+
+
 # ---------------------------------------------------------------------------------------------- layer norm
 
 def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
@@ -100,8 +106,8 @@ def _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, wei
     mod = _ln_kernels("layer_norm", x2d, weight, bias)
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference().native_layer_norm_backward(grad_out, input, ns, mean, rstd, weight, bias, mask))
-    dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), x2d, mean.reshape(m).to(acc_dtype(input.dtype)),
-                                 rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask,
+    dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), x2d, _row_stat(mean, m, input.dtype),
+                                 _row_stat(rstd, m, input.dtype), _flat(weight), mask,
                                  bias_dtype=None if bias is None else bias.dtype)
     return (None if dx is None else dx.view(input.shape),
             None if dw is None else dw.view(ns),
@@ -140,8 +146,7 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
     mod = _ln_kernels("rms_norm", x2d, weight)
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference()._fused_rms_norm_backward(grad_out, input, ns, rstd, weight, mask))
-    dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d,
-                              rstd.reshape(m).to(acc_dtype(input.dtype)), _flat(weight), mask)
+    dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d, _row_stat(rstd, m, input.dtype), _flat(weight), mask)
     return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
 
 
