@@ -401,7 +401,7 @@ def plot(result: dict, out_dir: str) -> list:
         fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.975), ncol=min(len(labels), 8),
                    fontsize=8, frameon=False)
         dev = (result.get("device") or {}).get("gpu_name") or (result.get("device") or {}).get("device")
-        fig.suptitle(f"{', '.join(ops)} on {dev}: GB/s under the minimal byte count", fontsize=10, y=0.995)
+        fig.suptitle(f"{', '.join(ops)} on {dev}:\nGB/s under the minimal byte count", fontsize=9, y=0.998)
         fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / (3.0 * nrows + 0.6) - 0.02))
         path = os.path.join(out_dir, fname)
         fig.savefig(path, dpi=80)
