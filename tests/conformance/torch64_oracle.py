@@ -75,3 +75,60 @@ def native_group_norm(x, w, b, N, C, HxW, G, eps):
 
 def native_group_norm_backward(g, x, mean, rstd, w, N, C, HxW, G, mask):
     return A.native_group_norm_backward(g.contiguous(), x.contiguous(), mean, rstd, w, N, C, HxW, G, mask)
+
+
+# SyncBatchNorm primitives (contract §3): torch has no CPU kernels for them, so here they are written out
+# directly from the contract's formulas, independently of normkit.reference.
+
+def _bdims(x):
+    return [0] + list(range(2, x.dim()))
+
+
+def _cv(t, x):
+    return t.reshape([1, -1] + [1] * (x.dim() - 2))
+
+
+def batch_norm_stats(x, eps):
+    var, mean = torch.var_mean(x.double(), _bdims(x), unbiased=False)
+    return mean, torch.rsqrt(var + eps)
+
+
+def batch_norm_gather_stats_with_counts(x, mean, invstd, rm, rv, momentum, eps, counts):
+    n_r = counts.double()[: mean.shape[0]].unsqueeze(1)
+    n = n_r.sum(0)
+    gmean = (n_r * mean).sum(0) / n
+    m2 = (n_r * (1.0 / invstd ** 2 - eps + (mean - gmean) ** 2)).sum(0)
+    with torch.no_grad():
+        if rm is not None:
+            rm.copy_((1 - momentum) * rm + momentum * gmean)
+        if rv is not None:
+            rv.copy_((1 - momentum) * rv + momentum * m2 / (n - 1))
+    return gmean, torch.rsqrt(m2 / n + eps)
+
+
+def batch_norm_gather_stats(x, mean, invstd, rm, rv, momentum, eps, count):
+    counts = torch.full((mean.shape[0],), float(count), dtype=torch.float64)
+    return batch_norm_gather_stats_with_counts(x, mean, invstd, rm, rv, momentum, eps, counts)
+
+
+def batch_norm_elemt(x, w, b, mean, invstd, eps):
+    y = (x - _cv(mean, x)) * _cv(invstd, x)
+    if w is not None:
+        y = y * _cv(w, x)
+    if b is not None:
+        y = y + _cv(b, x)
+    return y
+
+
+def batch_norm_backward_reduce(g, x, mean, invstd, w, input_g, weight_g, bias_g):
+    sum_dy = g.sum(_bdims(x))
+    sum_dy_xmu = (g * (x - _cv(mean, x))).sum(_bdims(x))
+    return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
+            sum_dy_xmu * invstd if weight_g else None, sum_dy if bias_g else None)
+
+
+def batch_norm_backward_elemt(g, x, mean, invstd, w, sum_dy, sum_dy_xmu, count):
+    n = count.double().sum()
+    scale = invstd if w is None else invstd * w
+    xmu = x - _cv(mean, x)
+    return (g - _cv(sum_dy / n, x) - xmu * _cv(invstd ** 2 * sum_dy_xmu / n, x)) * _cv(scale, x)

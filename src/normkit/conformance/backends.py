@@ -22,6 +22,8 @@ ATEN_NAMES = (
     "native_batch_norm_backward", "batch_norm_backward", "batch_norm_update_stats",
     "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
     "rms_norm", "native_group_norm", "native_group_norm_backward", "instance_norm",
+    "batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+    "batch_norm_backward_reduce", "batch_norm_backward_elemt",
 )
 F_NAMES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
 

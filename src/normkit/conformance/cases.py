@@ -17,7 +17,11 @@ from typing import Callable
 
 import torch
 
-FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
+FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm", "sync_batch_norm")
+
+# the SyncBatchNorm primitives (contract §3): CUDA-only kernels in torch, "not present" elsewhere
+SYNC_OPS = ("batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+            "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt")
 
 DTYPES = {
     "fp64": (torch.float64, None),
@@ -53,6 +57,8 @@ class Case:
     sensitive: bool = False  # ill-conditioned by design: ATen may miss the default tolerance
     devices: tuple | None = None  # only run on these device types (None = all)
     backward: bool = True  # False: ATen's own backward is broken here (see the case), forward only
+    gradgrad: bool = False  # F-level: also check double backward (rule gradgrad, contract §8)
+    ranks: tuple | None = None  # sync_batch_norm: batch size N of each simulated rank (shape[0] = sum)
 
     @property
     def input_dtype(self) -> torch.dtype:
@@ -350,9 +356,63 @@ def instance_norm_cases() -> list:
     return cases
 
 
+def sync_batch_norm_cases() -> list:
+    """The SyncBatchNorm primitives (contract §3), each checked alone on simulated ranks.
+
+    ``ranks`` holds each rank's batch size: the input of shape (sum(ranks), C, *) is split along dim 0
+    and each rank counts ranks[r]·prod(spatial) values per channel (unequal; a 1 in a 2-D case is a
+    rank with count 1). Every primitive gets the inputs the SyncBatchNorm pipeline would hand it,
+    computed by the oracle and rounded to the dtypes torch's ``SyncBatchNorm`` uses.
+    """
+    cases = []
+
+    def add(tag, dtypes, ops, **kw):
+        for dk in dtypes:
+            for op in ops:
+                cases.append(Case("sync_batch_norm", op, f"{op}/{tag}/{dk}", dtype=dk, **kw))
+
+    S, G, GC, E, BR, BE = SYNC_OPS  # stats, gather (int count), gather_with_counts, elemt, backward_*
+    every = (S, GC, E, BR, BE)
+    add("7x4_ranks4-1-2", ("fp64", "fp32"), every, shape=(7, 4), ranks=(4, 1, 2))
+    add("6x3x5_ranks1-2-3", ("fp16", "bf16+fp32"), every, shape=(6, 3, 5), ranks=(1, 2, 3), momentum=0.3)
+    add("6x3x5_ranks1-2-3", ("bf16",), (S, GC), shape=(6, 3, 5), ranks=(1, 2, 3))
+    add("5x3x4x4_channels_last_ranks2-3", ("fp32", "bf16"), (S, E, BR, BE), shape=(5, 3, 4, 4), ranks=(2, 3),
+        layout="channels_last")
+    add("3x2x3x3x3_channels_last_3d_ranks1-2", ("fp32",), (S, E, BE), shape=(3, 2, 3, 3, 3), ranks=(1, 2),
+        layout="channels_last_3d")
+    add("8x4x16_offset1000_ranks3-5", ("fp32",), every, shape=(8, 4, 16), ranks=(3, 5), offset=1000.0,
+        sensitive=True)
+    add("8x4x16_offset1000_ranks3-5", ("bf16+fp32",), (S, GC), shape=(8, 4, 16), ranks=(3, 5), offset=1000.0,
+        sensitive=True)
+    add("6x3x5_no_affine_ranks2-4", ("fp32",), (E, BR, BE), shape=(6, 3, 5), ranks=(2, 4), weight=False,
+        bias=False)
+    add("6x3x5_no_running_stats_ranks2-4", ("fp32",), (GC,), shape=(6, 3, 5), ranks=(2, 4), stats=False)
+    add("6x3x5_equal_counts_ranks2-2-2", ("fp32", "fp16"), (G,), shape=(6, 3, 5), ranks=(2, 2, 2))
+    return cases
+
+
+def gradgrad_cases() -> list:
+    """F-level double backward (contract §8): float64, small shapes, a few per family."""
+    cases = []
+
+    def add(family, op, tag, **kw):
+        cases.append(Case(family, op, f"{op}/gradgrad_{tag}/fp64", dtype="fp64", gradgrad=True, **kw))
+
+    add("batch_norm", "F.batch_norm", "4x3x5_train", shape=(4, 3, 5))
+    add("batch_norm", "F.batch_norm", "4x3x5_eval", shape=(4, 3, 5), training=False)
+    add("batch_norm", "F.batch_norm", "3x2x3x3_channels_last_train", shape=(3, 2, 3, 3), layout="channels_last")
+    add("layer_norm", "F.layer_norm", "3x4x5_ns2", shape=(3, 4, 5), norm_ndim=2)
+    add("layer_norm", "F.layer_norm", "4x6_ns1", shape=(4, 6))
+    add("rms_norm", "F.rms_norm", "3x4x5_ns1", shape=(3, 4, 5))
+    add("rms_norm", "F.rms_norm", "2x3x4_ns2", shape=(2, 3, 4), norm_ndim=2)
+    add("group_norm", "F.group_norm", "2x6x5_G3", shape=(2, 6, 5), groups=3, stats=False)
+    add("group_norm", "F.group_norm", "2x4x3x3_G2", shape=(2, 4, 3, 3), groups=2, stats=False)
+    return cases
+
+
 def all_cases() -> list:
     return (batch_norm_cases() + layer_norm_cases() + rms_norm_cases() + group_norm_cases()
-            + instance_norm_cases())
+            + instance_norm_cases() + sync_batch_norm_cases() + gradgrad_cases())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,5 +611,22 @@ def error_cases() -> list:
         E("instance_norm", "F.instance_norm", "F.instance_norm/err_one_spatial_element",
           lambda d: ((_t(d, 2, 3, 1),), {}), "ValueError",
           "Expected more than 1 spatial element when training, got input size torch.Size([2, 3, 1])"),
+    ]
+    # SyncBatchNorm primitives (contract §3): checks CUDA's kernels make on contiguous inputs; torch has no
+    # CPU kernels for these, so on the CPU `--impl torch` reports them not present
+    f64 = torch.float64
+    out += [
+        E("sync_batch_norm", "batch_norm_backward_reduce", "batch_norm_backward_reduce/err_mean_invstd_dtype",
+          lambda d: ((_t(d, 2, 3, 4), _t(d, 2, 3, 4, seed=1), _t(d, 3, seed=2), _t(d, 3, dtype=f64, seed=3).abs(),
+                      _t(d, 3, seed=4), True, True, True), {}),
+          "RuntimeError", "mean and invstd need to have the same data types", devices=("cpu", "cuda")),
+        E("sync_batch_norm", "batch_norm_backward_elemt", "batch_norm_backward_elemt/err_mean_invstd_dtype",
+          lambda d: ((_t(d, 2, 3, 4), _t(d, 2, 3, 4, seed=1), _t(d, 3, seed=2), _t(d, 3, dtype=f64, seed=3).abs(),
+                      _t(d, 3, seed=4), _t(d, 3, seed=5), _t(d, 3, seed=6),
+                      torch.tensor([4, 4], dtype=torch.int32, device=d)), {}),
+          "RuntimeError", "mean and invstd need to have the same data types", devices=("cpu", "cuda")),
+        E("sync_batch_norm", "batch_norm_stats", "batch_norm_stats/err_long_input",
+          lambda d: ((_t(d, 2, 3, 4, dtype=torch.int64), 1e-5), {}), "NotImplementedError", None,
+          devices=("cpu", "cuda")),
     ]
     return out

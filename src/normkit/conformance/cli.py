@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         return 0
 
     try:
-        oracle, missing = load_oracle(args.oracle)
+        oracle, missing = load_oracle(args.oracle, families)
     except Exception as e:  # noqa: BLE001
         print(f"cannot import the oracle {args.oracle}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -6,8 +6,12 @@ Rules (the ``rule`` field of every result):
 * ``saved_stats``   saved mean / invstd (rstd): values, shape, dtype; eval: empty or the device variant
 * ``running_stats`` in-place update with the unbiased variance; untouched in eval
 * ``meta``          output dtype, shape and memory format
-* ``grads``         the aten backward (grad_input, grad_weight, grad_bias) against the oracle
+* ``grads``         the aten backward (grad_input, grad_weight, grad_bias) against the oracle; for the
+                    SyncBatchNorm primitives also batch_norm_backward_reduce's (sum_dy, sum_dy_xmu, ...)
 * ``autograd``      gradients through the functional API's autograd against the oracle
+* ``gradgrad``      double backward (F-level, float64): d(grad_input · v)/d(input, weight, grad_out) against
+                    the same through the oracle's (plain, differentiable torch) forward; a backend without
+                    double backward fails it, saying so
 * ``error``         error type and message for bad input
 * ``error_state``   a call that raises leaves its tensor arguments (running stats) untouched
 

@@ -5,7 +5,12 @@ For each case the runner builds fresh inputs, calls the backend, calls the float
 the backend is not torch itself, calls torch's own kernel on the same inputs for the "2x ATen"
 criterion. Backward entry points are fed the forward's own saved statistics; the oracle backward
 then sees those same statistics upcast (they are inputs of the backward). Gradients through the
-functional API's autograd are compared with the oracle's exact gradient.
+functional API's autograd are compared with the oracle's exact gradient, and for the cases marked
+``gradgrad`` their double backward with the oracle's.
+
+The SyncBatchNorm primitives (family ``sync_batch_norm``) run on simulated ranks: each primitive is fed
+what torch's ``SyncBatchNorm`` would feed it, computed by the oracle. torch has no CPU kernels for them;
+like any op without a kernel on the device ("Could not run ..."), they are reported not present there.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 
 from normkit.conformance import rules
 from normkit.conformance.backends import Backend, TorchBackend
-from normkit.conformance.cases import Case, ErrorCase, make_inputs
+from normkit.conformance.cases import SYNC_OPS, Case, ErrorCase, make_inputs, seed_of
 from normkit.conformance.rules import Result, check_meta, judge, suggested_format
 
 ORACLE_NEEDS = (
@@ -31,9 +36,13 @@ ORACLE_NEEDS = (
 )
 
 
-def load_oracle(name: str = "normkit.reference"):
+ORACLE_NEEDS_SYNC = SYNC_OPS  # only when the sync_batch_norm family is selected
+
+
+def load_oracle(name: str = "normkit.reference", families=None):
     module = importlib.import_module(name)
-    missing = [n for n in ORACLE_NEEDS if not callable(getattr(module, n, None))]
+    needs = ORACLE_NEEDS + (ORACLE_NEEDS_SYNC if families is not None and "sync_batch_norm" in families else ())
+    missing = [n for n in needs if not callable(getattr(module, n, None))]
     return module, missing
 
 
@@ -159,6 +168,9 @@ class Runner:
             raised = None
         except Exception as e:  # noqa: BLE001 -- we judge whatever it raised
             raised = e
+        if raised is not None and _not_on_device(raised):  # no kernel on this device: not present
+            self.not_present.setdefault(op, f"not available on {self.dev_type}")
+            return None
         if raised is None:
             results.append(Result(op, ec.name, "error", False,
                                   note + f"no error raised; expected {ec.exc}: {ec.message}", 0.0, ec.family))
@@ -432,6 +444,11 @@ class Runner:
                               training=case.training)
         self._autograd(case, out, (xi, wi, bi), I, lambda: self._bn_oracle_grads(case, I, ref, use_batch),
                        tb and tb[2])
+        rs = (I["running_mean"], I["running_var"])
+        self._gradgrad(case, fn, I, lambda f, a, c, d: f(
+            a, running_mean=_clone(rs[0]), running_var=_clone(rs[1]), weight=c, bias=d, training=case.training,
+            momentum=case.momentum, eps=case.eps), lambda a, c, d: self.O.native_batch_norm(
+            a, c, d, up(rs[0]), up(rs[1]), use_batch, case.momentum, case.eps)[0])
 
     def _bn_oracle_grads(self, case, I, ref, use_batch):
         x, w, b, g = I["x"], I["weight"], I["bias"], I["grad_out"]
@@ -491,6 +508,8 @@ class Runner:
             self._values("out", out, ref[0], tb and tb[0], None, case.sensitive)
             self._autograd(case, out, (xi, wi, bi), I, lambda: self._oracle(
                 "native_layer_norm_backward", up(g), x64, ns, ref[1], ref[2], up(w), up(b), mask), tb and tb[1])
+            self._gradgrad(case, fn, I, lambda f, a, c, d: f(a, ns, weight=c, bias=d, eps=case.eps),
+                           lambda a, c, d: self.O.native_layer_norm(a, ns, c, d, case.eps)[0])
             return
         got = self._call(fn, x, ns, w, b, case.eps)
         tb = self._baseline(lambda: self.torch.aten(op)(x, ns, w, b, case.eps))
@@ -561,6 +580,8 @@ class Runner:
             if op == "F.rms_norm":
                 self._autograd(case, out, (xi, wi), I, lambda: self._oracle(
                     "_fused_rms_norm_backward", up(g), x64, ns, ref[1], up(w), mask), tb and tb[1])
+                self._gradgrad(case, fn, I, lambda f, a, c, d: f(a, ns, weight=c, eps=case.eps),
+                               lambda a, c, d: self.O._fused_rms_norm(a, ns, c, case.eps)[0])
             return
         got = self._call(fn, x, ns, w, case.eps)
         tb = self._baseline(lambda: self.torch.aten(op)(x, ns, w, case.eps))
@@ -612,6 +633,8 @@ class Runner:
             self._autograd(case, out, (xi, wi, bi), I, lambda: self._oracle(
                 "native_group_norm_backward", up(g), x64, ref[1], ref[2], up(w), N, C, HxW, G, mask),
                 tb and tb[1])
+            self._gradgrad(case, fn, I, lambda f, a, c, d: f(a, G, weight=c, bias=d, eps=case.eps),
+                           lambda a, c, d: self.O.native_group_norm(a, c, d, N, C, HxW, G, case.eps)[0])
             return
         got = self._call(fn, x, w, b, N, C, HxW, G, case.eps)
         tb = self._baseline(lambda: self.torch.aten(op)(x, w, b, N, C, HxW, G, case.eps))
@@ -698,8 +721,191 @@ class Runner:
         res["grads"] = grads
         return res
 
+    # ------------------------------------------------------------------ SyncBatchNorm primitives
+    def _run_sync_batch_norm(self, case: Case, fn):
+        """One primitive of the SyncBatchNorm pipeline (contract §3) on simulated ranks.
+
+        Inputs are what torch's ``SyncBatchNorm`` would hand the primitive: per-rank stats from the oracle's
+        batch_norm_stats, global stats from its gather, all-reduced backward sums; each rounded to the
+        dtype SyncBatchNorm uses (stats in the acc dtype, counts in the running-stat dtype for the gather
+        and int32 for backward_elemt, weight cast to the stats dtype for backward_elemt).
+        """
+        op = self._op = case.op
+        I = make_inputs(case, self.device)
+        x, w, b, g = I["x"], I["weight"], I["bias"], I["grad_out"]
+        C = x.shape[1]
+        ranks = case.ranks or (x.shape[0],)
+        bounds = [sum(ranks[:i]) for i in range(len(ranks) + 1)]
+        xs = [x[bounds[i]:bounds[i + 1]] for i in range(len(ranks))]
+        gs = [g[bounds[i]:bounds[i + 1]] for i in range(len(ranks))]
+        hw = math.prod(x.shape[2:])
+        counts = [r * hw for r in ranks]
+        acc = _acc(x.dtype)  # stats dtype: fp32 for fp16/bf16 inputs, else the input's (§3)
+        eps, m = case.eps, case.momentum
+        rm0, rv0 = I["running_mean"], I["running_var"]
+        cdt = rm0.dtype if rm0 is not None else x.dtype  # counts of the gather: the running-stat dtype (§3)
+
+        if op == "batch_norm_stats":
+            for i, xr in enumerate(xs):
+                mean, invstd = self._call(fn, xr, eps)
+                ref = self._oracle(op, up(xr), eps)
+                base = self._baseline(lambda: self.torch.aten(op)(xr, eps))
+                for j, (name, t) in enumerate((("mean", mean), ("invstd", invstd))):
+                    self._meta(f"rank{i}.{name}", t, (C,), acc, ())
+                    self._values(f"rank{i}.{name}", t, ref[j], base and base[j], None, case.sensitive)
+            return
+
+        # the per-rank stats and global stats every later primitive starts from (oracle, rounded)
+        local = [self._oracle("batch_norm_stats", up(xr), eps) for xr in xs]
+        mean_all = torch.stack([s[0] for s in local]).to(self.device, acc)
+        invstd_all = torch.stack([s[1] for s in local]).to(self.device, acc)
+
+        if op in ("batch_norm_gather_stats_with_counts", "batch_norm_gather_stats"):
+            rm, rv = _clone(rm0), _clone(rv0)
+            if op == "batch_norm_gather_stats":
+                if len(set(counts)) != 1:
+                    raise ValueError(f"{case.name}: batch_norm_gather_stats needs equal counts, got {counts}")
+                extra = counts[0]
+                cnt64 = torch.full((len(counts),), float(counts[0]), dtype=torch.float64)
+            else:
+                extra = torch.tensor(counts, dtype=cdt, device=self.device)
+                cnt64 = up(extra)
+            got = self._call(fn, x, mean_all, invstd_all, rm, rv, m, eps, extra)
+            rm64, rv64 = _clone(up(rm0)), _clone(up(rv0))
+            ref = self._oracle("batch_norm_gather_stats_with_counts", up(x), up(mean_all), up(invstd_all),
+                               rm64, rv64, m, eps, cnt64)
+            trm, trv = _clone(rm0), _clone(rv0)
+            base = self._baseline(lambda: self.torch.aten(op)(x, mean_all, invstd_all, trm, trv, m, eps, extra))
+            for j, name in enumerate(("mean", "invstd")):
+                t = got[j] if got is not None and len(got) > j else None
+                self._meta(name, t, (C,), acc, ())
+                self._values(name, t, ref[j], base and base[j], None, case.sensitive)
+            if rm is None:
+                return
+            r = self._rule("running_stats")
+            for name, t, t0 in (("running_mean", rm, rm0), ("running_var", rv, rv0)):
+                if t.dtype != t0.dtype or tuple(t.shape) != tuple(t0.shape):
+                    r.add(False, f"{name}: dtype/shape changed to {t.dtype} {tuple(t.shape)}")
+            self._values("running_mean", rm, rm64, base and trm, None, case.sensitive, rule="running_stats")
+            before = r.ok
+            self._values("running_var", rv, rv64, base and trv, None, case.sensitive, rule="running_stats")
+            if before and not r.ok:
+                n = cnt64.sum()
+                m2 = (1.0 / ref[1].double() ** 2 - eps) * n
+                biased = (1 - m) * up(rv0) + m * m2 / n
+                if judge("rv", rv, biased, None, dtype=rv.dtype).passed:
+                    r.add(False, "running_var updated with the biased variance M2/n (expected unbiased M2/(n-1))")
+            return
+
+        gathered = self._oracle("batch_norm_gather_stats_with_counts", up(x), up(mean_all), up(invstd_all), None,
+                                None, m, eps, torch.tensor(counts, dtype=torch.float64))
+        mean, invstd = gathered[0].to(self.device, acc), gathered[1].to(self.device, acc)
+
+        if op == "batch_norm_elemt":
+            for i, xr in enumerate(xs):
+                out = self._call(fn, xr, w, b, mean, invstd, eps)
+                ref = self._oracle(op, up(xr), up(w), up(b), up(mean), up(invstd), eps)
+                base = self._baseline(lambda: self.torch.aten(op)(xr, w, b, mean, invstd, eps))
+                self._meta(f"rank{i}.out", out, xr.shape, xr.dtype, self._grad_formats(xr))
+                self._values(f"rank{i}.out", out, ref, base, None, case.sensitive)
+            return
+
+        wg, bg = w is not None, b is not None and w is not None  # CUDA needs weight for grad_bias (§3)
+        if op == "batch_norm_backward_reduce":
+            pdt = w.dtype if w is not None else x.dtype
+            for i, (xr, gr) in enumerate(zip(xs, gs)):
+                got = self._call(fn, gr, xr, mean, invstd, w, True, wg, bg)
+                ref = self._oracle(op, up(gr), up(xr), up(mean), up(invstd), up(w), True, wg, bg)
+                base = self._baseline(lambda: self.torch.aten(op)(gr, xr, mean, invstd, w, True, wg, bg))
+                metas = [((C,), acc, ()), ((C,), acc, ()), ((C,), pdt, ()), ((C,), pdt, ())]
+                self._check_grads([f"rank{i}.{n}" for n in ("sum_dy", "sum_dy_xmu", "grad_weight", "grad_bias")],
+                                  got, ref, base, None, metas, [True, True, wg, bg], case.sensitive, "grads", op)
+            return
+
+        if op == "batch_norm_backward_elemt":
+            sums = [self._oracle("batch_norm_backward_reduce", up(gr), up(xr), up(mean), up(invstd), up(w),
+                                 True, False, False) for xr, gr in zip(xs, gs)]
+            sum_dy = sum(s[0] for s in sums).to(self.device, acc)  # the all_reduce(SUM), rounded
+            sum_dy_xmu = sum(s[1] for s in sums).to(self.device, acc)
+            count = torch.tensor(counts, dtype=torch.int32, device=self.device)
+            wa = w.to(acc) if w is not None else None  # SyncBatchNorm casts weight to the stats dtype
+            for i, (xr, gr) in enumerate(zip(xs, gs)):
+                gi = self._call(fn, gr, xr, mean, invstd, wa, sum_dy, sum_dy_xmu, count)
+                ref = self._oracle(op, up(gr), up(xr), up(mean), up(invstd), up(wa), up(sum_dy), up(sum_dy_xmu),
+                                   count.cpu())
+                base = self._baseline(lambda: self.torch.aten(op)(gr, xr, mean, invstd, wa, sum_dy, sum_dy_xmu,
+                                                                  count))
+                self._check_grads((f"rank{i}.grad_input",), (gi,), (ref,), None if base is None else (base,), None,
+                                  [(xr.shape, xr.dtype, self._grad_formats(xr))], [True], case.sensitive,
+                                  "grads", op)
+            return
+        raise ValueError(f"unknown sync_batch_norm op {op}")
+
+    # ------------------------------------------------------------------ double backward (contract §8)
+    def _gradgrad(self, case: Case, fn, I, call, oracle_out):
+        """grad of (grad_input · v) w.r.t. input, weight and grad_out, against the float64 oracle's autograd.
+
+        `call(fn, x, w, b)` runs an F-style function; `oracle_out(x, w, b)` the oracle's forward (plain,
+        differentiable torch). Backends without double backward fail the rule with the reason.
+        """
+        if not case.gradgrad:
+            return
+        r = self._rule("gradgrad")
+        gen = torch.Generator().manual_seed(seed_of(case.name + "/v"))
+        v64 = torch.randn(I["x"].shape, generator=gen, dtype=torch.float64)
+        names = ("input", "weight", "grad_out")
+
+        def second(out_fn, x, w, b, g, v):
+            xi, wi, bi, gi_ = _leaf(x), _leaf(w), _leaf(b), _leaf(g)
+            out = out_fn(xi, wi, bi)
+            if not out.requires_grad:
+                raise _NoDoubleBackward("output does not require grad")
+            (gin,) = torch.autograd.grad(out, xi, gi_, create_graph=True)
+            if not gin.requires_grad:
+                raise _NoDoubleBackward("grad_input is not differentiable (backward is not itself differentiable)")
+            wrt = [t for t in (xi, wi, gi_) if t is not None]
+            res = torch.autograd.grad((gin * v).sum(), wrt, allow_unused=True)
+            if all(t is None for t in res):
+                raise _NoDoubleBackward("grad_input's graph reaches none of input, weight, grad_out "
+                                        "(its backward is not differentiable)")
+            res = list(res)
+            return [res.pop(0) if t is not None else None for t in (xi, wi, gi_)]
+
+        x, w, b, g = I["x"], I["weight"], I["bias"], I["grad_out"]
+        v = v64.to(x.device, x.dtype)
+        try:
+            got = second(lambda a, c, d: call(fn, a, c, d), x, w, b, g, v)
+        except Exception as e:  # noqa: BLE001 -- a backend without double backward
+            why = _short(e) if isinstance(e, _NoDoubleBackward) else f"{type(e).__name__}: {_short(e)}"
+            r.add(False, f"no double backward: {why}")
+            return
+        try:
+            ref = second(oracle_out, up(x), up(w), up(b), up(g), v64)
+        except Exception as e:
+            _mark(e, "oracle")
+            raise
+        base = None
+        if not self.self_baseline:
+            F = torch.nn.functional
+            base = self._baseline(lambda: second(lambda a, c, d: call(getattr(F, case.op[2:]), a, c, d),
+                                                 x, w, b, g, v))
+        for i, name in enumerate(names):
+            if ref[i] is None:  # unused in the oracle's graph (eval: grad_input is linear in grad_out): zero
+                if got[i] is not None and bool(got[i].detach().ne(0).any()):
+                    r.add(False, f"d(grad_input·v)/d{name}: nonzero where the oracle's is identically zero")
+                continue
+            if got[i] is None:
+                r.add(False, f"d(grad_input·v)/d{name}: no gradient (None)")
+                continue
+            self._values(f"d(grad_input·v)/d{name}", got[i], ref[i], base and base[i], None, case.sensitive,
+                         rule="gradgrad")
+
 
 # ---------------------------------------------------------------------- invocation helpers
+
+
+class _NoDoubleBackward(Exception):
+    pass
 
 
 class _NotOnDevice(Exception):
