@@ -15,7 +15,9 @@ Two levels:
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
+
 
 import torch
 from torch import Tensor
@@ -390,22 +392,20 @@ def check_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape,
                               weight, bias) -> None:
     _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
     check_floating(input, "LayerNormBackwardKernelImpl")
+    _check_row_backward(grad_out, input, normalized_shape, (("mean", mean), ("rstd", rstd)))
+
+
+def _check_row_backward(grad_out: Tensor, input: Tensor, normalized_shape, stats) -> None:
+    """Layer/RMS norm backward: grad_out shaped like input, one saved statistic per row."""
     if grad_out.shape != input.shape:
         raise RuntimeError(
             f"Expected grad_out to have the same shape as input, but got grad_out of shape "
             f"{_shape(grad_out)} and input of shape {_shape(input)}"
         )
-    rows = _prod(input.shape[: input.dim() - len(normalized_shape)])
-    for name, stat in (("mean", mean), ("rstd", rstd)):
+    rows = math.prod(input.shape[: input.dim() - len(normalized_shape)])
+    for name, stat in stats:
         if stat.numel() != rows:
             raise RuntimeError(f"{name} should contain {rows} elements not {stat.numel()}")
-
-
-def _prod(shape) -> int:
-    p = 1
-    for s in shape:
-        p *= int(s)
-    return p
 
 
 def check_rms_norm(input: Tensor, normalized_shape, weight) -> None:
@@ -417,14 +417,7 @@ def check_rms_norm(input: Tensor, normalized_shape, weight) -> None:
 def check_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape, rstd: Tensor, weight) -> None:
     _check_normalized_shape(input, normalized_shape, (("weight", weight),), "*")
     check_floating(input, "rms_norm")
-    if grad_out.shape != input.shape:
-        raise RuntimeError(
-            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
-            f"{_shape(grad_out)} and input of shape {_shape(input)}"
-        )
-    rows = _prod(input.shape[: input.dim() - len(normalized_shape)])
-    if rstd.numel() != rows:
-        raise RuntimeError(f"rstd should contain {rows} elements not {rstd.numel()}")
+    _check_row_backward(grad_out, input, normalized_shape, (("rstd", rstd),))
 
 
 # --------------------------------------------------------------------------------------------------

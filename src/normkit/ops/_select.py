@@ -60,10 +60,6 @@ def checks():
     return chk
 
 
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def params_ok(x: torch.Tensor, *params) -> bool:
     """Parameters the kernels take: on x's device, in x's dtype or float32, 1-D."""
     dev = x.get_device()

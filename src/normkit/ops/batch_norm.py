@@ -17,7 +17,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from normkit.ops._select import acc_dtype, checks, kernels_for, params_ok, reference
+from normkit.ops._select import checks, kernels_for, params_ok, reference
+from normkit.reference._common import acc_dtype
 
 __all__ = [
     "native_batch_norm",

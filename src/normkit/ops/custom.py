@@ -36,7 +36,8 @@ from torch import Tensor
 
 from normkit.ops import batch_norm as _bn
 from normkit.ops import layer_norm as _ln
-from normkit.ops._select import acc_dtype, reference
+from normkit.ops._select import reference
+from normkit.reference._common import acc_dtype
 
 __all__ = ["batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward", "rms_norm",
            "rms_norm_backward", "add_layer_norm", "add_rms_norm", "batch_norm_autograd", "layer_norm_autograd",

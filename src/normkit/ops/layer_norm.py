@@ -7,12 +7,15 @@ fp16/bf16/fp32 input and float64 for fp64. Outputs are contiguous.
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
+
 
 import torch
 from torch import Tensor
 
-from normkit.ops._select import acc_dtype, checks, kernels_for, params_ok, reference
+from normkit.ops._select import checks, kernels_for, params_ok, reference
+from normkit.reference._common import acc_dtype
 
 __all__ = [
     "native_layer_norm",
@@ -30,18 +33,11 @@ __all__ = [
 ]
 
 
-def _prod(shape) -> int:
-    p = 1
-    for s in shape:
-        p *= int(s)
-    return p
-
-
 def _geometry(x: Tensor, normalized_shape: Sequence[int]):
     ns = [int(s) for s in normalized_shape]
     axis = x.dim() - len(ns)
-    m = _prod(x.shape[:axis])
-    n = _prod(ns)
+    m = math.prod(x.shape[:axis])
+    n = math.prod(ns)
     stat_shape = list(x.shape[:axis]) + [1] * len(ns)
     return ns, m, n, stat_shape
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -91,9 +91,3 @@ def invstd_from_var(var: Tensor, eps: float) -> Tensor:
     zero = var == 0
     return torch.where(zero, torch.zeros_like(var), torch.rsqrt(torch.where(zero, torch.ones_like(var), var)))
 
-
-def prod(sizes: Sequence[int]) -> int:
-    p = 1
-    for s in sizes:
-        p *= int(s)
-    return p

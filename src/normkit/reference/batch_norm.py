@@ -51,22 +51,25 @@ def _batch_stats(x: Tensor) -> Tuple[Tensor, Tensor]:
     return mean, var
 
 
-def _update_running_stats(running_mean: Optional[Tensor], running_var: Optional[Tensor], mean: Tensor,
-                          var: Tensor, n: int, momentum: float) -> None:
-    """rm ← (1−m)·rm + m·mean, rv ← (1−m)·rv + m·var·n/(n−1), in place, in the running stats' dtype.
+def _unbiased(var: Tensor, n: int) -> Tensor:
+    """var·n/(n−1); n == 1 gives 0/0, the NaN aten produces (F.batch_norm refuses such batches first)."""
+    return var * (n / (n - 1)) if n > 1 else var * float("nan")
 
-    ``momentum`` is used verbatim (negative or > 1 allowed). n == 1 gives NaN running_var like aten.
-    Not differentiable (running stats never are), hence no_grad.
+
+def _update_running_stats(running_mean: Optional[Tensor], running_var: Optional[Tensor], mean: Tensor,
+                          unbiased_var: Tensor, momentum: float) -> None:
+    """rm ← (1−m)·rm + m·mean, rv ← (1−m)·rv + m·unbiased_var, in place, in the running stats' dtype.
+
+    ``momentum`` is used verbatim (negative or > 1 allowed). Not differentiable (running stats never
+    are), hence no_grad.
     """
     with torch.no_grad():
         if running_mean is not None:
             rm = running_mean.to(torch.promote_types(running_mean.dtype, mean.dtype))
             running_mean.copy_((1 - momentum) * rm + momentum * mean)
         if running_var is not None:
-            rv = running_var.to(torch.promote_types(running_var.dtype, var.dtype))
-            # n == 1: 0/0, the NaN aten produces (F.batch_norm refuses such batches first).
-            unbiased = var * (n / (n - 1)) if n > 1 else var * float("nan")
-            running_var.copy_((1 - momentum) * rv + momentum * unbiased)
+            rv = running_var.to(torch.promote_types(running_var.dtype, unbiased_var.dtype))
+            running_var.copy_((1 - momentum) * rv + momentum * unbiased_var)
 
 
 def _normalize(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,
@@ -87,8 +90,8 @@ def _forward(input, weight, bias, running_mean, running_var, training, momentum,
     if training:
         mean, var = _batch_stats(input.to(cdt))
         invstd = invstd_from_var(var, eps)
-        _update_running_stats(running_mean, running_var, mean, var, input.numel() // input.shape[1],
-                              momentum)
+        _update_running_stats(running_mean, running_var, mean,
+                              _unbiased(var, input.numel() // input.shape[1]), momentum)
         return _normalize(input, weight, bias, mean, invstd), mean.to(sdt), invstd.to(sdt)
     # Eval: normalize with the running stats; plain 1/sqrt (aten has no zero guard here).
     mean = running_mean.to(cdt)
@@ -215,7 +218,8 @@ def batch_norm_update_stats(input: Tensor, running_mean: Optional[Tensor], runni
     """``aten::batch_norm_update_stats`` → (mean, biased var), updating the running stats given."""
     _checks.check_batch_norm_update_stats(input, running_mean, running_var)
     mean, var = _batch_stats(input.to(opmath_dtype(input)))
-    _update_running_stats(running_mean, running_var, mean, var, input.numel() // input.shape[1], momentum)
+    _update_running_stats(running_mean, running_var, mean, _unbiased(var, input.numel() // input.shape[1]),
+                          momentum)
     sdt = acc_dtype(input.dtype)
     return mean.to(sdt), var.to(sdt)
 

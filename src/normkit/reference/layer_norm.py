@@ -7,13 +7,15 @@ for half inputs, CUDA's convention, on every device). Output and grad_input are 
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
+
 
 import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import acc_dtype, opmath_dtype, param_dtype, prod
+from normkit.reference._common import acc_dtype, opmath_dtype, param_dtype
 
 __all__ = ["native_layer_norm", "native_layer_norm_backward"]
 
@@ -35,7 +37,7 @@ def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Op
     cdt, sdt = opmath_dtype(input), acc_dtype(input.dtype)
     dims = _norm_dims(input, normalized_shape)
     x = input.to(cdt)
-    if prod(normalized_shape) == 0:
+    if math.prod(normalized_shape) == 0:
         # Empty rows: aten reports mean 0 and rstd NaN (a mean over nothing would be NaN too).
         mean = x.sum(dims, keepdim=True)
         rstd = torch.full_like(mean, float("nan"))
@@ -72,7 +74,7 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         gw = g if weight is None else g * weight.to(cdt)
-        if prod(normalized_shape) == 0:
+        if math.prod(normalized_shape) == 0:
             gi = gw
         else:
             gi = rstd.to(cdt).reshape(stat_shape) * (

@@ -63,13 +63,7 @@ def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Ten
     m2 = (w * (var_r + (means - gmean).square())).sum(0)
     gvar = m2 / n
     ginvstd = invstd_from_var(gvar, eps)
-    with torch.no_grad():
-        if running_mean is not None:
-            rm = running_mean.to(torch.promote_types(running_mean.dtype, cdt))
-            running_mean.copy_((1 - momentum) * rm + momentum * gmean)
-        if running_var is not None:
-            rv = running_var.to(torch.promote_types(running_var.dtype, cdt))
-            running_var.copy_((1 - momentum) * rv + momentum * m2 / (n - 1))
+    _update_running_stats(running_mean, running_var, gmean, m2 / (n - 1), momentum)  # n: a tensor, no sync
     return gmean, ginvstd
 
 
