@@ -1,0 +1,143 @@
+"""Host (CPU) cost per call of normkit's batch/layer norm against eager PyTorch, on tiny CUDA tensors
+where the GPU work is negligible, so the wall time per call is the Python + launch cost.
+
+    PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
+
+For each path it issues ``--calls`` calls back to back (no synchronisation inside the loop; one at the
+end) after a warm-up and reports microseconds per call (median of 5 repeats). Paths: eager ATen, the
+normkit functional API, ``F.*`` under ``normkit.enable()``, and the kernel launchers alone; forward
+and forward + backward. A cProfile of the functional batch-norm forward (top functions by own time)
+shows where the Python time goes. Writes ``DIR/host_overhead.json`` and ``DIR/host_overhead_profile.txt``.
+"""
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import normkit
+from normkit.kernels import batch_norm as KB
+from normkit.kernels import layer_norm as KL
+
+
+def per_call_us(fn, calls, repeats=5):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(times)
+
+
+def bn_paths(layout):
+    dev = "cuda"
+    x = torch.randn(32, 64, 8, 8, device=dev, dtype=torch.bfloat16)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    xg = x.detach().clone().requires_grad_(True)
+    w = torch.rand(64, device=dev) + 0.5
+    b = torch.randn(64, device=dev)
+    wg, bg = w.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+    g = torch.randn_like(x)
+
+    def fwd_bwd(f):
+        def run():
+            f(xg, rm, rv, wg, bg, True).backward(g)
+        return run
+
+    def enabled(f):
+        def run():
+            with normkit.enabled():
+                f()
+        return run
+
+    return {
+        "fwd eager": lambda: F.batch_norm(x, rm, rv, w, b, True),
+        "fwd normkit.batch_norm": lambda: normkit.batch_norm(x, rm, rv, w, b, True),
+        "fwd F.batch_norm under enable()": ("enable", lambda: F.batch_norm(x, rm, rv, w, b, True)),
+        "fwd launcher bn_forward_train": lambda: KB.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5),
+        "fwd+bwd eager": fwd_bwd(F.batch_norm),
+        "fwd+bwd normkit.batch_norm": fwd_bwd(normkit.batch_norm),
+        "fwd+bwd F.batch_norm under enable()": ("enable", fwd_bwd(F.batch_norm)),
+    }
+
+
+def ln_paths():
+    dev = "cuda"
+    x = torch.randn(64, 1024, device=dev, dtype=torch.bfloat16)
+    w = torch.rand(1024, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(1024, device=dev, dtype=torch.bfloat16)
+    xg = x.detach().clone().requires_grad_(True)
+    wg, bg = w.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    g = torch.randn_like(x)
+    return {
+        "fwd eager": lambda: F.layer_norm(x, (1024,), w, b),
+        "fwd normkit.layer_norm": lambda: normkit.layer_norm(x, (1024,), w, b),
+        "fwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(x, (1024,), w, b)),
+        "fwd launcher ln_forward": lambda: KL.ln_forward(x, w, b, 1e-5),
+        "fwd+bwd eager": lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g),
+        "fwd+bwd normkit.layer_norm": lambda: normkit.layer_norm(xg, (1024,), wg, bg).backward(g),
+        "fwd+bwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g)),
+    }
+
+
+def measure(paths, calls):
+    out = {}
+    for name, fn in paths.items():
+        if isinstance(fn, tuple):
+            normkit.enable()
+            try:
+                out[name] = per_call_us(fn[1], calls)
+            finally:
+                normkit.disable()
+        else:
+            out[name] = per_call_us(fn, calls)
+        print(f"  {name:40s} {out[name]:8.1f} us/call", flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--calls", type=int, default=300)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": __import__("triton").__version__, "calls": args.calls, "us_per_call": {}}
+    for layout in ("contiguous", "channels_last"):
+        print(f"batch_norm 32x64x8x8 bf16 {layout}", flush=True)
+        res["us_per_call"][f"batch_norm {layout}"] = measure(bn_paths(layout), args.calls)
+    print("layer_norm 64x1024 bf16", flush=True)
+    res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls)
+
+    # where the functional batch-norm forward spends its Python time
+    p = bn_paths("channels_last")["fwd normkit.batch_norm"]
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.calls):
+        p()
+    torch.cuda.synchronize()
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+    with open(os.path.join(args.out, "host_overhead_profile.txt"), "w") as f:
+        f.write(s.getvalue())
+    with open(os.path.join(args.out, "host_overhead.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
