@@ -2,7 +2,8 @@
 suite's layer_norm / rms_norm rows, side by side with ATen eager, with the copy bandwidth measured in
 the same run. Optional ``--sweep`` compares tunable variants (``layer_norm._CFG``) on chosen rows.
 
-    PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep] [--quick]
+    PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep [--groups g1,g2]] [--quick] [--graph]
+        [--budget SECONDS]
 
 Bytes: forward = read x + write y; backward = read x + read dy + write dx (dw/db and the partials
 are not counted: they are overhead). SOL fraction = (bytes / time) / copy bandwidth.
@@ -18,7 +19,7 @@ import time
 
 import torch
 import triton
-from triton.testing import do_bench
+from triton.testing import do_bench, do_bench_cudagraph
 
 from normkit.kernels import layer_norm as L
 
@@ -37,11 +38,21 @@ def log(*a):
     print(line, flush=True)
 
 
+GRAPH = False  # --graph: time CUDA-graph replay (kernel time without the host launch floor)
+
+
 def bench(fn, warm=10, rep=40):
     if DEV == "cpu":  # --dry: one call, host clock (checks the script, not the kernels' speed)
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
+    if GRAPH:
+        fn()  # compile outside the capture
+        torch.cuda.synchronize()
+        try:  # replay timing is steady: 20 ms per measurement (x 10 retries) is plenty
+            return do_bench_cudagraph(fn, rep=min(rep, 20), return_mode="median")
+        except Exception as e:  # pragma: no cover
+            log(f"graph timing failed ({repr(e)[:120]}), eager do_bench")
     return do_bench(fn, warmup=warm, rep=rep, return_mode="median")
 
 
@@ -98,15 +109,18 @@ def check(op, M, N, dt, pdt):
     return out
 
 
-def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True):
+def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True, which=None):
+    """Times forward and backward (``which``: only "fwd" or only "bwd", for the sweep)."""
     x, dy, w, b = make(op, M, N, dt, pdt)
     esz = x.element_size()
     fb, bb = 2 * M * N * esz, 3 * M * N * esz
     r = {"op": op, "M": M, "N": N, "dtype": str(dt).split(".")[-1], "params": str(pdt).split(".")[-1]}
     if op == "ln":
         y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-        r["nk_fwd"] = bench(lambda: L.ln_forward(x, w, b, 1e-5))
-        r["nk_bwd"] = bench(lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True)))
+        if which != "bwd":
+            r["nk_fwd"] = bench(lambda: L.ln_forward(x, w, b, 1e-5))
+        if which != "fwd":
+            r["nk_bwd"] = bench(lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True)))
         if with_aten:
             try:
                 _, am, ar = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
@@ -117,8 +131,10 @@ def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True):
                 r["aten_err"] = repr(e)[:200]
     else:
         y, rstd = L.rms_forward(x, w, 1e-6)
-        r["nk_fwd"] = bench(lambda: L.rms_forward(x, w, 1e-6))
-        r["nk_bwd"] = bench(lambda: L.rms_backward(dy, x, rstd, w, (True, True)))
+        if which != "bwd":
+            r["nk_fwd"] = bench(lambda: L.rms_forward(x, w, 1e-6))
+        if which != "fwd":
+            r["nk_bwd"] = bench(lambda: L.rms_backward(dy, x, rstd, w, (True, True)))
         if with_aten:
             try:
                 _, ar = torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6)
@@ -149,7 +165,7 @@ def _empty_cache():
         torch.cuda.empty_cache()
 
 
-def sweep(sol_bw, deadline):
+def sweep(sol_bw, deadline, only=None, jsonl=None):
     """Variants of the tunables, grouped; each group's fastest variant (summed over its rows) is kept
     in ``L._CFG`` for the timed rows that follow. Returns (results, chosen overrides)."""
     base = dict(L._CFG)
@@ -158,13 +174,28 @@ def sweep(sol_bw, deadline):
     def add(group, label, cfg, op, M, N, which, pdt=torch.bfloat16):
         groups.setdefault(group, []).append((label, cfg, op, M, N, which, pdt))
 
-    for M, N in ((16384, 4096), (8192, 8192), (4096, 16384)):
+    def persist(lo, hi, p, pfetch):
+        return {"fwd_persist_min_block": lo, "fwd_persist_max_block": hi, "fwd_persist_progs_per_sm": p,
+                "fwd_persist_prefetch": pfetch}
+
+    # persistent forward (w/b held), with / without the next tile's x prefetched. Registers (sm_90, bf16
+    # LN, plain / persistent / +prefetch): 4096 w8 40 / 68 / 79 (6 / 3 / 3 CTAs/SM); 8192 w8 63 / 126 / 161
+    # (4 / 2 / 1); 16384 w16 72 / 122 / 128 + 32 B spill (1 / 1 / 1).
+    for M, N in ((16384, 4096), (4096, 16384)):
         for pdt in (torch.bfloat16, torch.float32):
-            for lab, cfg in (("off", {}), ("p1", {"fwd_persist_min_block": 2048, "fwd_persist_max_block": 16384,
-                                                  "fwd_persist_progs_per_sm": 1}),
-                             ("p2", {"fwd_persist_min_block": 2048, "fwd_persist_max_block": 16384,
-                                     "fwd_persist_progs_per_sm": 2})):
+            for lab, cfg in (("off", persist(1 << 30, 0, 2, False)), ("p1", persist(2048, 16384, 1, False)),
+                             ("p2", persist(2048, 16384, 2, False)), ("p1_pf", persist(2048, 16384, 1, True))):
                 add("fwdpersist", lab, cfg, "ln", M, N, "fwd", pdt)
+    # narrow forward below 64 MiB (0.47 SOL at 32768x768): persistent programs, prefetching (w8: plain
+    # 40-48 regs, persistent 64-72, +prefetch 80-97: >= 2 CTAs/SM)
+    for M, N in ((32768, 768), (16384, 1024), (1048576, 64)):
+        def narrow(p, pfetch):
+            return {"fwd_persist_narrow_max_block": 1024 if p else 0, "fwd_persist_narrow_progs_per_sm": p or 2,
+                    "fwd_persist_narrow_prefetch": pfetch}
+
+        for lab, cfg in (("off", narrow(0, False)), ("p2", narrow(2, False)), ("p1_pf", narrow(1, True)),
+                         ("p2_pf", narrow(2, True))):
+            add("fwdnarrow", lab, cfg, "ln", M, N, "fwd")
 
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
         add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
@@ -191,13 +222,57 @@ def sweep(sol_bw, deadline):
         for ept in (8, 16, 32):
             add("fwdept", f"e{ept}", {"fwd_ept": ept, "fwd_ept_wide": ept}, "ln", M, N, "fwd")
             add("bwdept", f"e{ept}", {"bwd_ept": ept}, "ln", M, N, "bwd")
+    # prefetching backward rows kernel (bwd_pf_*), narrow rows. Variants t<tile>_e<ept>_p<progs/SM>[_d2]
+    # (d2: two row blocks loaded ahead). Programs per SM kept <= the CTAs that fit in registers on sm_90
+    # (triton 3.9 + ptxas, N divisible by 16; LN bf16 / fp32 regs): the plain kernel t4096_e8 (16 warps)
+    # has 63 regs at 64/256 wide (2 CTAs/SM) but 81 at 768/1024 (1 CTA/SM, so its 2/SM programs run
+    # as 2 waves); t1024_e8 4 warps 64-96 (d1) / 72-128 (d2): >= 4/SM; t1024_e4 8 warps 40-75: >= 3/SM;
+    # t2048_e8 8 warps 66-109: >= 2/SM. A persistent program past the resident ones costs a second wave.
+    def pf(t, e, p, d=1):
+        return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
+                "bwd_pf_depth": d}
+
+    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t4096_e8_p1", pf(4096, 8, 1)),
+                 ("pf_t1024_e8_p4", pf(1024, 8, 4)), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
+                 ("pf_t1024_e4_p3_d2", pf(1024, 4, 3, 2)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2, 2)))
+    for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
+        for lab, cfg in narrow_pf:
+            add("bwdpf", lab, cfg, "ln", M, N, "bwd")
+        if N >= 768:
+            for lab, cfg in (narrow_pf[0], narrow_pf[3], narrow_pf[5]):
+                add("bwdpf_rms", lab, cfg, "rms", M, N, "bwd")
+    # dw/db reduction launch (K x P x N fp32 partials, K = 2 for LN): the default 256-column blocks
+    # give N=768 only 3 x 2 = 6 programs, each a chain of P / 16 dependent loads; narrower blocks, more
+    # programs and fewer steps. Timed with the plain backward (P = 2/SM) before the prefetching groups.
+    for M, N in ((32768, 768), (16384, 1024), (262144, 256), (1048576, 64)):
+        for lab, cfg in (("n256_p32", {"red_block_n": 256, "red_block_p": 32}),
+                         ("n64_p64", {"red_block_n": 64, "red_block_p": 64}),
+                         ("n32_p128", {"red_block_n": 32, "red_block_p": 128})):
+            add("reduce", lab, cfg, "ln", M, N, "bwd")
+    # prefetching kernel at 2048-8192 (one row per block; 1 CTA of 16 warps per SM: 96-128 regs, d2 at
+    # 8192 fp32 spills 176 B). e16 gives 4096 8 warps, e8 16 warps; both 16 warps at 8192.
+    def pfw(e, d):
+        return {"bwd_pf_wide_max_block": 8192, "bwd_pf_wide_ept": e, "bwd_pf_wide_progs_per_sm": 1,
+                "bwd_pf_wide_depth": d}
+
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for pdt in (torch.bfloat16, torch.float32):
+            for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1", pfw(16, 1)),
+                             ("pf_e16_p1_d2", pfw(16, 2)), ("pf_e8_p1_d2", pfw(8, 2))):
+                add("lnbwdpf", lab, cfg, "ln", M, N, "bwd", pdt)
     out, chosen = [], {}
-    order = ["fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k", "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
-             "bwdept", "fwdpersist"]
+    if only:
+        order = [g for g in only if g in groups]
+    else:
+        order = ["reduce", "bwdpf", "bwdpf_rms", "lnbwdpf", "fwdpersist", "fwdnarrow", "fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k",
+                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
+                 "bwdept"]
     for g in order:
         cases = groups[g]
-        if DEV == "cpu":
-            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5], c[6]) for c in cases[:2]]
+        if DEV == "cpu":  # --dry: each variant once, on its first row, shrunk
+            seen = set()
+            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5], c[6]) for c in cases
+                     if not (c[0] in seen or seen.add(c[0]))]
         totals = {}
         for label, cfg, op, M, N, which, pdt in cases:
             if time.time() > deadline:
@@ -208,7 +283,7 @@ def sweep(sol_bw, deadline):
             L._CFG.update(chosen)
             L._CFG.update(cfg)
             try:
-                r = time_row(op, M, N, torch.bfloat16, pdt, sol_bw, with_aten=False)
+                r = time_row(op, M, N, torch.bfloat16, pdt, sol_bw, with_aten=False, which=which)
             except Exception as e:
                 log(f"sweep {g} {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
                 totals[label] = float("inf")
@@ -217,6 +292,9 @@ def sweep(sol_bw, deadline):
             totals[label] = totals.get(label, 0.0) + v
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
                         "cfg": cfg, "params": str(pdt)})
+            if jsonl:  # one line per timing as it comes, so that a cut-off run still leaves its data
+                with open(jsonl, "a") as f:
+                    f.write(json.dumps(out[-1]) + "\n")
             log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}")
         complete = {lab for lab in totals if sum(1 for c in cases if c[0] == lab) ==
                     sum(1 for o in out if o["group"] == g and o["label"] == lab)}
@@ -224,6 +302,10 @@ def sweep(sol_bw, deadline):
             best = min(complete, key=lambda k: totals[k])
             chosen.update(next(c[1] for c in cases if c[0] == best))
             log(f"sweep {g}: chose {best} {totals[best]:.4f} ms")
+            if jsonl:
+                with open(jsonl, "a") as f:
+                    f.write(json.dumps({"group": g, "chose": best, "total_ms": totals[best],
+                                        "cfg": next(c[1] for c in cases if c[0] == best)}) + "\n")
     L._CFG.clear()
     L._CFG.update(base)
     L._CFG.update(chosen)
@@ -238,9 +320,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="bf16 only")
     ap.add_argument("--no-rows", action="store_true")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: sweep stops at half, rows at the end")
+    ap.add_argument("--groups", default="", help="comma-separated sweep groups (default: all), in this order")
+    ap.add_argument("--graph", action="store_true", help="time CUDA-graph replay (no host launch floor)")
     ap.add_argument("--dry", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes: checks the script")
     args = ap.parse_args()
-    global DEV, SHAPES
+    os.makedirs(args.out, exist_ok=True)
+    global DEV, SHAPES, GRAPH
+    GRAPH = args.graph
     if args.dry:
         DEV = "cpu"
         SHAPES = [(64, 64), (16, 1000), (4, 20000)]
@@ -249,12 +335,14 @@ def main():
     meta = {"device": props.name if props else "cpu", "sms": props.multi_processor_count if props else 0,
             "torch": torch.__version__,
             "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "cfg": dict(L._CFG)}
+            "cfg": dict(L._CFG), "graph": args.graph, "argv": sys.argv[1:]}
     bw = copy_bw()
     meta["copy_GBps"] = bw
     log(f"# {meta}")
     log(f"copy bandwidth {bw:.0f} GB/s")
-    sw, chosen = sweep(bw, t0 + args.budget * 0.5) if args.sweep else ([], {})
+    only = [g for g in args.groups.split(",") if g] or None
+    sw, chosen = (sweep(bw, t0 + args.budget * 0.5, only, os.path.join(args.out, "ln_sweep.jsonl"))
+                  if args.sweep else ([], {}))
     meta["chosen"] = chosen
     meta["cfg_rows"] = dict(L._CFG)
     checks = []

@@ -296,9 +296,12 @@ def _check_sum(s, s_ref):
 
 
 @interp
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("N", [64, 100, 1000])
-def test_persistent_forward(N, monkeypatch):
-    # the opt-in persistent rows forward: w/b held per program over several row blocks
+def test_persistent_forward(N, prefetch, monkeypatch):
+    # the opt-in persistent rows forward: w/b held per program over several row blocks (optionally
+    # with the next block's x / residual prefetched)
+    monkeypatch.setitem(L._CFG, "fwd_persist_prefetch", prefetch)
     monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1)
     monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
     monkeypatch.setitem(L._CFG, "fwd_persist_progs_per_sm", 1)
@@ -445,3 +448,78 @@ def test_cuda_over_2_31_elements():
     xhat = (x.float() - mean[:, None]) * rstd[:, None]
     gw = (dy.float() * xhat).sum(0, dtype=torch.float64)
     assert rel(dw, gw) <= TOL_BWD[torch.bfloat16]
+
+
+# ------------------------------------------------------------------------------------------------
+# opt-in variants (off by default): each checked on small shapes with a shrunk _CFG
+
+
+@interp
+@pytest.mark.parametrize("hold_w,depth", [(False, 1), (True, 1), (False, 2)])
+@pytest.mark.parametrize("N", [7, 64, 100, 1000])
+def test_prefetch_backward(N, hold_w, depth, monkeypatch):
+    # the software-pipelined backward rows kernel: several row blocks per program (4 programs under
+    # the interpreter), a partial last block, programs whose last blocks lie past M
+    monkeypatch.setitem(L._CFG, "bwd_pf_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "bwd_pf_tile_elems", 256)
+    monkeypatch.setitem(L._CFG, "bwd_pf_ept", 4)
+    monkeypatch.setitem(L._CFG, "bwd_pf_progs_per_sm", 1)
+    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w", hold_w)
+    monkeypatch.setitem(L._CFG, "bwd_pf_depth", depth)
+    M = 37 if N < 1000 else 11
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float64, "none")):
+        check_ln(M, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
+        check_rms(M, N, dtype, kind)
+
+
+@interp
+@pytest.mark.parametrize("depth", [1, 2])
+def test_prefetch_backward_masks_and_stride(depth, monkeypatch):
+    monkeypatch.setitem(L._CFG, "bwd_pf_depth", depth)
+    monkeypatch.setitem(L._CFG, "bwd_pf_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "bwd_pf_tile_elems", 256)
+    monkeypatch.setitem(L._CFG, "bwd_pf_progs_per_sm", 2)
+    M, N = 67, 100
+    big = torch.randn(M, N + 28).to(torch.bfloat16)
+    check_ln(M, N, torch.bfloat16, "same", x=big[:, :N])
+    x, dy = _inputs(29, N, torch.float32)
+    w, b = _params(N, torch.float32, "same")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+    for mask in [(True, False, False), (False, True, False), (False, False, True)]:
+        got = L.ln_backward(dy, x, mean, rstd, w, mask)
+        for g, ref, m in zip(got, (gx, gw, gb), mask):
+            assert (g is None) != m and (g is None or rel(g, ref) <= TOL_BWD[torch.float32])
+    outs = [L.ln_backward(dy, x, mean, rstd, w, (True, True, True)) for _ in range(2)]
+    for a, c in zip(*outs):
+        assert torch.equal(a, c)
+
+
+@interp
+@pytest.mark.parametrize("N", [7, 64, 300])
+def test_persistent_forward_narrow(N, monkeypatch):
+    # several-rows tiles through the persistent (prefetching) forward, wide ones left alone
+    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_max_block", 256)
+    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_progs_per_sm", 1)
+    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_prefetch", True)
+    monkeypatch.setitem(L._CFG, "multi_row_max", 256)
+    monkeypatch.setitem(L._CFG, "tile_elems", 256)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same")):
+        check_ln(41, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0, bwd=False)
+        check_rms(41, N, dtype, kind, bwd=False)
+    x, _ = _inputs(41, N, torch.float16)
+    r, _ = _inputs(41, N, torch.float16)
+    y, s, rstd = L.add_rms_forward(x, r, None, 1e-5)
+    _check_sum(s, x + r)
+    assert rel(y, ref_rms(s, None, 1e-5)[0]) <= TOL[torch.float16]
+
+
+@interp
+@pytest.mark.parametrize("red", [(32, 128), (64, 8), (1024, 32)])
+def test_reduce_blocks(red, monkeypatch):
+    # dw/db partials reduction with other column / row blocks: same sums (another fixed order)
+    monkeypatch.setitem(L._CFG, "red_block_n", red[0])
+    monkeypatch.setitem(L._CFG, "red_block_p", red[1])
+    for N in (64, 300):
+        check_ln(23, N, torch.bfloat16, "fp32")
+        check_rms(23, N, torch.float32, "same")

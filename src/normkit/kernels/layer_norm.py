@@ -69,6 +69,11 @@ _CFG = {
     "fwd_persist_min_block": 1 << 30,
     "fwd_persist_max_block": 0,
     "fwd_persist_progs_per_sm": 2,
+    "fwd_persist_prefetch": False,  # persistent forward: next tile's x loaded before this tile's sums
+    # same for several-rows tiles (BLOCK_N <= multi_row_max), own knobs (0: off)
+    "fwd_persist_narrow_max_block": 0,
+    "fwd_persist_narrow_progs_per_sm": 2,
+    "fwd_persist_narrow_prefetch": False,
     "fwd_chunk": 8192,  # chunk of the looped forward
     "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
@@ -77,6 +82,22 @@ _CFG = {
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
+    # prefetching backward rows kernel (_bwd_rows_pf_kernel: next row block's loads issued before this
+    # block's reductions) for BLOCK_N <= bwd_pf_max_block (0: off, the plain kernel); not yet measured
+    "bwd_pf_max_block": 0,
+    "bwd_pf_tile_elems": 4096,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
+    "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
+    "bwd_pf_progs_per_sm": 0,  # persistent programs per SM (0: 32 / num_warps, as the plain kernel)
+    "bwd_pf_hold_w": False,  # w loaded once per program (registers) instead of per row block (L1)
+    "bwd_pf_depth": 1,  # row blocks loaded ahead (1 or 2)
+    # ... and for one-row blocks (BLOCK_N > multi_row_max): own gate, elements per thread, programs/SM
+    "bwd_pf_wide_max_block": 0,
+    "bwd_pf_wide_ept": 16,
+    "bwd_pf_wide_progs_per_sm": 1,
+    "bwd_pf_wide_depth": 1,
+    # dw/db partials reduction: column block and row block (more, smaller programs for narrow N)
+    "red_block_n": 256,
+    "red_block_p": 32,
 }
 
 
@@ -103,16 +124,23 @@ def _fwd_rows_tile(
     M, N, stride_x, stride_r, stride_y, stride_s, eps,
     BLOCK_M: tl.constexpr, LOAD_WB: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, xv_in, rv_in, GIVEN: tl.constexpr,
 ):
     """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers. w/b: given ([BLOCK_N], held
-    by a persistent program), or, with LOAD_WB, loaded here after the statistics (short live range)."""
+    by a persistent program), or, with LOAD_WB, loaded here after the statistics (short live range).
+    GIVEN: x (and the residual) were loaded by the caller (``xv_in``/``rv_in``, prefetched)."""
     rows = row0 + tl.arange(0, BLOCK_M).to(tl.int64)
     rmask = rows < M
     mask = rmask[:, None] & cmask[None, :]
-    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    if GIVEN:
+        xv = xv_in
+    else:
+        xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
     if HAS_RES:
-        rv = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+        if GIVEN:
+            rv = rv_in
+        else:
+            rv = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
         sv = (xv.to(ACC) + rv.to(ACC)).to(xv.dtype)  # the sum, rounded to x's dtype
         tl.store(S + rows[:, None] * stride_s + cols[None, :], sv, mask=mask)
         x = sv.to(ACC)
@@ -156,12 +184,13 @@ def _fwd_rows_kernel(
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
 
     PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile).
-    PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held.
+    PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held;
+    with PREFETCH the next tile's x (and residual) is loaded before this tile's reductions.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -174,14 +203,33 @@ def _fwd_rows_kernel(
         if HAS_B:
             b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
         first = pid.to(tl.int64) * blocks_per_prog
-        for i in range(0, blocks_per_prog):
-            _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
-                           M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                           BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+        if PREFETCH:
+            rows = first * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+            mask = (rows < M)[:, None] & cmask[None, :]
+            xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+            rn = xn
+            if HAS_RES:
+                rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+            for i in range(0, blocks_per_prog):
+                xv = xn
+                rv = rn
+                rows = rows + BLOCK_M
+                mask = (rows < tl.where(i + 1 < blocks_per_prog, M, 0))[:, None] & cmask[None, :]
+                xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+                if HAS_RES:
+                    rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+                _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
+                               M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                               BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
+        else:
+            for i in range(0, blocks_per_prog):
+                _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
+                               M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                               BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
     else:
         _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
                        M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                       BLOCK_M, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+                       BLOCK_M, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -324,6 +372,103 @@ def _bwd_rows_kernel(
                 c2 = tl.sum(wdy, axis=1) / N
                 dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
+    if NEED_DW:
+        tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
+    if NEED_DB:
+        tl.store(DBP + pid.to(tl.int64) * N + cols, tl.sum(db_acc, axis=0), mask=cmask)
+
+
+@triton.jit
+def _bwd_load_block(DY, X, MEAN, RSTD, rows, lim, cols, cmask, stride_dy, stride_x,
+                    IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """x, dy (input dtype), mean, rstd of one row block; rows >= lim are masked off."""
+    rmask = rows < lim
+    mask = rmask[:, None] & cmask[None, :]
+    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    dyv = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+    if IS_RMS:
+        mean = rstd
+    else:
+        mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+    return xv, dyv, mean, rstd
+
+
+@triton.jit
+def _bwd_rows_pf_kernel(
+    DY, X, W, MEAN, RSTD, DX, DWP, DBP,
+    M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HOLD_W: tl.constexpr, DEPTH: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next DEPTH (1 or 2) row blocks
+    (x, dy kept in the input dtype: half the registers of fp32; mean/rstd) are issued before this
+    block's row reductions, so that HBM reads stay in flight while the program reduces (the plain
+    kernel issues nothing during its reductions; Triton's pipeliner leaves loops without a dot alone).
+    HOLD_W: w loaded once per program instead of once per row block. Same math, same partial layout
+    (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
+    """
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    w = tl.zeros([BLOCK_N], dtype=ACC)
+    if HOLD_W:
+        if HAS_W:
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    rows = pid.to(tl.int64) * blocks_per_prog * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    # stage a: the block computed next; stage b (DEPTH 2): the one after
+    xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
+                                            IS_RMS, ACC)
+    xb, dyb, meanb, rstdb = xa, dya, meana, rstda
+    if DEPTH == 2:
+        xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
+                                                tl.where(1 < blocks_per_prog, M, 0), cols, cmask,
+                                                stride_dy, stride_x, IS_RMS, ACC)
+    for i in range(0, blocks_per_prog):
+        x = xa.to(ACC)
+        dy = dya.to(ACC)
+        rstd = rstda
+        mean = meana
+        cur = rows
+        rows = rows + BLOCK_M
+        # issue the loads DEPTH blocks ahead now (masked off past this program's last block)
+        if DEPTH == 2:
+            xa, dya, meana, rstda = xb, dyb, meanb, rstdb
+            xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
+                                                    tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
+                                                    stride_dy, stride_x, IS_RMS, ACC)
+        else:
+            xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows,
+                                                    tl.where(i + 1 < blocks_per_prog, M, 0), cols, cmask,
+                                                    stride_dy, stride_x, IS_RMS, ACC)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            # masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store
+            xhat = (x - mean[:, None]) * rstd[:, None]
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+        if STORE_DX:
+            if HAS_W:
+                if not HOLD_W:
+                    w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+                wdy = dy * w[None, :]
+            else:
+                wdy = dy
+            c1 = tl.sum(wdy * xhat, axis=1) / N
+            if IS_RMS:
+                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.sum(wdy, axis=1) / N
+                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            smask = (cur < M)[:, None] & cmask[None, :]
+            tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
     if NEED_DW:
         tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
     if NEED_DB:
@@ -516,15 +661,17 @@ def _loop_programs(x, M, row_bytes):
     return max(1, min(M, P))
 
 
-def _rows_cfg(BLOCK_N: int, bwd: bool = False):
+def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None):
     """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
     thread (backward holds x, dy and two accumulators per element, so it gets fewer)."""
-    tile = _CFG["bwd_tile_elems" if bwd else "tile_elems"]
-    if bwd:
-        ept = _CFG["bwd_ept"]
-    else:
-        ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else "fwd_ept"]
+    if tile is None:
+        tile = _CFG["bwd_tile_elems" if bwd else "tile_elems"]
+    if ept is None:
+        if bwd:
+            ept = _CFG["bwd_ept"]
+        else:
+            ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else "fwd_ept"]
     BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
     num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
     return BLOCK_M, triton.next_power_of_2(num_warps)
@@ -568,15 +715,21 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     if BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
         nblocks = triton.cdiv(M, BLOCK_M)
-        persist = BLOCK_N <= _CFG["fwd_persist_max_block"] and BLOCK_N >= _CFG["fwd_persist_min_block"]
+        if BLOCK_N <= _CFG["multi_row_max"] and _CFG["fwd_persist_narrow_max_block"]:
+            persist = BLOCK_N <= _CFG["fwd_persist_narrow_max_block"]
+            pps, prefetch = _CFG["fwd_persist_narrow_progs_per_sm"], _CFG["fwd_persist_narrow_prefetch"]
+        else:
+            persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
+            pps, prefetch = _CFG["fwd_persist_progs_per_sm"], _CFG["fwd_persist_prefetch"]
         per = 1
         if persist:
-            P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
+            P = max(1, min(nblocks, _num_sms(x) * pps))
             per = triton.cdiv(nblocks, P)
             nblocks = triton.cdiv(nblocks, per)
         _fwd_rows_kernel[(nblocks,)](
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist,
+            PREFETCH=bool(persist and prefetch), num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -591,8 +744,8 @@ def _reduce(partials: torch.Tensor, dtypes):
     """Reduce the (K, P, N) partials (K = 1 or 2) over P into K vectors of the given dtypes."""
     K, P, N = partials.shape
     outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
-    BLOCK_N = min(256, triton.next_power_of_2(N))
-    BLOCK_P = max(1, min(32, 4096 // BLOCK_N, triton.next_power_of_2(P)))
+    BLOCK_N = min(_CFG["red_block_n"], triton.next_power_of_2(N))
+    BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), triton.next_power_of_2(P)))
     _reduce_partials_kernel[(triton.cdiv(N, BLOCK_N), K)](
         partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
     )
@@ -635,10 +788,20 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     need_partials = need_dw or need_db
     BLOCK_N = triton.next_power_of_2(N)
     if BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]:
-        BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
+        narrow = BLOCK_N <= _CFG["multi_row_max"]
+        pf = BLOCK_N <= _CFG["bwd_pf_max_block" if narrow else "bwd_pf_wide_max_block"]
+        if pf:
+            ept = _CFG["bwd_pf_ept" if narrow else "bwd_pf_wide_ept"]
+            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
+        else:
+            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = triton.cdiv(M, BLOCK_M)
-        if need_partials:
-            P = _num_sms(x) * max(1, 32 // nw)
+        pps = max(1, 32 // nw)
+        if pf and _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]:
+            pps = _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]
+        if pf or need_partials:
+            # the prefetching kernel is persistent even without partials (its point is the loop)
+            P = _num_sms(x) * pps
             P = min(P, max(_num_sms(x), _CFG["progs_per_sm_cap"] // (2 * N)))
             P = max(1, min(P, nblocks))
             per = triton.cdiv(nblocks, P)
@@ -646,11 +809,20 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
-        _bwd_rows_kernel[(P,)](
-            dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
-            M, N, _row_stride(dy), _row_stride(x), N, per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
-        )
+        if pf:
+            _bwd_rows_pf_kernel[(P,)](
+                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
+                M, N, _row_stride(dy), _row_stride(x), N, per,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HOLD_W=bool(_CFG["bwd_pf_hold_w"]),
+                DEPTH=2 if _CFG["bwd_pf_depth" if narrow else "bwd_pf_wide_depth"] >= 2 else 1,
+                num_warps=nw, **flags,
+            )
+        else:
+            _bwd_rows_kernel[(P,)](
+                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
+                M, N, _row_stride(dy), _row_stride(x), N, per,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+            )
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
