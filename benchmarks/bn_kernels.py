@@ -31,6 +31,9 @@ import subprocess
 import sys
 import time
 
+if "--dry" in sys.argv:  # CPU check of the script: the Triton interpreter, set before triton loads
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,24 +70,80 @@ VARIANTS = {
     "ncsew4k": {"ew_tile_bytes_ncs": 4096},
     "rowsew8k": {"ew_tile_bytes": 8192},
     "rowsew32k": {"ew_tile_bytes": 32768},
+    # NCHW short planes (S % 16 != 0, S <= 1024): flat 16-byte paths (elementwise and/or reduction)
+    "flat": {"ncs_flat_ew_max_s": 1024, "ncs_flat_red_max_s": 1024},
+    "flatew": {"ncs_flat_ew_max_s": 1024},
+    "flatred": {"ncs_flat_red_max_s": 1024},
+    "flat8k": {"ncs_flat_ew_max_s": 1024, "ncs_flat_red_max_s": 1024, "flat_ew_tile_bytes": 8192,
+               "flat_red_tile_bytes": 8192},
+    "flat2k": {"ncs_flat_ew_max_s": 1024, "ncs_flat_red_max_s": 1024, "flat_ew_tile_bytes": 2048,
+               "flat_red_tile_bytes": 2048},
+    # rows view (NHWC / NDHWC / 2-D) reductions: 4 chunks in flight, smaller tiles, whole-wave grids
+    "rowsu4": {"red_unroll_rows": 4},
+    "rowsu4r4k": {"red_unroll_rows": 4, "red_tile_bytes": 4096},
+    "rowsu4r4ktp1k": {"red_unroll_rows": 4, "red_tile_bytes": 4096, "target_programs_rows_fwd": 1024},
+    "rowstp396": {"target_programs_rows_fwd": 396, "target_programs_rows_bwd": 396},
+    "rowsr4ktp660": {"red_tile_bytes": 4096, "target_programs_rows_fwd": 660, "target_programs_rows_bwd": 660},
 }
+# where a variant can change anything (others are skipped): "ncs_short" = contiguous input with
+# 1 < S <= 1024, S % 16 != 0; "rows" = channels_last / 2-D input; modes it touches
+VARIANT_SCOPE = {
+    "flat": ("ncs_short", ("fwd", "bwd", "eval")),
+    "flatew": ("ncs_short", ("fwd", "bwd", "eval")),
+    "flatred": ("ncs_short", ("fwd", "bwd")),
+    "flat8k": ("ncs_short", ("fwd", "bwd", "eval")),
+    "flat2k": ("ncs_short", ("fwd", "bwd", "eval")),
+    "rowsu4": ("rows", ("fwd", "bwd")),
+    "rowsu4r4k": ("rows", ("fwd", "bwd")),
+    "rowsu4r4ktp1k": ("rows", ("fwd", "bwd")),
+    "rowstp396": ("rows", ("fwd", "bwd")),
+    "rowsr4ktp660": ("rows", ("fwd", "bwd")),
+}
+# variants also run in fp32 (the rest: bf16 only)
+FP32_VARIANTS = ("flat",)
+FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
+
+
+def _in_scope(var, shape, layout, mode):
+    if var not in VARIANT_SCOPE:
+        return True
+    scope, modes = VARIANT_SCOPE[var]
+    if mode not in modes:
+        return False
+    S = math.prod(shape[2:]) if len(shape) > 2 else 1
+    if scope == "ncs_short":
+        return layout == "contig" and 1 < S <= 1024 and S % 16 != 0
+    if scope == "rows":
+        return layout == "cl" or S == 1
+    return True
 
 
 def configs():
     out = []
     for shape in SHAPES:
+        if "shapes" in FILTERS and "x".join(map(str, shape)) not in FILTERS["shapes"]:
+            continue
         for layout in ("contig", "cl"):
             if layout == "cl" and len(shape) < 4:
                 continue
+            if "layouts" in FILTERS and layout not in FILTERS["layouts"]:
+                continue
             for dt in ("bf16", "fp32"):
+                if "dtypes" in FILTERS and dt not in FILTERS["dtypes"]:
+                    continue
                 for mode in ("fwd", "bwd", "eval"):
-                    variants = list(VARIANTS) if dt == "bf16" else ["default"]
+                    if "modes" in FILTERS and mode not in FILTERS["modes"]:
+                        continue
+                    variants = list(VARIANTS) if dt == "bf16" else ["default"] + list(FP32_VARIANTS)
                     if mode == "eval":
-                        variants = [v for v in variants if v == "default" or "ew" in v]
+                        variants = [v for v in variants if v == "default" or "ew" in v or v in VARIANT_SCOPE]
                     elif dt == "bf16":
-                        variants = [v for v in variants if "ew" not in v or mode == "fwd"]
+                        variants = [v for v in variants if "ew" not in v or mode == "fwd" or v in VARIANT_SCOPE]
+                    variants = [v for v in variants if _in_scope(v, shape, layout, mode)]
+                    if "variants" in FILTERS:
+                        variants = [v for v in variants if v in FILTERS["variants"]]
                     for var in variants:
                         out.append((shape, layout, dt, mode, var))
     return out
@@ -267,6 +326,17 @@ def warm(shard, nshard):
     print(f"[warm {shard}] done {len(keys)} groups", flush=True)
 
 
+def _filter_argv(a):
+    out = []
+    for opt, attr in (("--shapes", "shapes"), ("--layouts", "layouts"), ("--dtypes", "dtypes"),
+                      ("--modes", "modes"), ("--only-variants", "only_variants")):
+        if getattr(a, attr):
+            out += [opt, getattr(a, attr)]
+    if a.dry:
+        out.append("--dry")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -278,7 +348,22 @@ def main():
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--warm-only", action="store_true")
+    ap.add_argument("--shapes", default="", help="comma list, e.g. 256x2048x7x7,65536x1024")
+    ap.add_argument("--layouts", default="", help="comma list of contig,cl")
+    ap.add_argument("--dtypes", default="", help="comma list of bf16,fp32")
+    ap.add_argument("--modes", default="", help="comma list of fwd,bwd,eval")
+    ap.add_argument("--only-variants", default="", help="comma list of VARIANTS keys (default always kept)")
     a = ap.parse_args()
+    for k, attr in (("shapes", "shapes"), ("layouts", "layouts"), ("dtypes", "dtypes"), ("modes", "modes"),
+                    ("variants", "only_variants")):
+        val = getattr(a, attr)
+        if val:
+            FILTERS[k] = set(val.split(","))
+    if "variants" in FILTERS:
+        FILTERS["variants"].add("default")
+        unknown = FILTERS["variants"] - set(VARIANTS)
+        if unknown:
+            raise SystemExit(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
     global DEV, SHAPES
     if a.dry:
         DEV = "cpu"
@@ -290,8 +375,8 @@ def main():
     t0 = time.time()
     if a.jobs > 0:
         env = dict(os.environ)
-        procs = [subprocess.Popen([sys.executable, __file__, "--warm", "--shard", str(i), "--nshard", str(a.jobs)],
-                                  env=env) for i in range(a.jobs)]
+        procs = [subprocess.Popen([sys.executable, __file__, "--warm", "--shard", str(i), "--nshard", str(a.jobs)]
+                                  + _filter_argv(a), env=env) for i in range(a.jobs)]
         for p in procs:
             p.wait()
         print(f"[bn_kernels] compile warm-up {time.time() - t0:.1f}s", flush=True)
@@ -304,7 +389,9 @@ def main():
     bw, cms = copy_bw()
     meta = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "torch": torch.__version__,
             "triton": __import__("triton").__version__, "copy_GBps": bw, "copy_ms_bench_graph_mulkernel": cms,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tune": base}
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tune": base,
+            "variants": {k: VARIANTS[k] for k in sorted({c[4] for c in configs()})},
+            "argv": sys.argv[1:]}
     log.write(json.dumps({"meta": meta}) + "\n")
     log.flush()
     print(f"[bn_kernels] copy {bw:.0f} GB/s", flush=True)
@@ -327,6 +414,9 @@ def main():
         nbuf = 3 if 3 * nb < 4 * L2_BYTES else 1
         case = Case(B, shape, layout, dt, nbuf)
         for (_, _, _, mode, var) in groups[key]:
+            if time.time() - t1 > a.budget:
+                print("[bn_kernels] budget reached inside a group; skipping the rest", flush=True)
+                break
             set_variant(B, var, base)
             rec = {"shape": list(shape), "layout": layout, "dtype": dt, "params": "fp32", "mode": mode,
                    "variant": var}
@@ -335,6 +425,8 @@ def main():
                 if var == "default":
                     rec["nk_bench_ms"] = bench_ms(lambda i: case.nk(mode, i), nbuf)
                     rec["eager_ms"] = graph_ms(lambda i: case.eager(mode, i), nbuf)
+                    rec["relerr_vs_eager_fp32"] = check(case, mode)
+                else:  # new paths: numbers too
                     rec["relerr_vs_eager_fp32"] = check(case, mode)
             except Exception as e:  # record and go on
                 rec["error"] = f"{type(e).__name__}: {e}"[:500]
@@ -373,6 +465,26 @@ def main():
               f"{r['nk_graph_ms']:7.3f} {r['nk_graph_sol']:5.2f} {r['nk_bench_sol']:6.2f} | "
               f"{r['eager_ms']:7.3f} {r['eager_sol']:5.2f} | {r['eager_ms'] / r['nk_graph_ms']:5.2f} | "
               f"{bv[1]:>7} {bv[0]:6.3f} | {r['relerr_vs_eager_fp32']:.1e}")
+    # variants: graph ms per row, one column per variant that ran
+    vnames = [v for v in VARIANTS if v != "default" and any(r["variant"] == v for r in rows)]
+    if vnames:
+        cell = {}
+        for r in rows:
+            k = (tuple(r["shape"]), r["layout"], r["dtype"], r["mode"])
+            if "nk_graph_ms" in r:
+                cell[k + (r["variant"],)] = r["nk_graph_ms"]
+        print("variants, graph ms per call:")
+        print(f"{'shape':>20} {'lay':>6} {'dt':>4} {'mode':>4} | {'default':>8} " + " ".join(f"{v:>13}" for v in vnames))
+        seen = []
+        for r in rows:
+            k = (tuple(r["shape"]), r["layout"], r["dtype"], r["mode"])
+            if k in seen or not any(k + (v,) in cell for v in vnames):
+                continue
+            seen.append(k)
+            d = cell.get(k + ("default",))
+            print(f"{'x'.join(map(str, k[0])):>20} {k[1]:>6} {k[2]:>4} {k[3]:>4} | "
+                  + (f"{d:8.4f} " if d else f"{'-':>8} ")
+                  + " ".join(f"{cell[k + (v,)]:13.4f}" if k + (v,) in cell else f"{'-':>13}" for v in vnames))
     print(f"[bn_kernels] total {time.time() - t0:.1f}s", flush=True)
 
 
