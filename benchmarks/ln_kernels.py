@@ -184,8 +184,23 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     for M, N in ((16384, 4096), (4096, 16384)):
         for pdt in (torch.bfloat16, torch.float32):
             for lab, cfg in (("off", persist(1 << 30, 0, 2, False)), ("p1", persist(2048, 16384, 1, False)),
-                             ("p2", persist(2048, 16384, 2, False)), ("p1_pf", persist(2048, 16384, 1, True))):
+                             ("p1_pf", persist(2048, 16384, 1, True))):
                 add("fwdpersist", lab, cfg, "ln", M, N, "fwd", pdt)
+    # split-row forward for 65536 / 262144 (fwd_split_*): (row, chunk) programs, chunk in registers.
+    # coop: one launch, ticket-ordered programs wait (bounded spin) for their row's chunk statistics:
+    # 2 HBM passes; two: two launches, no waiting, 3 passes (second walks last-first for L2 hits).
+    # Registers (bf16 LN, coop / two-launch pass 2): c4096 w4 80 / 43 (6 CTAs/SM), c8192 w8 109 / 60
+    # (2), c16384 w16 109 / 57 (1).
+    def split(ch, w, coop=True):
+        return {"fwd_split_min_block": 32768, "fwd_split_chunk": ch, "fwd_split_warps": w, "fwd_split_coop": coop}
+
+    for op in ("ln", "rms"):
+        for M, N in ((2048, 65536), (512, 262144)):
+            variants = (("loop", {"fwd_split_min_block": 1 << 30}), ("coop_c4096_w4", split(4096, 4)),
+                        ("coop_c8192_w8", split(8192, 8)), ("coop_c16384_w16", split(16384, 16)),
+                        ("two_c8192_w8", split(8192, 8, False)))
+            for lab, cfg in (variants if op == "ln" else variants[:2]):
+                add("fwdsplit" if op == "ln" else "fwdsplit_rms", lab, cfg, op, M, N, "fwd")
     # narrow forward below 64 MiB (0.47 SOL at 32768x768): persistent programs, prefetching (w8: plain
     # 40-48 regs, persistent 64-72, +prefetch 80-97: >= 2 CTAs/SM)
     for M, N in ((32768, 768), (16384, 1024), (1048576, 64)):
@@ -232,14 +247,13 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
                 "bwd_pf_depth": d}
 
-    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t4096_e8_p1", pf(4096, 8, 1)),
-                 ("pf_t1024_e8_p4", pf(1024, 8, 4)), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
+    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4", pf(1024, 8, 4)), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
                  ("pf_t1024_e4_p3_d2", pf(1024, 4, 3, 2)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2, 2)))
     for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
         for lab, cfg in narrow_pf:
             add("bwdpf", lab, cfg, "ln", M, N, "bwd")
         if N >= 768:
-            for lab, cfg in (narrow_pf[0], narrow_pf[3], narrow_pf[5]):
+            for lab, cfg in (narrow_pf[0], narrow_pf[2], narrow_pf[4]):
                 add("bwdpf_rms", lab, cfg, "rms", M, N, "bwd")
     # dw/db reduction launch (K x P x N fp32 partials, K = 2 for LN): the default 256-column blocks
     # give N=768 only 3 x 2 = 6 programs, each a chain of P / 16 dependent loads; narrower blocks, more
@@ -257,14 +271,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
 
     for M, N in ((16384, 4096), (8192, 8192)):
         for pdt in (torch.bfloat16, torch.float32):
-            for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1", pfw(16, 1)),
-                             ("pf_e16_p1_d2", pfw(16, 2)), ("pf_e8_p1_d2", pfw(8, 2))):
+            for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1_d2", pfw(16, 2)),
+                             ("pf_e8_p1_d2", pfw(8, 2))):
                 add("lnbwdpf", lab, cfg, "ln", M, N, "bwd", pdt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
     else:
-        order = ["reduce", "bwdpf", "bwdpf_rms", "lnbwdpf", "fwdpersist", "fwdnarrow", "fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k",
+        order = ["reduce", "bwdpf", "bwdpf_rms", "lnbwdpf", "fwdpersist", "fwdsplit", "fwdsplit_rms", "fwdnarrow",
+                 "fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k",
                  "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
                  "bwdept"]
     for g in order:
@@ -289,13 +304,30 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 totals[label] = float("inf")
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
+            err = None
+            if g.startswith("fwdsplit"):  # new kernels: check y on a row subset against fp64 (same width)
+                try:
+                    xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
+                    if op == "ln":
+                        yk = L.ln_forward(xs, ws, bs, 1e-5)[0]
+                        yr = torch.nn.functional.layer_norm(xs.double(), (N,), ws.double(), bs.double(), 1e-5)
+                    else:
+                        yk = L.rms_forward(xs, ws, 1e-6)[0]
+                        yr = torch.nn.functional.rms_norm(xs.double(), (N,), ws.double(), 1e-6)
+                    err = rel(yk, yr)
+                except Exception as e:
+                    log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
+                    err = float("nan")
+                if not err <= 1e-2:  # bf16 output rounding is ~2e-3
+                    v = float("inf")
             totals[label] = totals.get(label, 0.0) + v
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
-                        "cfg": cfg, "params": str(pdt)})
+                        "cfg": cfg, "params": str(pdt), "err": err})
             if jsonl:  # one line per timing as it comes, so that a cut-off run still leaves its data
                 with open(jsonl, "a") as f:
                     f.write(json.dumps(out[-1]) + "\n")
-            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}")
+            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}"
+                + (f"  err {err:.2e}" if err is not None else ""))
         complete = {lab for lab in totals if sum(1 for c in cases if c[0] == lab) ==
                     sum(1 for o in out if o["group"] == g and o["label"] == lab)}
         if complete:

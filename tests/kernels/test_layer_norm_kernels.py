@@ -523,3 +523,25 @@ def test_reduce_blocks(red, monkeypatch):
     for N in (64, 300):
         check_ln(23, N, torch.bfloat16, "fp32")
         check_rms(23, N, torch.float32, "same")
+
+
+@interp
+@pytest.mark.parametrize("N", [7, 100, 300])
+def test_split_forward(N, monkeypatch):
+    # split-row forward: several (row, chunk) programs per row, chunk statistics merged in a fixed order
+    # (under the interpreter: the two-launch form; the cooperative one needs concurrent programs)
+    monkeypatch.setitem(L._CFG, "fwd_split_min_block", 1)
+    monkeypatch.setitem(L._CFG, "fwd_split_chunk", 32)
+    monkeypatch.setitem(L._CFG, "fwd_split_warps", 1)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float64, "none"),
+                        (torch.float16, "same")):
+        check_ln(9, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
+        check_rms(9, N, dtype, kind)
+    x, _ = _inputs(9, N, torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "same")
+    a = L.ln_forward(x, w, b, 1e-5)
+    c = L.ln_forward(x, w, b, 1e-5)
+    assert all(torch.equal(u, v) for u, v in zip(a, c))
+    r, _ = _inputs(9, N, torch.bfloat16)  # with a residual: the regular kernels
+    y, s, rstd = L.add_rms_forward(x, r, w, 1e-5)
+    assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]

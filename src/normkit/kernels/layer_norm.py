@@ -24,6 +24,16 @@ Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``):
 Measured on an H200 (bf16, >= 64 MiB): forward 0.80-0.89 of copy bandwidth up to 16384 wide, backward
 0.57-0.82 up to 4096 wide; see ``benchmarks/NOTES-layer_norm.md``.
 
+Opt-in variants (``_CFG``, all off by default, not yet measured on a GPU; compared by
+``benchmarks/ln_kernels.py --sweep``): ``_bwd_rows_pf_kernel`` (``bwd_pf_*``: the next 1-2 row blocks'
+loads issued before the current block's row reductions, launch plans sized so that every persistent
+program is resident; the default narrow plan has 81 registers x 512 threads at 768/1024 wide, one CTA per
+SM, so its 2/SM programs run as two waves with nothing in flight during the reductions), the partials
+reduction's blocks (``red_block_*``), a prefetching persistent forward (``fwd_persist_prefetch``,
+``fwd_persist_narrow_*``) and a split-row forward for wide rows (``fwd_split_*``: (row, chunk) programs;
+cooperative form: ticket-ordered programs publish per-chunk (mean, M2) and wait, bounded, for their
+row's, 2 HBM passes; two-launch form: 3 passes, no waiting, also the interpreter's path).
+
 Numerics: fp32 accumulation (fp64 for fp64 inputs); mean/rstd in fp32 (fp64 for fp64). Layer norm
 works on ``x - x[row, 0]`` (exact for nearby values, so a +1000 offset costs no digits in ``x - mean``);
 the variance is computed from ``x - mean`` held in registers (two passes over registers), and in the
@@ -75,6 +85,13 @@ _CFG = {
     "fwd_persist_narrow_progs_per_sm": 2,
     "fwd_persist_narrow_prefetch": False,
     "fwd_chunk": 8192,  # chunk of the looped forward
+    # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no residual:
+    # chunk per program, warps, cooperative (one launch, 2 passes, bounded spin) or two launches (3 passes)
+    "fwd_split_min_block": 1 << 30,
+    "fwd_split_chunk": 8192,
+    "fwd_split_warps": 8,
+    "fwd_split_coop": True,
+    "fwd_split_max_spin": 1 << 18,
     "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
     "l2_budget": 0,  # ... optionally capped so that P * row bytes fits this much L2 (0: no cap)
@@ -315,6 +332,95 @@ def _fwd_loop_kernel(
                 if HAS_B:
                     y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
                 tl.store(yrow + cols, y, mask=cmask)
+
+
+# --------------------------------------------------------------------------------------------------
+# forward, split rows (opt-in): several programs per row, each holding one CHUNK in registers
+
+
+@triton.jit
+def _fwd_split_kernel(
+    X, W, B, Y, MEAN, RSTD, ST, SYNC,
+    M, N, stride_x, stride_y, eps, S, max_spin,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PHASE: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+):
+    """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, the chunk held in registers.
+
+    Each program writes its chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: sum of squares) to ST[row, s],
+    then merges the S pairs of its row in a fixed order (every program of the row computes the same
+    mean/rstd, bit for bit) and writes its slice of y.
+    PHASE 0 (cooperative, 2 HBM passes): program ids come from an atomic ticket (dispatch order, so a
+    row's programs are dispatched before any later row's); a program publishes its pair (release
+    counter per row), waits for the row's S pairs (acquire; bounded spin: it never hangs, a timeout
+    would give wrong numbers, not a deadlock), then normalises from registers. Needs SYNC zeroed.
+    PHASE 1 / 2 (two launches, no spinning, 3 passes; the interpreter's path): 1 writes the pairs, 2
+    (walking the rows last-first, so the end of launch 1's reads are L2 hits) re-reads x and writes y.
+    """
+    if PHASE == 0:
+        t = tl.atomic_add(SYNC, 1).to(tl.int64)
+    elif PHASE == 2:
+        t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    else:
+        t = tl.program_id(0).to(tl.int64)
+    row = t // S
+    s = t % S
+    cols = s * CHUNK + tl.arange(0, CHUNK)
+    cmask = cols < N
+    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
+    shift = tl.zeros([], dtype=ACC)
+    if not IS_RMS:
+        shift = tl.load(X + row * stride_x).to(ACC)
+        x = tl.where(cmask, x - shift, 0.0)
+    if PHASE != 2:
+        zero = tl.zeros([], dtype=tl.int64)
+        cnt = tl.minimum(N - s * CHUNK + zero, CHUNK).to(ACC)
+        if IS_RMS:
+            cmean = tl.sum(x * x, axis=0) / cnt  # mean of squares of the chunk
+            cm2 = tl.zeros([], dtype=ACC)
+        else:
+            cmean = tl.sum(x, axis=0) / cnt
+            d = tl.where(cmask, x - cmean, 0.0)
+            cm2 = tl.sum(d * d, axis=0)
+        tl.store(ST + (row * S + s) * 2, cmean)
+        tl.store(ST + (row * S + s) * 2 + 1, cm2)
+    if PHASE == 0:
+        tl.debug_barrier()  # the pair's stores (whichever threads did them) before the release
+        tl.atomic_add(SYNC + 1 + row, 1, sem="release")
+        # poll with volatile loads (an idempotent atomic here is turned into a plain load and hoisted
+        # out of the loop by LLVM), then one acquire RMW orders the reads of the pairs after it
+        seen = tl.load(SYNC + 1 + row, volatile=True)
+        n = 0
+        while (seen < S) & (n < max_spin):
+            seen = tl.load(SYNC + 1 + row, volatile=True)
+            n += 1
+        tl.atomic_max(SYNC + 1 + row, 0, sem="acquire")
+        tl.debug_barrier()  # every thread's loads of the pairs after the acquire
+    if PHASE != 1:
+        ss = tl.arange(0, BLOCK_S)
+        smask = ss < S
+        means = tl.load(ST + (row * S + ss) * 2, mask=smask, other=0.0, volatile=True)
+        cnts = tl.where(smask, tl.minimum(N - ss * CHUNK, CHUNK), 0).to(ACC)
+        if IS_RMS:
+            ms = tl.sum(means * cnts, axis=0) / N
+            rstd = _rsqrt(ms + eps, ACC)
+            y = x * rstd
+        else:
+            m2s = tl.load(ST + (row * S + ss) * 2 + 1, mask=smask, other=0.0, volatile=True)
+            mean = tl.sum(means * cnts, axis=0) / N
+            dm = tl.where(smask, means - mean, 0.0)
+            m2 = tl.sum(m2s, axis=0) + tl.sum(cnts * dm * dm, axis=0)  # exact merge of the pairs
+            rstd = _rsqrt(m2 / N + eps, ACC)
+            y = (x - mean) * rstd
+        if s == 0:
+            tl.store(RSTD + row, rstd)
+            if not IS_RMS:
+                tl.store(MEAN + row, shift + mean)
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+        tl.store(Y + row * stride_y + cols, y, mask=cmask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -712,7 +818,19 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         IS_RMS=is_rms, ACC=_acc(x.dtype),
     )
     BLOCK_N = triton.next_power_of_2(N)
-    if BLOCK_N <= _CFG["fwd_max_block"]:
+    if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
+        CH = min(_CFG["fwd_split_chunk"], BLOCK_N)
+        S = triton.cdiv(N, CH)
+        st = _alloc((M * S * 2,), dtype=sd, device=dev)
+        coop = bool(_CFG["fwd_split_coop"]) and dev.type == "cuda"
+        sync = torch.zeros((M + 1 if coop else 1,), dtype=torch.int32, device=dev)
+        sargs = (x, args[2], args[3], y, args[6], rstd, st, sync, M, N, _row_stride(x), N, float(eps), S,
+                 _CFG["fwd_split_max_spin"])
+        kw = dict(CHUNK=CH, BLOCK_S=triton.next_power_of_2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
+                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG["fwd_split_warps"])
+        for phase in ((0,) if coop else (1, 2)):
+            _fwd_split_kernel[(M * S,)](*sargs, PHASE=phase, **kw)
+    elif BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
         nblocks = triton.cdiv(M, BLOCK_M)
         if BLOCK_N <= _CFG["multi_row_max"] and _CFG["fwd_persist_narrow_max_block"]:
