@@ -3,7 +3,7 @@ suite's layer_norm / rms_norm rows, side by side with ATen eager, with the copy 
 the same run. Optional ``--sweep`` compares tunable variants (``layer_norm._CFG``) on chosen rows.
 
     PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep [--groups g1,g2]] [--quick] [--graph]
-        [--budget SECONDS]
+        [--budget SECONDS] [--sweep-budget SECONDS]
 
 Bytes: forward = read x + write y; backward = read x + read dy + write dx (dw/db and the partials
 are not counted: they are overhead). SOL fraction = (bytes / time) / copy bandwidth.
@@ -13,6 +13,7 @@ table is printed last.
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -166,7 +167,7 @@ def _empty_cache():
 
 
 def sweep(sol_bw, deadline, only=None, jsonl=None):
-    """Variants of the tunables, grouped; each group's fastest variant (summed over its rows) is kept
+    """Variants of the tunables, grouped; each group's fastest variant (geomean over its rows) is kept
     in ``L._CFG`` for the timed rows that follow. Returns (results, chosen overrides)."""
     base = dict(L._CFG)
     groups = {}
@@ -194,22 +195,19 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     def split(ch, w, coop=True):
         return {"fwd_split_min_block": 32768, "fwd_split_chunk": ch, "fwd_split_warps": w, "fwd_split_coop": coop}
 
-    for op in ("ln", "rms"):
+    for op in ("ln", "rms"):  # one group (shared knobs)
         for M, N in ((2048, 65536), (512, 262144)):
-            variants = (("loop", {"fwd_split_min_block": 1 << 30}), ("coop_c4096_w4", split(4096, 4)),
-                        ("coop_c8192_w8", split(8192, 8)), ("coop_c16384_w16", split(16384, 16)),
-                        ("two_c8192_w8", split(8192, 8, False)))
-            for lab, cfg in (variants if op == "ln" else variants[:2]):
-                add("fwdsplit" if op == "ln" else "fwdsplit_rms", lab, cfg, op, M, N, "fwd")
+            for lab, cfg in (("loop", {"fwd_split_min_block": 1 << 30}), ("coop_c4096_w4", split(4096, 4)),
+                             ("coop_c8192_w8", split(8192, 8)), ("two_c8192_w8", split(8192, 8, False))):
+                add("fwdsplit", lab, cfg, op, M, N, "fwd")
     # narrow forward below 64 MiB (0.47 SOL at 32768x768): persistent programs, prefetching (w8: plain
     # 40-48 regs, persistent 64-72, +prefetch 80-97: >= 2 CTAs/SM)
-    for M, N in ((32768, 768), (16384, 1024), (1048576, 64)):
+    for M, N in ((32768, 768), (16384, 1024)):
         def narrow(p, pfetch):
             return {"fwd_persist_narrow_max_block": 1024 if p else 0, "fwd_persist_narrow_progs_per_sm": p or 2,
                     "fwd_persist_narrow_prefetch": pfetch}
 
-        for lab, cfg in (("off", narrow(0, False)), ("p2", narrow(2, False)), ("p1_pf", narrow(1, True)),
-                         ("p2_pf", narrow(2, True))):
+        for lab, cfg in (("off", narrow(0, False)), ("p2", narrow(2, False)), ("p2_pf", narrow(2, True))):
             add("fwdnarrow", lab, cfg, "ln", M, N, "fwd")
 
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
@@ -247,18 +245,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
                 "bwd_pf_depth": d}
 
-    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4", pf(1024, 8, 4)), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
+    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
                  ("pf_t1024_e4_p3_d2", pf(1024, 4, 3, 2)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2, 2)))
     for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
-        for lab, cfg in narrow_pf:
+        for lab, cfg in narrow_pf:  # LN and RMS share the knobs: one group, one choice
             add("bwdpf", lab, cfg, "ln", M, N, "bwd")
-        if N >= 768:
-            for lab, cfg in (narrow_pf[0], narrow_pf[2], narrow_pf[4]):
-                add("bwdpf_rms", lab, cfg, "rms", M, N, "bwd")
+            if N >= 768:
+                add("bwdpf", lab, cfg, "rms", M, N, "bwd")
     # dw/db reduction launch (K x P x N fp32 partials, K = 2 for LN): the default 256-column blocks
     # give N=768 only 3 x 2 = 6 programs, each a chain of P / 16 dependent loads; narrower blocks, more
     # programs and fewer steps. Timed with the plain backward (P = 2/SM) before the prefetching groups.
-    for M, N in ((32768, 768), (16384, 1024), (262144, 256), (1048576, 64)):
+    for M, N in ((32768, 768), (16384, 1024)):
         for lab, cfg in (("n256_p32", {"red_block_n": 256, "red_block_p": 32}),
                          ("n64_p64", {"red_block_n": 64, "red_block_p": 64}),
                          ("n32_p128", {"red_block_n": 32, "red_block_p": 128})):
@@ -278,7 +275,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     if only:
         order = [g for g in only if g in groups]
     else:
-        order = ["reduce", "bwdpf", "bwdpf_rms", "lnbwdpf", "fwdpersist", "fwdsplit", "fwdsplit_rms", "fwdnarrow",
+        order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdsplit", "fwdnarrow",
                  "fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k",
                  "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
                  "bwdept"]
@@ -305,7 +302,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g.startswith("fwdsplit"):  # new kernels: check y on a row subset against fp64 (same width)
+            if g == "fwdsplit":  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":
@@ -320,7 +317,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                     err = float("nan")
                 if not err <= 1e-2:  # bf16 output rounding is ~2e-3
                     v = float("inf")
-            totals[label] = totals.get(label, 0.0) + v
+            totals[label] = totals.get(label, 0.0) + math.log(v)  # geomean over the group's rows
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
                         "cfg": cfg, "params": str(pdt), "err": err})
             if jsonl:  # one line per timing as it comes, so that a cut-off run still leaves its data
@@ -333,10 +330,12 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         if complete:
             best = min(complete, key=lambda k: totals[k])
             chosen.update(next(c[1] for c in cases if c[0] == best))
-            log(f"sweep {g}: chose {best} {totals[best]:.4f} ms")
+            nrows = sum(1 for c in cases if c[0] == best)
+            log(f"sweep {g}: chose {best}, geomean {math.exp(totals[best] / nrows):.4f} ms; " +
+                ", ".join(f"{k} {math.exp(totals[k] / nrows):.4f}" for k in sorted(complete)))
             if jsonl:
                 with open(jsonl, "a") as f:
-                    f.write(json.dumps({"group": g, "chose": best, "total_ms": totals[best],
+                    f.write(json.dumps({"group": g, "chose": best, "geomean_ms": math.exp(totals[best] / nrows),
                                         "cfg": next(c[1] for c in cases if c[0] == best)}) + "\n")
     L._CFG.clear()
     L._CFG.update(base)
@@ -352,6 +351,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="bf16 only")
     ap.add_argument("--no-rows", action="store_true")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: sweep stops at half, rows at the end")
+    ap.add_argument("--sweep-budget", type=float, default=None, help="seconds for the sweep (default: budget / 2)")
     ap.add_argument("--groups", default="", help="comma-separated sweep groups (default: all), in this order")
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replay (no host launch floor)")
     ap.add_argument("--dry", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes: checks the script")
@@ -373,7 +373,8 @@ def main():
     log(f"# {meta}")
     log(f"copy bandwidth {bw:.0f} GB/s")
     only = [g for g in args.groups.split(",") if g] or None
-    sw, chosen = (sweep(bw, t0 + args.budget * 0.5, only, os.path.join(args.out, "ln_sweep.jsonl"))
+    sb = args.sweep_budget if args.sweep_budget is not None else args.budget * 0.5
+    sw, chosen = (sweep(bw, t0 + sb, only, os.path.join(args.out, "ln_sweep.jsonl"))
                   if args.sweep else ([], {}))
     meta["chosen"] = chosen
     meta["cfg_rows"] = dict(L._CFG)
