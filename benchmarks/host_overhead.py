@@ -4,7 +4,8 @@ where the GPU work is negligible, so the wall time per call is the Python + laun
     PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
 
 For each path it issues ``--calls`` calls back to back (no synchronisation inside the loop; one at the
-end) after a warm-up and reports microseconds per call (median of 5 repeats). Paths: eager ATen, the
+end) after a warm-up and reports microseconds per call (median of 5 repeats), and the GPU kernel time per
+call from the profiler (a path whose GPU time is close to its wall time is GPU-bound, not host-bound). Paths: eager ATen, the
 normkit functional API, ``F.*`` under ``normkit.enable()``, and the kernel launchers alone; forward
 and forward + backward. A cProfile of the functional batch-norm forward (top functions by own time)
 shows where the Python time goes. Writes ``DIR/host_overhead.json`` and ``DIR/host_overhead_profile.txt``.
@@ -41,6 +42,20 @@ def per_call_us(fn, calls, repeats=5):
     return statistics.median(times)
 
 
+def gpu_us(fn, calls=20):
+    """GPU kernel time per call (profiler), to tell a host-bound path from a GPU-bound one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for e in prof.key_averages():
+        total += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+    return total / calls
+
+
 def bn_paths(layout):
     dev = "cuda"
     x = torch.randn(32, 64, 8, 8, device=dev, dtype=torch.bfloat16)
@@ -58,13 +73,22 @@ def bn_paths(layout):
             f(xg, rm, rv, wg, bg, True).backward(g)
         return run
 
-    def enabled(f):
+    y, m, r = KB.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+    from normkit.ops import batch_norm as OB
+
+    def single_thread(f):
         def run():
-            with normkit.enabled():
+            with torch.autograd.set_multithreading_enabled(False):
                 f()
         return run
 
     return {
+        "bwd launcher bn_backward": lambda: KB.bn_backward(g, x, w, m, r, True, (True, True, True)),
+        "bwd ops native_batch_norm_backward": lambda: OB.native_batch_norm_backward(
+            g, x, w, rm, rv, m, r, True, 1e-5, [True, True, True]),
+        "bwd eager native_batch_norm_backward": lambda: torch.ops.aten.native_batch_norm_backward(
+            g, x, w, rm, rv, m, r, True, 1e-5, [True, True, True]),
+        "fwd+bwd normkit.batch_norm, autograd on the calling thread": single_thread(fwd_bwd(normkit.batch_norm)),
         "fwd eager": lambda: F.batch_norm(x, rm, rv, w, b, True),
         "fwd normkit.batch_norm": lambda: normkit.batch_norm(x, rm, rv, w, b, True),
         "fwd F.batch_norm under enable()": ("enable", lambda: F.batch_norm(x, rm, rv, w, b, True)),
@@ -83,7 +107,15 @@ def ln_paths():
     xg = x.detach().clone().requires_grad_(True)
     wg, bg = w.clone().requires_grad_(True), b.clone().requires_grad_(True)
     g = torch.randn_like(x)
+    _, mean, rstd = KL.ln_forward(x, w, b, 1e-5)
+
+    def single_thread():
+        with torch.autograd.set_multithreading_enabled(False):
+            normkit.layer_norm(xg, (1024,), wg, bg).backward(g)
+
     return {
+        "bwd launcher ln_backward": lambda: KL.ln_backward(g, x, mean, rstd, w, (True, True, True)),
+        "fwd+bwd normkit.layer_norm, autograd on the calling thread": single_thread,
         "fwd eager": lambda: F.layer_norm(x, (1024,), w, b),
         "fwd normkit.layer_norm": lambda: normkit.layer_norm(x, (1024,), w, b),
         "fwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(x, (1024,), w, b)),
@@ -97,15 +129,18 @@ def ln_paths():
 def measure(paths, calls):
     out = {}
     for name, fn in paths.items():
-        if isinstance(fn, tuple):
+        enable = isinstance(fn, tuple)
+        if enable:
+            fn = fn[1]
             normkit.enable()
-            try:
-                out[name] = per_call_us(fn[1], calls)
-            finally:
+        try:
+            wall = per_call_us(fn, calls)
+            gpu = gpu_us(fn)
+        finally:
+            if enable:
                 normkit.disable()
-        else:
-            out[name] = per_call_us(fn, calls)
-        print(f"  {name:40s} {out[name]:8.1f} us/call", flush=True)
+        out[name] = {"wall_us": wall, "gpu_us": gpu}
+        print(f"  {name:60s} {wall:8.1f} us/call wall, {gpu:7.1f} us GPU", flush=True)
     return out
 
 
@@ -123,8 +158,9 @@ def main():
     print("layer_norm 64x1024 bf16", flush=True)
     res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls)
 
-    # where the functional batch-norm forward spends its Python time
-    p = bn_paths("channels_last")["fwd normkit.batch_norm"]
+    # where the functional batch-norm forward + backward spends its Python time (autograd on this
+    # thread, so that the profiler sees the backward too)
+    p = bn_paths("channels_last")["fwd+bwd normkit.batch_norm, autograd on the calling thread"]
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.calls):
@@ -132,7 +168,7 @@ def main():
     torch.cuda.synchronize()
     prof.disable()
     s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(45)
     with open(os.path.join(args.out, "host_overhead_profile.txt"), "w") as f:
         f.write(s.getvalue())
     with open(os.path.join(args.out, "host_overhead.json"), "w") as f:
