@@ -487,26 +487,14 @@ def test_cuda_deterministic_and_eval_layouts():
 
 
 # ------------------------------------------------------------------------------------------------
-# opt-in paths behind _TUNE knobs (the GPU sweep compares them with the defaults): flat 16-byte
-# kernels for short unaligned NCHW planes, 4 row chunks in flight in the rows reduction
+# rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
+# default, 2 still supported; backward always 2) and the backward grid target
 
-# the flat reduction's per-channel sum ends in a segmented scan, sequential under the interpreter:
-# stats error ~3-8e-7 relative in fp32 where the tile kernels give ~1e-7 (S = 196..1030), so it
-# is kept to S <= 1024 (its purpose: 7x7, 14x14); the flat elementwise kernel takes S = 1030 too
-FLAT = {"ncs_flat_ew_max_s": 2048, "ncs_flat_red_max_s": 1024}
-# tiny flat tiles / few programs: several channel blocks, grid-stride steps over n, tails
-FLAT_TINY = dict(FLAT, flat_ew_tile_bytes=64, flat_red_tile_bytes=64, target_programs=6)
-ROWS4 = {"red_unroll_rows": 4}
-ROWS4_TINY = dict(TINY, red_unroll_rows=4, target_programs_rows_bwd=5)
-KNOBS = {"flat": FLAT, "flat_tiny": FLAT_TINY, "flat_tiny_c": dict(FLAT_TINY, flat_red_tile_bytes=512),
-         "rows4": ROWS4, "rows4_tiny": ROWS4_TINY}
-FLAT_CASES = [
-    ((3, 5, 4, 3), "contig"),  # S = 12
-    ((4, 6, 7, 7), "contig"),  # S = 49 (odd)
-    ((2, 3, 9), "contig"),  # NCL, S = 9, C < planes of a tile (channel modulo)
-    ((3, 17, 2, 3, 5), "contig"),  # NCDHW, S = 30
-    ((5, 40, 3, 3), "contig"),  # many channels, C*S not a multiple of 16
-    ((2, 3, 1030), "contig"),  # S > a flat tile
+ROWS4 = {"red_unroll_rows_fwd": 4}
+ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, target_programs_rows_bwd=5)
+ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, target_programs_rows_bwd=5)
+KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2}, "rows2_tiny": ROWS2_TINY}
+ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
     ((2, 3, 2, 3, 4), "cl"),
     ((37, 6), "contig"),
@@ -522,53 +510,14 @@ def knobs(request, monkeypatch):
 
 @interp
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape,layout", FLAT_CASES, ids=[f"{s}-{l}" for s, l in FLAT_CASES])
+@pytest.mark.parametrize("shape,layout", ROWS_CASES, ids=[f"{s}-{l}" for s, l in ROWS_CASES])
 def test_knob_paths_train_eval(shape, layout, dtype, knobs, poison):
     test_train_forward_backward(shape, layout, dtype, knobs, poison)
     test_eval_forward_backward(shape, layout, dtype, knobs, poison)
 
 
 @interp
-def test_flat_paths_taken():
-    v = B._View(torch.randn(4, 6, 7, 7))
-    assert not B._flat_ew(v) and not B._flat_red(v)  # off by default
-    old = dict(B._TUNE)
-    try:
-        B._TUNE.update(FLAT)
-        assert B._flat_ew(v) and B._flat_red(v)
-        assert not B._flat_ew(B._View(torch.randn(4, 6, 4, 4)))  # S = 16: aligned planes keep their kernels
-        cfg = B._flat_red_cfg(B._View(torch.randn(256, 2048, 7, 7, device="meta")), 2)
-        assert cfg["CB"] % 8 == 0 and cfg["CB"] * 49 <= cfg["T"] == 2048  # runs start 16-byte aligned
-        cfg = B._flat_red_cfg(B._View(torch.randn(256, 1024, 14, 14, device="meta")), 4)
-        assert (cfg["CB"] * 196) % 4 == 0
-    finally:
-        B._TUNE.clear()
-        B._TUNE.update(old)
-
-
-@interp
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_flat_elementwise_same_bits(dtype, monkeypatch):
-    """The flat elementwise kernel computes each element exactly like the [planes, S] kernel:
-    same bits for eval forward, train forward (same statistics) and train backward."""
-    torch.manual_seed(11)
-    x = make_x((4, 6, 7, 7), dtype, "contig")
-    g = make_x((4, 6, 7, 7), dtype, "contig")
-    w, b, rm, rv = _params(6, dtype, "fp32", True, True)
-    outs = []
-    for flat in (0, 1024):
-        monkeypatch.setitem(B._TUNE, "ncs_flat_ew_max_s", flat)
-        ye = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
-        y, m, r = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-        dx, gw, gb = B.bn_backward(g, x, w, m, r, True, [True, True, True])
-        dxe, _, _ = B.bn_backward(g, x, w, rm, r, False, [True, False, False])
-        outs.append((ye, y, m, r, dx, gw, gb, dxe))
-    for a, c in zip(*outs):
-        assert torch.equal(bits(a), bits(c))
-
-
-@interp
-@pytest.mark.parametrize("knob", ["flat_tiny", "rows4_tiny"])
+@pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 def test_knob_paths_deterministic(layout, knob, monkeypatch):
     for k, v in KNOBS[knob].items():
@@ -577,14 +526,11 @@ def test_knob_paths_deterministic(layout, knob, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("knob", ["default", "flat"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_eps_zero_constant_channel_like_aten(layout, knob, dtype, monkeypatch):
+def test_eps_zero_constant_channel_like_aten(layout, dtype):
     """eps == 0 and a constant channel: ATen's InvStd gives invstd = 0 (not inf; CPU and CUDA
     kernels alike), hence y = bias and dx = 0 on that channel. The kernels do the same."""
-    for k, v in KNOBS.get(knob, {}).items():
-        monkeypatch.setitem(B._TUNE, k, v)
     torch.manual_seed(12)
     x = torch.randn(4, 3, 7, 7, dtype=dtype)
     x[:, 1] = 0.75
@@ -626,12 +572,9 @@ def test_fp64_eps_exact(layout):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("knob,shape,layout,dtype", [
-    ("flat", (256, 2048, 7, 7), "contig", torch.bfloat16),
-    ("flat", (256, 1024, 14, 14), "contig", torch.bfloat16),
-    ("flat", (64, 1024, 14, 14), "contig", torch.float32),
-    ("flat", (8, 96, 33), "contig", torch.bfloat16),  # C*S not a multiple of 16: unvectorised runs
     ("rows4", (256, 512, 28, 28), "cl", torch.bfloat16),
     ("rows4", (65536, 1024), "contig", torch.bfloat16),
+    ("rows2", (256, 512, 28, 28), "cl", torch.bfloat16),
 ])
 def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
     for k, v in KNOBS[knob].items():

@@ -24,26 +24,18 @@ Passes over HBM (a "pass" = one full read or write of an input-sized tensor):
   reduction over (x, dy) too.
 
 Regime: split reduction (many programs per channel block, grid-stride over chunks so that the
-whole grid sweeps memory front to back, two chunks in flight per step), then the elementwise pass
-walks memory back to front so that its first tiles hit what the reduction left in L2. Block sizes
-come from shape-keyed heuristics (``_TUNE``; no autotuning, so CUDA-graph capture is safe).
+whole grid sweeps memory front to back, two or four chunks in flight per step), then the
+elementwise pass walks memory back to front so that its first tiles hit what the reduction left in
+L2. Block sizes come from shape-keyed heuristics (``_TUNE``; no autotuning, so CUDA-graph capture
+is safe).
 ncs planes whose length is not a multiple of 16 (7x7, 14x14) cannot use 16-byte accesses; they
 get small programs with few planes a thread (registers grow per plane), and S is compiled in when
 S <= 1024 so the alignment S does have is used (196 = 4 x 49).
 
-Opt-in paths (``_TUNE`` knobs, off by default until the H200 sweep measures them):
-
-* ``ncs_flat_ew_max_s``: for those short unaligned planes the elementwise passes (eval forward,
-  train-forward normalise, backward dx) see the tensor as flat memory: 1-D tiles of a power-of-two
-  number of elements (16-byte accesses whatever S is), channel = (offset // S) % C per element with
-  S compiled in, per-channel coefficients gathered (C values, L1/L2 resident). Same bits as the
-  [planes, S] kernel.
-* ``ncs_flat_red_max_s``: split reduction over contiguous runs: program (p, cb) owns CB channels
-  (CB*S a multiple of 16 bytes' worth of elements) and sums the run n*C*S + cb*CB*S ..
-  + CB*S of samples n = p, p+P, ... elementwise into a flat accumulator; one segmented scan at the
-  end gives the per-channel sums (different, still fixed, summation order).
-* ``red_unroll_rows`` = 4: the rows-view reduction issues 4 row chunks per loop step (2 before).
-* ``target_programs_rows_bwd``: the rows view's backward grid target, separate from the ncs one.
+Rows-view reduction: forward statistics keep 4 row chunks in flight per loop step
+(``red_unroll_rows_fwd``), the backward sums 2 (4 chunks of x and dy measured slower); forward and
+backward have separate grid targets (``target_programs_rows_fwd`` / ``_bwd``). A flat 1-D path
+for short unaligned ncs planes was measured and dropped (benchmarks/NOTES-batch_norm.md).
 
 eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen's InvStd on CPU
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
@@ -70,27 +62,21 @@ __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 # shapes, the GPU sweep varies them).
 _TUNE = {
     # measured on the H200 (benchmarks/NOTES-batch_norm.md): each knob picked per layout/mode
-    "red_tile_bytes": 8192,  # rows view: bytes of one tensor per reduction program per half step (2 in flight)
+    "red_tile_bytes": 4096,  # rows view: bytes of one tensor per reduction program per chunk
     "red_tile_bytes_ncs_fwd": 16384,  # ncs view, forward statistics
     "red_tile_bytes_ncs_bwd": 4096,  # ncs view, backward sums (two tensors per step)
     "ew_tile_bytes": 16384,  # bytes of one tensor per elementwise program, rows view
     "ew_tile_bytes_ncs": 8192,  # the same, ncs view
     "target_programs": 1024,  # programs of the split reduction (fixed: results never depend on the GPU)
     "target_programs_rows_fwd": 512,  # rows view, forward statistics
-    "target_programs_rows_bwd": 1024,  # rows view, backward sums (= target_programs before)
+    "target_programs_rows_bwd": 660,  # rows view, backward sums
     "partial_frac": 0.02,  # ncs: partial sums (2 x P x C fp32) at most this fraction of the input bytes
     "partial_frac_rows": 0.005,  # the same, rows view
     "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
     "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
     "ew_warps": 8,
     "red_warps": 8,
-    # flat paths for short ncs planes whose length is not a multiple of 16 (NCHW 7x7, 14x14):
-    # 0 = off (the [planes, S] tiles above), else the largest S that takes them. Not yet measured.
-    "red_unroll_rows": 2,  # rows-view reduction: row chunks in flight per loop step (2 or 4)
-    "ncs_flat_ew_max_s": 0,  # elementwise passes: 1-D tiles over flat memory, channel per element
-    "ncs_flat_red_max_s": 0,  # split reduction: contiguous runs of CB planes of one sample
-    "flat_ew_tile_bytes": 4096,  # bytes of one tensor per flat elementwise program
-    "flat_red_tile_bytes": 4096,  # bytes of one tensor per flat reduction program per half step
+    "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -531,95 +517,6 @@ def _bn_ew_ncs_kernel_cs(
                R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
 
 
-@triton.jit
-def _bn_ew_flat_kernel(
-    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
-    numel, C, NT, e0, e1, e2,
-    S: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-):
-    """ncs elementwise pass over the tensor as flat memory (short planes, S not a multiple of 16):
-    1-D tiles of BLOCK consecutive elements (16-byte accesses whatever S is), channel of each
-    element = (offset // S) % C with S a compile-time constant (multiply-shift), per-channel
-    coefficients gathered (C values, L1/L2 resident). Tiles walked from the end of memory."""
-    pid = NT - 1 - tl.program_id(0)
-    base = pid.to(tl.int64) * BLOCK
-    plane0 = base // S  # int64 once per program
-    r0 = (base - plane0 * S).to(tl.int32)
-    ch0 = (plane0 % C).to(tl.int32)
-    j = tl.arange(0, BLOCK)
-    ch = ch0 + (r0 + j) // S
-    if WRAP_MOD:
-        ch = ch % C
-    else:
-        ch = tl.where(ch >= C, ch - C, ch)
-    mask = j < numel - base
-    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, mask, C, e0, e1, e2,
-                                  MODE, HAS_W, HAS_B, F64, ACC)
-    if MODE != 3:
-        x = tl.load(x_ptr + base + j, mask=mask, other=0.0).to(ACC)
-    else:
-        x = 0.0
-    if MODE >= 2:
-        g = tl.load(g_ptr + base + j, mask=mask, other=0.0).to(ACC)
-    else:
-        g = 0.0
-    out = _bn_ew_apply(x, g, k0, k1, k2, k3, MODE)
-    tl.store(y_ptr + base + j, out.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _bn_seg_combine(a1, a2, af, b1, b2, bf):
-    """Segmented-sum scan operator: a flag starts a new segment."""
-    return tl.where(bf != 0, b1, a1 + b1), tl.where(bf != 0, b2, a2 + b2), af | bf
-
-
-@triton.jit
-def _bn_reduce_flat_kernel(
-    x_ptr, g_ptr, ref_ptr, part_ptr,
-    N, C, CS, P, NCB, n_iter,
-    S: tl.constexpr, CB: tl.constexpr, T: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-):
-    """ncs split reduction for short planes (S constexpr, not a multiple of 16): program (p, cb)
-    owns channels c0 = cb*CB .. c0+CB-1, whose planes of one sample n are the contiguous run
-    n*C*S + c0*S .. + CB*S (CB*S a multiple of 16 elements, so 16-byte accesses). It sums the runs
-    of samples p, p+P, ... elementwise into a flat [T] accumulator (position j is always channel
-    c0 + j // S), two runs in flight per step, and ends with one segmented scan that turns the
-    [T] accumulator into per-channel sums. Same sums as the other reduction kernels."""
-    pid = tl.program_id(0)
-    cb = pid % NCB
-    p = pid // NCB
-    c0 = cb * CB
-    run = c0 * S
-    j = tl.arange(0, T)
-    ch = c0 + j // S
-    # both bounds keep 16-element constancy: CB*S and CS - run are multiples of 16 (CS is when
-    # C*S is; the launcher only takes this path then)
-    lim = CS - run
-    jm = (j < CB * S) & (j < lim)
-    if BWD:
-        ref = tl.load(ref_ptr + ch, mask=jm, other=0.0).to(ACC)
-    else:
-        ref = tl.load(x_ptr + ch.to(tl.int64) * S, mask=jm, other=0.0).to(ACC)
-    acc1 = tl.zeros([T], dtype=ACC)
-    acc2 = tl.zeros([T], dtype=ACC)
-    for i in range(0, n_iter):
-        n0 = p + (2 * i) * P
-        n1 = n0 + P
-        b0 = n0.to(tl.int64) * CS + run
-        b1 = n1.to(tl.int64) * CS + run
-        m0 = (j < CB * S) & (j < tl.where(n0 < N, lim, 0))
-        m1 = (j < CB * S) & (j < tl.where(n1 < N, lim, 0))
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr + b0, g_ptr + b0, j, m0, ref, BWD, ACC)
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr + b1, g_ptr + b1, j, m1, ref, BWD, ACC)
-    sl = j - (j // S) * S
-    flag = (sl == 0).to(tl.int32)
-    r1, r2, _ = tl.associative_scan((acc1, acc2, flag), 0, _bn_seg_combine)
-    sm = (sl == S - 1) & (j < CB * S) & (ch < C)
-    tl.store(part_ptr + p * C + ch, r1, mask=sm)
-    tl.store(part_ptr + (P + p) * C + ch, r2, mask=sm)
-
-
 # ----------------------------------------------------------------------------------------------
 # Host side: layout, heuristics, launchers
 # ----------------------------------------------------------------------------------------------
@@ -807,7 +704,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     # cap P so that the partials (2 x P x C x 4 bytes) stay a small fraction of the input
     cap = int(frac * v.M * esize / 8)
     P = max(1, min(units, target // ncb, max(cap, 1)))
-    unroll = 4 if (v.kind == "rows" and _TUNE["red_unroll_rows"] >= 4) else 2
+    # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
+    unroll = 4 if (v.kind == "rows" and not bwd and _TUNE["red_unroll_rows_fwd"] >= 4) else 2
     cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
 
@@ -853,45 +751,6 @@ def _unaligned_warps(BS):
     return max(1, min(8, BS // 128))
 
 
-def _flat_ew(v):
-    """ncs with short unaligned planes -> flat elementwise kernel (knob ncs_flat_ew_max_s)."""
-    return _unaligned(v) and v.S <= _TUNE["ncs_flat_ew_max_s"]
-
-
-def _flat_red(v):
-    """ncs with short unaligned planes -> flat-run reduction kernel (knob ncs_flat_red_max_s)."""
-    return _unaligned(v) and v.S <= _TUNE["ncs_flat_red_max_s"] and v.C * v.S < 2**31 - 2**20
-
-
-def _flat_ew_cfg(v, esize):
-    BLOCK = _tile(esize, "flat_ew_tile_bytes")
-    numel = v.N * v.C * v.S
-    nt = _cdiv(numel, BLOCK)
-    # planes one tile touches: at most BLOCK // S + 2; beyond C the channel needs a modulo
-    # one 16-byte vector per thread and tensor (8 bf16 / 4 fp32 elements): sm_90 compile of the
-    # 4 KB bf16 tile, S = 49: 42 / 58 / 60 registers (train fwd / eval / train bwd), no spills
-    nw = max(1, min(8, BLOCK * esize // 512))
-    return dict(BLOCK=BLOCK, NT=nt, WRAP=BLOCK // v.S + 2 > v.C, nw=nw)
-
-
-def _flat_red_cfg(v, esize):
-    """Grid of the flat-run reduction: CB channels a program (CB*S a multiple of 16 elements),
-    P programs per channel block over the N samples."""
-    vec = max(1, 16 // esize)  # elements of one 16-byte access
-    q = vec // math.gcd(v.S, vec)  # CB multiple of q: every run starts 16-byte aligned
-    T = _tile(esize, "flat_red_tile_bytes")
-    cb = max(q, (T // v.S) // q * q)
-    cb = min(cb, _cdiv(v.C, q) * q)
-    T = max(16, _pow2(cb * v.S))
-    ncb = _cdiv(v.C, cb)
-    cap = int(_TUNE["partial_frac"] * v.M * esize / 8)
-    P = max(1, min(v.N, _TUNE["target_programs"] // ncb, max(cap, 1)))
-    # one 16-byte vector per thread per run (4 KB bf16, S = 49, sm_90: 58 registers, no spills;
-    # 8 KB with 8 warps: 95)
-    nw = max(1, min(8, T * esize // 512))
-    return dict(CB=cb, T=T, P=P, NCB=ncb, n_iter=_cdiv(v.N, 2 * P), nw=nw)
-
-
 def _combine_cfg(C, P):
     BP = min(_pow2(P), 512)
     BCC = max(1, min(_pow2(C), _TUNE["combine_elems"] // BP))
@@ -901,25 +760,13 @@ def _combine_cfg(C, P):
 def _reduce(v, g, ref, bwd, acc_tl, acc_t):
     """Launch the split reduction; returns (partials [2, P, C], P)."""
     x = v.x
-    flat = _flat_red(v)
-    if flat:
-        key = ("flatred", v.N, v.C, v.S, x.element_size(), tuple(_TUNE.values()))
-        cfg = _CFG_CACHE.get(key)
-        if cfg is None:
-            cfg = _CFG_CACHE[key] = _flat_red_cfg(v, x.element_size())
-    else:
-        cfg = _reduce_cfg(v, x.element_size(), bwd)
+    cfg = _reduce_cfg(v, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
     part = torch.empty((2, P, v.C), device=x.device, dtype=acc_t)
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
-    if flat:
-        _bn_reduce_flat_kernel[grid](
-            x, gg, rr, part, v.N, v.C, v.C * v.S, P, ncb, cfg["n_iter"],
-            S=v.S, CB=cfg["CB"], T=cfg["T"], BWD=bwd, ACC=acc_tl, num_warps=cfg["nw"],
-        )
-    elif v.kind == "rows":
+    if v.kind == "rows":
         _bn_reduce_rows_kernel[grid](
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"],
@@ -939,17 +786,6 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
     e0, e1, e2 = _split3(eps)
     p0, p1, p2, p3 = params
     f64 = acc_tl == tl.float64
-    if _flat_ew(v):
-        key = ("flatew", v.N, v.C, v.S, out.element_size(), tuple(_TUNE.values()))
-        cfg = _CFG_CACHE.get(key)
-        if cfg is None:
-            cfg = _CFG_CACHE[key] = _flat_ew_cfg(v, out.element_size())
-        _bn_ew_flat_kernel[(cfg["NT"],)](
-            x, g, out, p0, p1, p2, p3, v.N * v.C * v.S, v.C, cfg["NT"], e0, e1, e2,
-            S=v.S, BLOCK=cfg["BLOCK"], MODE=mode, WRAP_MOD=cfg["WRAP"],
-            HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, num_warps=cfg["nw"],
-        )
-        return
     cfg = _ew_cfg(v, out.element_size())
     grid = (cfg["NT"],)
     if v.kind == "rows":
