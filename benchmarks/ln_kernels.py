@@ -18,11 +18,14 @@ import os
 import sys
 import time
 
-import torch
-import triton
-from triton.testing import do_bench, do_bench_cudagraph
+if "--dry" in sys.argv:  # the interpreter is chosen when triton decorates the kernels: before the imports
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from normkit.kernels import layer_norm as L
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.testing import do_bench, do_bench_cudagraph  # noqa: E402
+
+from normkit.kernels import layer_norm as L  # noqa: E402
 
 SHAPES = [
     (1048576, 64), (262144, 256), (32768, 768), (16384, 1024), (16384, 4096),
@@ -175,40 +178,28 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     def add(group, label, cfg, op, M, N, which, pdt=torch.bfloat16):
         groups.setdefault(group, []).append((label, cfg, op, M, N, which, pdt))
 
-    def persist(lo, hi, p, pfetch):
-        return {"fwd_persist_min_block": lo, "fwd_persist_max_block": hi, "fwd_persist_progs_per_sm": p,
-                "fwd_persist_prefetch": pfetch}
+    # 2026-11-30, H200, --graph: reduce/bwdpf/lnbwdpf/fwdpersist/fwdsplit/fwdnarrow measured; won (now _CFG): red 32x128, pf bwd t1024_e8_p4_d2 at 1024, wide pf e8_p1_d2 to 8192, persistent+prefetch fwd at 16384, two-launch split >= 32768; coop split and fwdnarrow lost (deleted)
+    def persist(lo, hi, p):
+        return {"fwd_persist_min_block": lo, "fwd_persist_max_block": hi, "fwd_persist_progs_per_sm": p}
 
-    # persistent forward (w/b held), with / without the next tile's x prefetched. Registers (sm_90, bf16
-    # LN, plain / persistent / +prefetch): 4096 w8 40 / 68 / 79 (6 / 3 / 3 CTAs/SM); 8192 w8 63 / 126 / 161
-    # (4 / 2 / 1); 16384 w16 72 / 122 / 128 + 32 B spill (1 / 1 / 1).
+    # persistent forward (w/b held, next tile's x prefetched). Registers (sm_90, bf16 LN, plain /
+    # persistent+prefetch): 4096 w8 40 / 79 (6 / 3 CTAs/SM); 8192 w8 63 / 161 (4 / 1); 16384 w16 72 / 128
+    # + 32 B spill (1 / 1).
     for M, N in ((16384, 4096), (4096, 16384)):
         for pdt in (torch.bfloat16, torch.float32):
-            for lab, cfg in (("off", persist(1 << 30, 0, 2, False)), ("p1", persist(2048, 16384, 1, False)),
-                             ("p1_pf", persist(2048, 16384, 1, True))):
+            for lab, cfg in (("off", persist(1 << 30, 0, 1)), ("p1_pf_16k", persist(16384, 16384, 1)),
+                             ("p1_pf_2k", persist(2048, 16384, 1))):
                 add("fwdpersist", lab, cfg, "ln", M, N, "fwd", pdt)
-    # split-row forward for 65536 / 262144 (fwd_split_*): (row, chunk) programs, chunk in registers.
-    # coop: one launch, ticket-ordered programs wait (bounded spin) for their row's chunk statistics:
-    # 2 HBM passes; two: two launches, no waiting, 3 passes (second walks last-first for L2 hits).
-    # Registers (bf16 LN, coop / two-launch pass 2): c4096 w4 80 / 43 (6 CTAs/SM), c8192 w8 109 / 60
-    # (2), c16384 w16 109 / 57 (1).
-    def split(ch, w, coop=True):
-        return {"fwd_split_min_block": 32768, "fwd_split_chunk": ch, "fwd_split_warps": w, "fwd_split_coop": coop}
+    # split-row forward for 65536 / 262144 (fwd_split_*): (row, chunk) programs, chunk in registers, two
+    # launches, 3 passes (the second walks last-first for L2 hits). Registers (bf16 LN, pass 2): c4096 w4
+    # 43 (6 CTAs/SM), c8192 w8 60 (2), c16384 w16 57 (1).
+    def split(ch, w):
+        return {"fwd_split_min_block": 32768, "fwd_split_chunk": ch, "fwd_split_warps": w}
 
     for op in ("ln", "rms"):  # one group (shared knobs)
         for M, N in ((2048, 65536), (512, 262144)):
-            for lab, cfg in (("loop", {"fwd_split_min_block": 1 << 30}), ("coop_c4096_w4", split(4096, 4)),
-                             ("coop_c8192_w8", split(8192, 8)), ("two_c8192_w8", split(8192, 8, False))):
+            for lab, cfg in (("loop", {"fwd_split_min_block": 1 << 30}), ("two_c8192_w8", split(8192, 8))):
                 add("fwdsplit", lab, cfg, op, M, N, "fwd")
-    # narrow forward below 64 MiB (0.47 SOL at 32768x768): persistent programs, prefetching (w8: plain
-    # 40-48 regs, persistent 64-72, +prefetch 80-97: >= 2 CTAs/SM)
-    for M, N in ((32768, 768), (16384, 1024)):
-        def narrow(p, pfetch):
-            return {"fwd_persist_narrow_max_block": 1024 if p else 0, "fwd_persist_narrow_progs_per_sm": p or 2,
-                    "fwd_persist_narrow_prefetch": pfetch}
-
-        for lab, cfg in (("off", narrow(0, False)), ("p2", narrow(2, False)), ("p2_pf", narrow(2, True))):
-            add("fwdnarrow", lab, cfg, "ln", M, N, "fwd")
 
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
         add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
@@ -218,43 +209,45 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         add("lnbwd16k", lab, cfg, "ln", 4096, 16384, "bwd")
     for lab, cfg in (("rows", {"bwd_max_block_ln": 8192}), ("cols", {"bwd_max_block_ln": 4096})):
         add("lnbwd8k", lab, cfg, "ln", 8192, 8192, "bwd")
+    # the looped forward now serves only fused-residual rows past fwd_max_block; timed here without a
+    # residual, so its variants turn the split forward off (the fwdsplit group, run after, decides that)
     for M, N in ((2048, 65536), (512, 262144)):
         for warps, chunk in ((8, 4096), (16, 8192), (4, 2048)):
             for budget, pps in ((32 << 20, 4), (0, 4), (0, 1)):
                 add("fwdloop", f"w{warps}_c{chunk}_b{budget >> 20}_p{pps}",
-                    {"fwd_loop_warps": warps, "fwd_chunk": chunk, "l2_budget": budget, "loop_progs_per_sm": pps},
-                    "ln", M, N, "fwd")
+                    {"fwd_loop_warps": warps, "fwd_chunk": chunk, "l2_budget": budget, "loop_progs_per_sm": pps,
+                     "fwd_split_min_block": 1 << 30}, "ln", M, N, "fwd")
         for cb, cr in ((1024, 4), (2048, 2), (512, 8), (256, 16)):
             add("bwdcols", f"b{cb}_r{cr}", {"bwd_col_block": cb, "bwd_col_rows": cr}, "ln", M, N, "bwd")
     for M, N in ((1048576, 64), (262144, 256), (32768, 768)):
         for te, ept in ((4096, 16), (8192, 16), (16384, 16), (8192, 8)):
             add("fwdtile", f"t{te}_e{ept}", {"tile_elems": te, "fwd_ept": ept}, "ln", M, N, "fwd")
         for te, ept in ((2048, 8), (4096, 8), (8192, 8), (4096, 16), (8192, 16)):
+            if N > 256:  # 768: the prefetching kernel (bwd_pf_*), not these knobs
+                continue
             add("bwdtile", f"t{te}_e{ept}", {"bwd_tile_elems": te, "bwd_ept": ept}, "ln", M, N, "bwd")
     for M, N in ((16384, 4096), (8192, 8192)):
         for ept in (8, 16, 32):
             add("fwdept", f"e{ept}", {"fwd_ept": ept, "fwd_ept_wide": ept}, "ln", M, N, "fwd")
-            add("bwdept", f"e{ept}", {"bwd_ept": ept}, "ln", M, N, "bwd")
-    # prefetching backward rows kernel (bwd_pf_*), narrow rows. Variants t<tile>_e<ept>_p<progs/SM>[_d2]
-    # (d2: two row blocks loaded ahead). Programs per SM kept <= the CTAs that fit in registers on sm_90
-    # (triton 3.9 + ptxas, N divisible by 16; LN bf16 / fp32 regs): the plain kernel t4096_e8 (16 warps)
-    # has 63 regs at 64/256 wide (2 CTAs/SM) but 81 at 768/1024 (1 CTA/SM, so its 2/SM programs run
-    # as 2 waves); t1024_e8 4 warps 64-96 (d1) / 72-128 (d2): >= 4/SM; t1024_e4 8 warps 40-75: >= 3/SM;
-    # t2048_e8 8 warps 66-109: >= 2/SM. A persistent program past the resident ones costs a second wave.
-    def pf(t, e, p, d=1):
-        return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
-                "bwd_pf_depth": d}
+    # prefetching backward rows kernel (bwd_pf_*) at BLOCK_N 1024 (bwd_pf_min_block; at 64 / 256 the plain
+    # kernel won on 2026-11-30: 1048576x64 0.1107 vs 0.1371 ms). Variants t<tile>_e<ept>_p<progs/SM>_d2
+    # (two row blocks loaded ahead, the only depth left). Programs per SM kept <= the CTAs that fit in
+    # registers on sm_90 (triton 3.9 + ptxas, N divisible by 16; LN bf16 / fp32 regs): the plain kernel
+    # t4096_e8 (16 warps) has 81 regs at 768/1024 (1 CTA/SM, so its 2/SM programs run as 2 waves);
+    # t1024_e8 4 warps 72-128: >= 4/SM; t1024_e4 8 warps 40-75: >= 3/SM; t2048_e8 8 warps 66-109: >= 2/SM.
+    # A persistent program past the resident ones costs a second wave.
+    def pf(t, e, p):
+        return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p}
 
-    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4, 2)),
-                 ("pf_t1024_e4_p3_d2", pf(1024, 4, 3, 2)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2, 2)))
-    for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
+    narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4)),
+                 ("pf_t1024_e4_p3_d2", pf(1024, 4, 3)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2)))
+    for M, N in ((32768, 768), (16384, 1024)):
         for lab, cfg in narrow_pf:  # LN and RMS share the knobs: one group, one choice
             add("bwdpf", lab, cfg, "ln", M, N, "bwd")
-            if N >= 768:
-                add("bwdpf", lab, cfg, "rms", M, N, "bwd")
+            add("bwdpf", lab, cfg, "rms", M, N, "bwd")
     # dw/db reduction launch (K x P x N fp32 partials, K = 2 for LN): the default 256-column blocks
     # give N=768 only 3 x 2 = 6 programs, each a chain of P / 16 dependent loads; narrower blocks, more
-    # programs and fewer steps. Timed with the plain backward (P = 2/SM) before the prefetching groups.
+    # programs and fewer steps. Timed with the backward as configured (prefetching at 768/1024).
     for M, N in ((32768, 768), (16384, 1024)):
         for lab, cfg in (("n256_p32", {"red_block_n": 256, "red_block_p": 32}),
                          ("n64_p64", {"red_block_n": 64, "red_block_p": 64}),
@@ -262,23 +255,21 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             add("reduce", lab, cfg, "ln", M, N, "bwd")
     # prefetching kernel at 2048-8192 (one row per block; 1 CTA of 16 warps per SM: 96-128 regs, d2 at
     # 8192 fp32 spills 176 B). e16 gives 4096 8 warps, e8 16 warps; both 16 warps at 8192.
-    def pfw(e, d):
-        return {"bwd_pf_wide_max_block": 8192, "bwd_pf_wide_ept": e, "bwd_pf_wide_progs_per_sm": 1,
-                "bwd_pf_wide_depth": d}
+    def pfw(e):
+        return {"bwd_pf_wide_max_block": 8192, "bwd_pf_wide_ept": e, "bwd_pf_wide_progs_per_sm": 1}
 
     for M, N in ((16384, 4096), (8192, 8192)):
         for pdt in (torch.bfloat16, torch.float32):
-            for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1_d2", pfw(16, 2)),
-                             ("pf_e8_p1_d2", pfw(8, 2))):
+            for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1_d2", pfw(16)),
+                             ("pf_e8_p1_d2", pfw(8))):
                 add("lnbwdpf", lab, cfg, "ln", M, N, "bwd", pdt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
     else:
-        order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdsplit", "fwdnarrow",
-                 "fwdtile", "bwdtile", "fwdloop", "bwdcols", "rmsbwd16k",
-                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept",
-                 "bwdept"]
+        order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdloop", "fwdsplit",
+                 "fwdtile", "bwdtile", "bwdcols", "rmsbwd16k",
+                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":  # --dry: each variant once, on its first row, shrunk

@@ -296,12 +296,10 @@ def _check_sum(s, s_ref):
 
 
 @interp
-@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("N", [64, 100, 1000])
-def test_persistent_forward(N, prefetch, monkeypatch):
-    # the opt-in persistent rows forward: w/b held per program over several row blocks (optionally
-    # with the next block's x / residual prefetched)
-    monkeypatch.setitem(L._CFG, "fwd_persist_prefetch", prefetch)
+def test_persistent_forward(N, monkeypatch):
+    # the persistent rows forward (default at BLOCK_N == 16384): w/b held per program over several row
+    # blocks, the next block's x / residual prefetched; here on several-row tiles, partial last block
     monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1)
     monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
     monkeypatch.setitem(L._CFG, "fwd_persist_progs_per_sm", 1)
@@ -451,21 +449,27 @@ def test_cuda_over_2_31_elements():
 
 
 # ------------------------------------------------------------------------------------------------
-# opt-in variants (off by default): each checked on small shapes with a shrunk _CFG
+# tuned variants (prefetching backward, persistent and split forward, reduce blocks): each also checked
+# on small shapes with a shrunk _CFG
 
 
 @interp
-@pytest.mark.parametrize("hold_w,depth", [(False, 1), (True, 1), (False, 2)])
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("N", [7, 64, 100, 1000])
-def test_prefetch_backward(N, hold_w, depth, monkeypatch):
+def test_prefetch_backward(N, wide, monkeypatch):
     # the software-pipelined backward rows kernel: several row blocks per program (4 programs under
-    # the interpreter), a partial last block, programs whose last blocks lie past M
+    # the interpreter), a partial last block, programs whose last blocks lie past M. wide: one row per
+    # block (multi_row_max shrunk, so these widths take the wide knobs)
+    monkeypatch.setitem(L._CFG, "bwd_pf_min_block", 1)
     monkeypatch.setitem(L._CFG, "bwd_pf_max_block", 1 << 20)
     monkeypatch.setitem(L._CFG, "bwd_pf_tile_elems", 256)
     monkeypatch.setitem(L._CFG, "bwd_pf_ept", 4)
     monkeypatch.setitem(L._CFG, "bwd_pf_progs_per_sm", 1)
-    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w", hold_w)
-    monkeypatch.setitem(L._CFG, "bwd_pf_depth", depth)
+    if wide:
+        monkeypatch.setitem(L._CFG, "multi_row_max", 4)
+        monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 1 << 20)
+        monkeypatch.setitem(L._CFG, "bwd_pf_wide_ept", 4)
+        monkeypatch.setitem(L._CFG, "bwd_pf_wide_progs_per_sm", 2)
     M = 37 if N < 1000 else 11
     for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float64, "none")):
         check_ln(M, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
@@ -473,9 +477,8 @@ def test_prefetch_backward(N, hold_w, depth, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("depth", [1, 2])
-def test_prefetch_backward_masks_and_stride(depth, monkeypatch):
-    monkeypatch.setitem(L._CFG, "bwd_pf_depth", depth)
+def test_prefetch_backward_masks_and_stride(monkeypatch):
+    monkeypatch.setitem(L._CFG, "bwd_pf_min_block", 1)
     monkeypatch.setitem(L._CFG, "bwd_pf_max_block", 1 << 20)
     monkeypatch.setitem(L._CFG, "bwd_pf_tile_elems", 256)
     monkeypatch.setitem(L._CFG, "bwd_pf_progs_per_sm", 2)
@@ -496,25 +499,6 @@ def test_prefetch_backward_masks_and_stride(depth, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("N", [7, 64, 300])
-def test_persistent_forward_narrow(N, monkeypatch):
-    # several-rows tiles through the persistent (prefetching) forward, wide ones left alone
-    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_max_block", 256)
-    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_progs_per_sm", 1)
-    monkeypatch.setitem(L._CFG, "fwd_persist_narrow_prefetch", True)
-    monkeypatch.setitem(L._CFG, "multi_row_max", 256)
-    monkeypatch.setitem(L._CFG, "tile_elems", 256)
-    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same")):
-        check_ln(41, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0, bwd=False)
-        check_rms(41, N, dtype, kind, bwd=False)
-    x, _ = _inputs(41, N, torch.float16)
-    r, _ = _inputs(41, N, torch.float16)
-    y, s, rstd = L.add_rms_forward(x, r, None, 1e-5)
-    _check_sum(s, x + r)
-    assert rel(y, ref_rms(s, None, 1e-5)[0]) <= TOL[torch.float16]
-
-
-@interp
 @pytest.mark.parametrize("red", [(32, 128), (64, 8), (1024, 32)])
 def test_reduce_blocks(red, monkeypatch):
     # dw/db partials reduction with other column / row blocks: same sums (another fixed order)
@@ -528,8 +512,8 @@ def test_reduce_blocks(red, monkeypatch):
 @interp
 @pytest.mark.parametrize("N", [7, 100, 300])
 def test_split_forward(N, monkeypatch):
-    # split-row forward: several (row, chunk) programs per row, chunk statistics merged in a fixed order
-    # (under the interpreter: the two-launch form; the cooperative one needs concurrent programs)
+    # split-row forward (default at BLOCK_N >= 32768, no residual): several (row, chunk) programs per row,
+    # two launches, chunk statistics merged in a fixed order
     monkeypatch.setitem(L._CFG, "fwd_split_min_block", 1)
     monkeypatch.setitem(L._CFG, "fwd_split_chunk", 32)
     monkeypatch.setitem(L._CFG, "fwd_split_warps", 1)
@@ -545,3 +529,73 @@ def test_split_forward(N, monkeypatch):
     r, _ = _inputs(9, N, torch.bfloat16)  # with a residual: the regular kernels
     y, s, rstd = L.add_rms_forward(x, r, w, 1e-5)
     assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]
+
+
+class _Spy:
+    """Stands in for a kernel in L's namespace: records each launch (name, chosen constexprs), then runs it."""
+
+    def __init__(self, kernel, name, log):
+        self.kernel, self.name, self.log = kernel, name, log
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def run(*args, **kw):
+            self.log.append((self.name,) + tuple(kw[k] for k in ("PERSIST", "PHASE") if k in kw))
+            return launch(*args, **kw)
+
+        return run
+
+
+_KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel",
+            "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
+
+# default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
+_ROUTES = [
+    (64, [("_fwd_rows_kernel", False)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
+    (256, [("_fwd_rows_kernel", False)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
+    (1000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (3000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (8192, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (16384, [("_fwd_rows_kernel", True)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (20000, [("_fwd_split_kernel", 1), ("_fwd_split_kernel", 2)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+     ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
+]
+
+
+@interp
+@pytest.mark.parametrize("N,fwd,ln_bwd,rms_bwd", _ROUTES)
+def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
+    # which kernels the default _CFG launches per width (the regimes of the module docstring), with the
+    # results checked; the fused residual forward takes the looped kernel past fwd_max_block
+    log = []
+    for k in _KERNELS:
+        monkeypatch.setattr(L, k, _Spy(getattr(L, k), k, log))
+    x, dy = _inputs(3, N, torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "same")
+    for is_rms, bwd in ((False, ln_bwd), (True, rms_bwd)):
+        log.clear()
+        if is_rms:
+            y, rstd = L.rms_forward(x, w, 1e-6)
+            assert rel(y, ref_rms(x, w, 1e-6)[0]) <= TOL[torch.bfloat16]
+        else:
+            y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+            assert rel(y, ref_ln(x, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
+        assert log == fwd, (N, is_rms)
+        log.clear()
+        if is_rms:
+            dx, dw = L.rms_backward(dy, x, rstd, w, (True, True))
+            gx, gw = ref_rms_bwd(dy, x, w, 1e-6)
+        else:
+            dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+            gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+            assert rel(db, gb) <= TOL_BWD[torch.bfloat16]
+        assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[torch.bfloat16]
+        assert rel(dw, gw) <= TOL_BWD[torch.bfloat16]
+        assert [e[0] for e in log] == bwd, (N, is_rms)
+    log.clear()
+    r, _ = _inputs(3, N, torch.bfloat16)
+    y, s, rstd = L.add_rms_forward(x, r, w, 1e-6)
+    _check_sum(s, x + r)
+    assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
+    assert [e[0] for e in log] == ["_fwd_loop_kernel" if N > 16384 else "_fwd_rows_kernel"]

@@ -4,35 +4,46 @@ Inputs are 2-D ``(M, N)`` row views (the ops layer flattens ``normalized_shape``
 be 1, the row stride may be anything (it is a kernel argument). Outputs are allocated contiguous.
 No validation, no autograd, no host synchronisation here (CUDA-graph and ``torch.compile`` safe).
 
-Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``):
+Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``; defaults in ``_CFG``, chosen from the
+H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
 
-* **rows in registers** (``BLOCK_N <= _CFG['fwd_max_block']`` = 16384 forward; backward up to
-  ``'bwd_max_block'`` = 16384 for RMS and ``'bwd_max_block_ln'`` = 8192 for layer norm, whose two
-  accumulators spill at 16K): a program holds a ``[BLOCK_M, BLOCK_N]`` tile, several rows per program
-  for narrow rows (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row per program for wide ones. Forward:
-  one read of x, one write of y (2 HBM passes, the minimum). Backward: P persistent programs
-  (``P ~ #SMs x 32/num_warps``), each walking consecutive row blocks: one read of x and dy, one write of
-  dx (3 passes), dy*xhat and dy summed in registers and written once as fp32 partials ``(P, N)``,
-  reduced over P by one more small launch (fixed order).
-* **looped rows** (wider): forward, persistent programs (4 per SM) each take rows ``pid, pid+P, ...``
-  and loop twice over the row in chunks, the second loop walking backwards so that it re-reads the
-  most recently loaded chunks from L2 (2 HBM passes when the rows in flight fit in L2, else 3: at
-  65536/262144 it measured 0.50-0.68 of copy bandwidth). Backward, a row-sum kernel (reads x, dy) and
-  a column-tiled kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group, walking
-  the rows in the reverse order so the tail of the first kernel's reads hit L2): 5 passes at worst.
+* ``BLOCK_N <= 8192`` (``'fwd_max_block'`` = 16384 bounds the rows-in-registers kernel): ``_fwd_rows_kernel``,
+  one ``[BLOCK_M, BLOCK_N]`` tile per program, several rows per program up to 1024 wide
+  (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above. Read x, write y: 2 HBM passes (the minimum).
+* ``BLOCK_N == 16384`` (``'fwd_persist_min_block'`` .. ``'fwd_persist_max_block'``): the same kernel,
+  persistent (1 program per SM): w/b loaded once per program, the next tile's x (and residual) loaded
+  before this tile's reductions. 2 passes. (At 4096 wide it lost: 0.0698 -> 0.1142 ms; at 16384 fp32
+  0.1489 -> 0.0735 ms.)
+* ``BLOCK_N >= 32768`` without residual (``'fwd_split_min_block'``): ``_fwd_split_kernel``, (row, chunk)
+  programs with an 8192-wide chunk in registers, two launches: the first writes per-chunk (mean, M2),
+  the second (walking the rows last-first, so the end of the first launch's reads are L2 hits) merges
+  them in a fixed order, re-reads x and writes y. 3 passes at worst (0.19-0.22 ms on 2048x65536 and
+  512x262144 bf16).
+* ``BLOCK_N > 16384`` with a residual (``add_*_forward``): ``_fwd_loop_kernel``, persistent programs
+  (4 per SM) each looping twice over a row in chunks, the second loop walking backwards over the stored
+  sum so that it re-reads the most recently written chunks from L2: read x and residual, write s and y,
+  plus at worst one re-read of s (4-5 passes).
 
-Measured on an H200 (bf16, >= 64 MiB): forward 0.80-0.89 of copy bandwidth up to 16384 wide, backward
-0.57-0.82 up to 4096 wide; see ``benchmarks/NOTES-layer_norm.md``.
+Backward (P persistent programs, each walking consecutive row blocks; dy*xhat and dy summed in
+registers and written once as fp32 partials ``(P, N)``, reduced over P by one more small launch in a
+fixed order, 32-column x 128-row blocks):
 
-Opt-in variants (``_CFG``, all off by default, not yet measured on a GPU; compared by
-``benchmarks/ln_kernels.py --sweep``): ``_bwd_rows_pf_kernel`` (``bwd_pf_*``: the next 1-2 row blocks'
-loads issued before the current block's row reductions, launch plans sized so that every persistent
-program is resident; the default narrow plan has 81 registers x 512 threads at 768/1024 wide, one CTA per
-SM, so its 2/SM programs run as two waves with nothing in flight during the reductions), the partials
-reduction's blocks (``red_block_*``), a prefetching persistent forward (``fwd_persist_prefetch``,
-``fwd_persist_narrow_*``) and a split-row forward for wide rows (``fwd_split_*``: (row, chunk) programs;
-cooperative form: ticket-ordered programs publish per-chunk (mean, M2) and wait, bounded, for their
-row's, 2 HBM passes; two-launch form: 3 passes, no waiting, also the interpreter's path).
+* ``BLOCK_N <= 512``: ``_bwd_rows_kernel`` (plain), several rows per program (``BLOCK_M * BLOCK_N ~ 4K``),
+  ``32 / num_warps`` programs per SM. Read x, dy, write dx: 3 passes. (The prefetching kernel measured
+  slower here: 1048576x64 0.1107 vs 0.1371 ms.)
+* ``BLOCK_N == 1024`` (``'bwd_pf_min_block'`` .. ``'bwd_pf_max_block'``): ``_bwd_rows_pf_kernel``, the
+  next two row blocks' loads issued before this block's row reductions; 1024-element tiles, 8 elements
+  per thread (4 warps), 4 programs per SM. 3 passes.
+* ``2048 <= BLOCK_N <= 8192`` (``'bwd_pf_wide_max_block'``): the prefetching kernel, one row per block,
+  8 elements per thread, 1 program per SM, two blocks ahead. 3 passes.
+* ``BLOCK_N == 16384``, RMS only (``'bwd_max_block'``; ``'bwd_max_block_ln'`` = 8192 because the layer
+  norm's extra accumulator spills at 16K): the plain kernel, one row per program. 3 passes.
+* wider (layer norm from 16384, RMS from 32768): a row-sum kernel (reads x, dy) and a column-tiled
+  kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group, walking the rows in the
+  reverse order so the tail of the first kernel's reads hit L2): 5 passes at worst.
+
+The timings quoted above are bf16 (CUDA-graph replay, H200, 2026-11-30) unless marked fp32; earlier
+measurements of the default kernels: ``benchmarks/NOTES-layer_norm.md``.
 
 Numerics: fp32 accumulation (fp64 for fp64 inputs); mean/rstd in fp32 (fp64 for fp64). Layer norm
 works on ``x - x[row, 0]`` (exact for nearby values, so a +1000 offset costs no digits in ``x - mean``);
@@ -74,24 +85,17 @@ _CFG = {
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
     "max_warps": 16,
-    # persistent forward rows kernel (w/b loaded once per program, not once per row): widths in
-    # [min, max] block; off by default (0 > 0), not yet measured on a GPU: see NOTES-layer_norm.md
-    "fwd_persist_min_block": 1 << 30,
-    "fwd_persist_max_block": 0,
-    "fwd_persist_progs_per_sm": 2,
-    "fwd_persist_prefetch": False,  # persistent forward: next tile's x loaded before this tile's sums
-    # same for several-rows tiles (BLOCK_N <= multi_row_max), own knobs (0: off)
-    "fwd_persist_narrow_max_block": 0,
-    "fwd_persist_narrow_progs_per_sm": 2,
-    "fwd_persist_narrow_prefetch": False,
-    "fwd_chunk": 8192,  # chunk of the looped forward
-    # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no residual:
-    # chunk per program, warps, cooperative (one launch, 2 passes, bounded spin) or two launches (3 passes)
-    "fwd_split_min_block": 1 << 30,
+    # persistent forward rows kernel for widths in [min, max] block (w/b loaded once per program, the
+    # next tile's x prefetched): won at 16384 only (fp32 0.1489 -> 0.0735 ms; 4096: 0.0698 -> 0.1142)
+    "fwd_persist_min_block": 16384,
+    "fwd_persist_max_block": 16384,
+    "fwd_persist_progs_per_sm": 1,
+    # split-row forward (_fwd_split_kernel, two launches, 3 passes) for BLOCK_N >= fwd_split_min_block
+    # (off: 1 << 30), no residual: chunk per program, warps
+    "fwd_split_min_block": 32768,
     "fwd_split_chunk": 8192,
     "fwd_split_warps": 8,
-    "fwd_split_coop": True,
-    "fwd_split_max_spin": 1 << 18,
+    "fwd_chunk": 8192,  # chunk of the looped forward (rows wider than fwd_max_block with a residual)
     "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
     "l2_budget": 0,  # ... optionally capped so that P * row bytes fits this much L2 (0: no cap)
@@ -99,22 +103,21 @@ _CFG = {
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
-    # prefetching backward rows kernel (_bwd_rows_pf_kernel: next row block's loads issued before this
-    # block's reductions) for BLOCK_N <= bwd_pf_max_block (0: off, the plain kernel); not yet measured
-    "bwd_pf_max_block": 0,
-    "bwd_pf_tile_elems": 4096,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
+    # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
+    # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
+    # 64 / 256 wide: the plain kernel measured faster, 1048576x64 0.1107 vs 0.1371 ms) ...
+    "bwd_pf_min_block": 1024,
+    "bwd_pf_max_block": 1024,
+    "bwd_pf_tile_elems": 1024,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
     "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
-    "bwd_pf_progs_per_sm": 0,  # persistent programs per SM (0: 32 / num_warps, as the plain kernel)
-    "bwd_pf_hold_w": False,  # w loaded once per program (registers) instead of per row block (L1)
-    "bwd_pf_depth": 1,  # row blocks loaded ahead (1 or 2)
-    # ... and for one-row blocks (BLOCK_N > multi_row_max): own gate, elements per thread, programs/SM
-    "bwd_pf_wide_max_block": 0,
-    "bwd_pf_wide_ept": 16,
+    "bwd_pf_progs_per_sm": 4,  # persistent programs per SM
+    # ... and for one-row blocks (multi_row_max < BLOCK_N <= bwd_pf_wide_max_block; 0: off)
+    "bwd_pf_wide_max_block": 8192,
+    "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
-    "bwd_pf_wide_depth": 1,
     # dw/db partials reduction: column block and row block (more, smaller programs for narrow N)
-    "red_block_n": 256,
-    "red_block_p": 32,
+    "red_block_n": 32,
+    "red_block_p": 128,
 }
 
 
@@ -201,13 +204,13 @@ def _fwd_rows_kernel(
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr, PREFETCH: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
 
     PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile).
-    PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held;
-    with PREFETCH the next tile's x (and residual) is loaded before this tile's reductions.
+    PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held, the next
+    tile's x (and residual) loaded before this tile's reductions.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -220,29 +223,23 @@ def _fwd_rows_kernel(
         if HAS_B:
             b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
         first = pid.to(tl.int64) * blocks_per_prog
-        if PREFETCH:
-            rows = first * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-            mask = (rows < M)[:, None] & cmask[None, :]
+        rows = first * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+        mask = (rows < M)[:, None] & cmask[None, :]
+        xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+        rn = xn
+        if HAS_RES:
+            rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+        for i in range(0, blocks_per_prog):
+            xv = xn
+            rv = rn
+            rows = rows + BLOCK_M
+            mask = (rows < tl.where(i + 1 < blocks_per_prog, M, 0))[:, None] & cmask[None, :]
             xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-            rn = xn
             if HAS_RES:
                 rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
-            for i in range(0, blocks_per_prog):
-                xv = xn
-                rv = rn
-                rows = rows + BLOCK_M
-                mask = (rows < tl.where(i + 1 < blocks_per_prog, M, 0))[:, None] & cmask[None, :]
-                xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-                if HAS_RES:
-                    rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
-                _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
-                               M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                               BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
-        else:
-            for i in range(0, blocks_per_prog):
-                _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
-                               M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                               BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
+            _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
+                           M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                           BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
     else:
         _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
                        M, N, stride_x, stride_r, stride_y, stride_s, eps,
@@ -335,31 +332,24 @@ def _fwd_loop_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# forward, split rows (opt-in): several programs per row, each holding one CHUNK in registers
+# forward, split rows: several programs per row, each holding one CHUNK in registers, two launches
 
 
 @triton.jit
 def _fwd_split_kernel(
-    X, W, B, Y, MEAN, RSTD, ST, SYNC,
-    M, N, stride_x, stride_y, eps, S, max_spin,
+    X, W, B, Y, MEAN, RSTD, ST,
+    M, N, stride_x, stride_y, eps, S,
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PHASE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
 ):
     """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, the chunk held in registers.
 
-    Each program writes its chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: sum of squares) to ST[row, s],
-    then merges the S pairs of its row in a fixed order (every program of the row computes the same
-    mean/rstd, bit for bit) and writes its slice of y.
-    PHASE 0 (cooperative, 2 HBM passes): program ids come from an atomic ticket (dispatch order, so a
-    row's programs are dispatched before any later row's); a program publishes its pair (release
-    counter per row), waits for the row's S pairs (acquire; bounded spin: it never hangs, a timeout
-    would give wrong numbers, not a deadlock), then normalises from registers. Needs SYNC zeroed.
-    PHASE 1 / 2 (two launches, no spinning, 3 passes; the interpreter's path): 1 writes the pairs, 2
-    (walking the rows last-first, so the end of launch 1's reads are L2 hits) re-reads x and writes y.
+    PHASE 1 writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to ST[row, s].
+    PHASE 2 (walking the rows last-first, so that the end of launch 1's reads are L2 hits) re-reads the
+    chunk, merges the S pairs of its row in a fixed order (every program of the row computes the same
+    mean/rstd, bit for bit) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
     """
-    if PHASE == 0:
-        t = tl.atomic_add(SYNC, 1).to(tl.int64)
-    elif PHASE == 2:
+    if PHASE == 2:
         t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     else:
         t = tl.program_id(0).to(tl.int64)
@@ -372,7 +362,7 @@ def _fwd_split_kernel(
     if not IS_RMS:
         shift = tl.load(X + row * stride_x).to(ACC)
         x = tl.where(cmask, x - shift, 0.0)
-    if PHASE != 2:
+    if PHASE == 1:
         zero = tl.zeros([], dtype=tl.int64)
         cnt = tl.minimum(N - s * CHUNK + zero, CHUNK).to(ACC)
         if IS_RMS:
@@ -384,29 +374,17 @@ def _fwd_split_kernel(
             cm2 = tl.sum(d * d, axis=0)
         tl.store(ST + (row * S + s) * 2, cmean)
         tl.store(ST + (row * S + s) * 2 + 1, cm2)
-    if PHASE == 0:
-        tl.debug_barrier()  # the pair's stores (whichever threads did them) before the release
-        tl.atomic_add(SYNC + 1 + row, 1, sem="release")
-        # poll with volatile loads (an idempotent atomic here is turned into a plain load and hoisted
-        # out of the loop by LLVM), then one acquire RMW orders the reads of the pairs after it
-        seen = tl.load(SYNC + 1 + row, volatile=True)
-        n = 0
-        while (seen < S) & (n < max_spin):
-            seen = tl.load(SYNC + 1 + row, volatile=True)
-            n += 1
-        tl.atomic_max(SYNC + 1 + row, 0, sem="acquire")
-        tl.debug_barrier()  # every thread's loads of the pairs after the acquire
-    if PHASE != 1:
+    else:
         ss = tl.arange(0, BLOCK_S)
         smask = ss < S
-        means = tl.load(ST + (row * S + ss) * 2, mask=smask, other=0.0, volatile=True)
+        means = tl.load(ST + (row * S + ss) * 2, mask=smask, other=0.0)
         cnts = tl.where(smask, tl.minimum(N - ss * CHUNK, CHUNK), 0).to(ACC)
         if IS_RMS:
             ms = tl.sum(means * cnts, axis=0) / N
             rstd = _rsqrt(ms + eps, ACC)
             y = x * rstd
         else:
-            m2s = tl.load(ST + (row * S + ss) * 2 + 1, mask=smask, other=0.0, volatile=True)
+            m2s = tl.load(ST + (row * S + ss) * 2 + 1, mask=smask, other=0.0)
             mean = tl.sum(means * cnts, axis=0) / N
             dm = tl.where(smask, means - mean, 0.0)
             m2 = tl.sum(m2s, axis=0) + tl.sum(cnts * dm * dm, axis=0)  # exact merge of the pairs
@@ -504,36 +482,29 @@ def _bwd_load_block(DY, X, MEAN, RSTD, rows, lim, cols, cmask, stride_dy, stride
 def _bwd_rows_pf_kernel(
     DY, X, W, MEAN, RSTD, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HOLD_W: tl.constexpr, DEPTH: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next DEPTH (1 or 2) row blocks
-    (x, dy kept in the input dtype: half the registers of fp32; mean/rstd) are issued before this
-    block's row reductions, so that HBM reads stay in flight while the program reduces (the plain
-    kernel issues nothing during its reductions; Triton's pipeliner leaves loops without a dot alone).
-    HOLD_W: w loaded once per program instead of once per row block. Same math, same partial layout
-    (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
+    """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
+    in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
+    reductions, so that HBM reads stay in flight while the program reduces (the plain kernel issues
+    nothing during its reductions; Triton's pipeliner leaves loops without a dot alone). Same math,
+    same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
-    w = tl.zeros([BLOCK_N], dtype=ACC)
-    if HOLD_W:
-        if HAS_W:
-            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     rows = pid.to(tl.int64) * blocks_per_prog * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-    # stage a: the block computed next; stage b (DEPTH 2): the one after
+    # stage a: the block computed next; stage b: the one after
     xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
                                             IS_RMS, ACC)
-    xb, dyb, meanb, rstdb = xa, dya, meana, rstda
-    if DEPTH == 2:
-        xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
-                                                tl.where(1 < blocks_per_prog, M, 0), cols, cmask,
-                                                stride_dy, stride_x, IS_RMS, ACC)
+    xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
+                                            tl.where(1 < blocks_per_prog, M, 0), cols, cmask,
+                                            stride_dy, stride_x, IS_RMS, ACC)
     for i in range(0, blocks_per_prog):
         x = xa.to(ACC)
         dy = dya.to(ACC)
@@ -541,16 +512,11 @@ def _bwd_rows_pf_kernel(
         mean = meana
         cur = rows
         rows = rows + BLOCK_M
-        # issue the loads DEPTH blocks ahead now (masked off past this program's last block)
-        if DEPTH == 2:
-            xa, dya, meana, rstda = xb, dyb, meanb, rstdb
-            xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
-                                                    tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
-                                                    stride_dy, stride_x, IS_RMS, ACC)
-        else:
-            xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows,
-                                                    tl.where(i + 1 < blocks_per_prog, M, 0), cols, cmask,
-                                                    stride_dy, stride_x, IS_RMS, ACC)
+        # issue the loads two blocks ahead now (masked off past this program's last block)
+        xa, dya, meana, rstda = xb, dyb, meanb, rstdb
+        xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
+                                                tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
+                                                stride_dy, stride_x, IS_RMS, ACC)
         if IS_RMS:
             xhat = x * rstd[:, None]
         else:
@@ -562,8 +528,8 @@ def _bwd_rows_pf_kernel(
             db_acc += dy
         if STORE_DX:
             if HAS_W:
-                if not HOLD_W:
-                    w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+                # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
+                w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
                 wdy = dy * w[None, :]
             else:
                 wdy = dy
@@ -822,32 +788,23 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         CH = min(_CFG["fwd_split_chunk"], BLOCK_N)
         S = triton.cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
-        coop = bool(_CFG["fwd_split_coop"]) and dev.type == "cuda"
-        sync = torch.zeros((M + 1 if coop else 1,), dtype=torch.int32, device=dev)
-        sargs = (x, args[2], args[3], y, args[6], rstd, st, sync, M, N, _row_stride(x), N, float(eps), S,
-                 _CFG["fwd_split_max_spin"])
+        sargs = (x, args[2], args[3], y, args[6], rstd, st, M, N, _row_stride(x), N, float(eps), S)
         kw = dict(CHUNK=CH, BLOCK_S=triton.next_power_of_2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
                   IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG["fwd_split_warps"])
-        for phase in ((0,) if coop else (1, 2)):
+        for phase in (1, 2):
             _fwd_split_kernel[(M * S,)](*sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
         nblocks = triton.cdiv(M, BLOCK_M)
-        if BLOCK_N <= _CFG["multi_row_max"] and _CFG["fwd_persist_narrow_max_block"]:
-            persist = BLOCK_N <= _CFG["fwd_persist_narrow_max_block"]
-            pps, prefetch = _CFG["fwd_persist_narrow_progs_per_sm"], _CFG["fwd_persist_narrow_prefetch"]
-        else:
-            persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
-            pps, prefetch = _CFG["fwd_persist_progs_per_sm"], _CFG["fwd_persist_prefetch"]
+        persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         per = 1
         if persist:
-            P = max(1, min(nblocks, _num_sms(x) * pps))
+            P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
             per = triton.cdiv(nblocks, P)
             nblocks = triton.cdiv(nblocks, per)
         _fwd_rows_kernel[(nblocks,)](
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist,
-            PREFETCH=bool(persist and prefetch), num_warps=nw, **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -907,16 +864,20 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     BLOCK_N = triton.next_power_of_2(N)
     if BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
-        pf = BLOCK_N <= _CFG["bwd_pf_max_block" if narrow else "bwd_pf_wide_max_block"]
+        if narrow:
+            pf = _CFG["bwd_pf_min_block"] <= BLOCK_N <= _CFG["bwd_pf_max_block"]
+        else:
+            pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"]
         if pf:
             ept = _CFG["bwd_pf_ept" if narrow else "bwd_pf_wide_ept"]
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = triton.cdiv(M, BLOCK_M)
-        pps = max(1, 32 // nw)
-        if pf and _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]:
+        if pf:
             pps = _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]
+        else:
+            pps = max(1, 32 // nw)
         if pf or need_partials:
             # the prefetching kernel is persistent even without partials (its point is the loop)
             P = _num_sms(x) * pps
@@ -931,9 +892,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             _bwd_rows_pf_kernel[(P,)](
                 dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, per,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HOLD_W=bool(_CFG["bwd_pf_hold_w"]),
-                DEPTH=2 if _CFG["bwd_pf_depth" if narrow else "bwd_pf_wide_depth"] >= 2 else 1,
-                num_warps=nw, **flags,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
             )
         else:
             _bwd_rows_kernel[(P,)](
@@ -978,14 +937,16 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
 def ln_forward(x2d, weight, bias, eps):
     """Layer norm forward over rows: ``(y, mean[M], rstd[M])``; stats fp32 (fp64 for fp64 input).
 
-    HBM: read x, write y (2 passes); looped regime for rows wider than ``_CFG['fwd_max_block']``.
+    HBM: read x, write y (2 passes); rows wider than ``_CFG['fwd_max_block']``: the two-launch
+    split-row kernel (3 passes at worst).
     """
     y, _, mean, rstd = _forward(x2d, None, weight, bias, eps, False)
     return y, mean, rstd
 
 
 def rms_forward(x2d, weight, eps):
-    """RMS norm forward over rows: ``(y, rstd[M])``, ``y = (x * rstd) * w`` in fp32, then cast. 2 passes."""
+    """RMS norm forward over rows: ``(y, rstd[M])``, ``y = (x * rstd) * w`` in fp32, then cast.
+    Passes as ``ln_forward``."""
     y, _, _, rstd = _forward(x2d, None, weight, None, eps, True)
     return y, rstd
 
@@ -993,13 +954,15 @@ def rms_forward(x2d, weight, eps):
 def add_ln_forward(x2d, residual2d, weight, bias, eps):
     """Pre-norm residual fusion: ``s = x + residual`` (x's dtype), ``y = layer_norm(s)``.
 
-    Returns ``(y, s, mean, rstd)``. HBM: read x and residual, write s and y (4 passes, the minimum).
+    Returns ``(y, s, mean, rstd)``. HBM: read x and residual, write s and y (4 passes, the minimum; rows
+    wider than ``_CFG['fwd_max_block']`` take the looped kernel, which may re-read s: 5 at worst).
     """
     return _forward(x2d, residual2d, weight, bias, eps, False)
 
 
 def add_rms_forward(x2d, residual2d, weight, eps):
-    """``s = x + residual`` (x's dtype), ``y = rms_norm(s)``: returns ``(y, s, rstd)``. 4 passes."""
+    """``s = x + residual`` (x's dtype), ``y = rms_norm(s)``: returns ``(y, s, rstd)``. Passes as
+    ``add_ln_forward``."""
     y, s, _, rstd = _forward(x2d, residual2d, weight, None, eps, True)
     return y, s, rstd
 
