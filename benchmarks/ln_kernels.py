@@ -64,7 +64,12 @@ def copy_bw():
     n = (1 << 30) // 4 if DEV == "cuda" else 1 << 20
     a = torch.randn(n, device=DEV)
     b = torch.empty_like(a)
-    ms = bench(lambda: b.copy_(a), 25, 100)
+    # eager, never graph-replayed: a captured copy_ becomes a memcpy node on the copy engines
+    # (~2.77 TB/s on the H200 against ~4.25 TB/s for the copy kernel)
+    if DEV == "cpu":
+        ms = bench(lambda: b.copy_(a))
+    else:
+        ms = do_bench(lambda: b.copy_(a), warmup=25, rep=100, return_mode="median")
     del a, b
     return 2 * n * 4 / (ms * 1e-3) / 1e9
 
