@@ -144,12 +144,58 @@ def measure(paths, calls):
     return out
 
 
+def worker_thread_diagnosis(calls):
+    """Where the autograd worker thread's extra time goes: the time spent inside normkit's batch-norm
+    backward implementation, per call, when autograd runs it on its CUDA worker thread (the default)
+    and on the calling thread, against the whole fwd+bwd call."""
+    import threading
+
+    from normkit.ops import custom
+
+    inner = custom._bn_backward_impl
+    acc = {"s": 0.0, "n": 0, "threads": set()}
+
+    def timed(*a):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a)
+        finally:
+            acc["s"] += time.perf_counter() - t0
+            acc["n"] += 1
+            acc["threads"].add(threading.get_ident())
+
+    custom._bn_backward_impl = timed
+    try:
+        run = bn_paths("contiguous")["fwd+bwd normkit.batch_norm"]
+        out = {}
+        for name, multi in (("worker thread", True), ("calling thread", False)):
+            with torch.autograd.set_multithreading_enabled(multi):
+                per_call_us(run, 20, repeats=1)
+                acc.update(s=0.0, n=0, threads=set())
+                whole = per_call_us(run, calls, repeats=1)
+            inside = acc["s"] / max(acc["n"], 1) * 1e6
+            out[name] = {"whole_fwd_bwd_us": whole, "inside_backward_impl_us": inside,
+                         "backward_on_main_thread": acc["threads"] == {threading.get_ident()}}
+            print(f"  autograd on the {name}: fwd+bwd {whole:.1f} us/call, {inside:.1f} us of it inside "
+                  f"the backward implementation", flush=True)
+        return out
+    finally:
+        custom._bn_backward_impl = inner
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--diagnose-worker-thread", action="store_true",
+                    help="only the autograd worker-thread diagnosis (batch norm, contiguous)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.diagnose_worker_thread:
+        res = worker_thread_diagnosis(args.calls)
+        with open(os.path.join(args.out, "host_worker_thread.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        return
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "calls": args.calls, "us_per_call": {}}
     for layout in ("contiguous", "channels_last"):

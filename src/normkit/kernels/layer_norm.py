@@ -839,6 +839,10 @@ def _partials(need_dw, need_db, P, N, acc_t, dev, dummy):
 
 
 def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
+    # Backward kernels launch with enable_fp_fusion=False: contracted into an FMA, `dy * w - c2` keeps
+    # the unrounded product while c2 sums rounded ones, so a constant row (dx = 0 exactly, rstd up to
+    # 1/sqrt(eps)) came out as rstd x 1 ulp (1.8e-5 on the H200 where ATen gives 0). Memory-bound:
+    # the separate mul/add cost nothing measurable.
     x = _rows(x)
     dy = _rows(dy)
     M, N = x.shape
@@ -892,13 +896,13 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             _bwd_rows_pf_kernel[(P,)](
                 dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, per,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
             )
         else:
             _bwd_rows_kernel[(P,)](
                 dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, per,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, **flags,
+                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
             )
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
@@ -906,7 +910,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             _bwd_rowsum_kernel[(M,)](
                 dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
                 CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
-                num_warps=8,
+                num_warps=8, enable_fp_fusion=False,
             )
         BN = _CFG["bwd_col_block"]
         BR = _CFG["bwd_col_rows"]
@@ -919,7 +923,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         _bwd_cols_kernel[(ncb, G)](
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg,
-            BLOCK_R=BR, BLOCK_N=BN, num_warps=8, **flags,
+            BLOCK_R=BR, BLOCK_N=BN, num_warps=8, enable_fp_fusion=False, **flags,
         )
     if not need_partials:
         return dx, None, None
