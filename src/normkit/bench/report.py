@@ -142,7 +142,12 @@ def headline(rows) -> str:
     for (op, d, dt), bys in buckets.items():
         nks = [b.get("normkit") for b in bys]
         sols = [r["sol"] for r in nks if timed(r) and r.get("sol") is not None]
-        wrong = sum(1 for b in bys for r in b.values() if r.get("status") == "WRONG")
+        wrong_nk = sum(1 for b in bys if (b.get("normkit") or {}).get("status") == "WRONG")
+        wrong_peers = OrderedDict()
+        for b in bys:
+            for impl, r in b.items():
+                if impl != "normkit" and r.get("status") == "WRONG":
+                    wrong_peers[impl] = wrong_peers.get(impl, 0) + 1
         line = [op, d, dt, str(len(bys)),
                 f"{min(sols):.2f}" if sols else "", f"{geomean(sols):.2f}" if sols else ""]
         for p in peers:
@@ -155,10 +160,12 @@ def headline(rows) -> str:
             if ms and timed(nk):
                 best.append(min(ms) / nk["ms"])
         gm = geomean(best)
-        line += [f"{gm:.2f}x" if gm else "", f"{sum(1 for s in best if s < 1)}", str(wrong)]
+        line += [f"{gm:.2f}x" if gm else "", f"{sum(1 for s in best if s < 1)}", str(wrong_nk),
+                 ", ".join(f"{k} {v}" for k, v in wrong_peers.items()) or "0"]
         body.append(line)
     head = ["op", "dir", "dtype", "rows", "normkit SOL min", "SOL geomean"] + \
-        [f"vs {p} (geomean)" for p in peers] + ["vs best peer", "rows slower than best", "WRONG rows"]
+        [f"vs {p} (geomean)" for p in peers] + ["vs best peer", "rows slower than best", "normkit WRONG rows",
+                                                 "peer WRONG rows"]
     return _md_table(head, body)
 
 
@@ -178,7 +185,7 @@ def accuracy_table(acc) -> str:
                 line.append("")
             elif r.get("errors"):
                 e = r["errors"]
-                s = " ".join(f"{k} {v:.1e}" for k, v in e.items())
+                s = " ".join(f"{k} {v:.1e}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in e.items())
                 line.append(("**over tol** " if r["status"] == "WRONG" else "") + s)
             else:
                 line.append(r.get("status") or "")
