@@ -114,6 +114,38 @@ def test_enabled_context_nests_and_restores_state():
     assert not normkit.is_enabled()
 
 
+def test_enable_runs_backward_on_the_calling_thread_and_disable_restores():
+    assert torch._C._is_multithreading_enabled()
+    normkit.enable(_dispatch_key="CPU")
+    assert not torch._C._is_multithreading_enabled()
+    normkit.disable()
+    assert torch._C._is_multithreading_enabled()
+    with torch.autograd.set_multithreading_enabled(False):  # a user's own setting survives the pair
+        normkit.enable(_dispatch_key="CPU")
+        normkit.disable()
+        assert not torch._C._is_multithreading_enabled()
+    normkit.enable(backward_on_calling_thread=False, _dispatch_key="CPU")
+    assert torch._C._is_multithreading_enabled()
+    normkit.disable()
+    with normkit.enabled(_dispatch_key="CPU"):
+        x = torch.randn(4, 3, 5, requires_grad=True)
+        F.batch_norm(x, None, None, training=True).sum().backward()  # the backward runs here
+        assert not torch._C._is_multithreading_enabled()
+    assert torch._C._is_multithreading_enabled()
+
+
+def test_disable_in_another_thread_leaves_this_threads_flag_alone():
+    import threading
+
+    normkit.enable(_dispatch_key="CPU")
+    t = threading.Thread(target=normkit.disable)
+    t.start()
+    t.join()
+    assert not normkit.is_enabled()
+    assert not torch._C._is_multithreading_enabled()  # only enable()'s thread could restore it
+    torch._C._set_multithreading_enabled(True)
+
+
 def test_cudnn_ops_contract_through_the_dispatcher():
     """At the CPU test key the cuDNN ops are reachable on CPU tensors: check their §13 semantics."""
     x = torch.randn(4, 3, 5, 2, dtype=torch.float64)

@@ -29,6 +29,19 @@ Restore
 and brings back the previous ones.  Where ``_destroy`` is missing, the registrations stay but turn into
 pass-throughs to the captured kernels (the observable behaviour is restored).
 
+Backward on the calling thread
+------------------------------
+On CUDA, autograd runs the backward pass on a per-device worker thread, where every Python kernel pays
+for taking the GIL and cold caches: on an H200 (torch 2.11) a normkit batch-norm forward + backward
+cost 982 us of host time per call with the worker thread and 469 us on the calling thread, 338 us
+against 154 us of it inside normkit's backward itself (``benchmarks/host_overhead.py
+--diagnose-worker-thread``). ATen's own C++ backward kernels do not pay this. So ``enable()`` also turns
+autograd's multithreaded backward off for the thread that calls it
+(``torch.autograd.set_multithreading_enabled(False)``, thread-local) and ``disable()`` restores the
+previous setting; ``enable(backward_on_calling_thread=False)`` leaves it alone. Results are the same
+either way: only the thread that executes the backward changes (one device's backward is serial on its
+worker thread anyway; with several GPUs in one process their backward passes no longer overlap).
+
 Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (``rms_norm`` at
 ``AutogradCPU``) so that routing, fallback and restore can be proven without a GPU; at that key every
 floating input is taken (normkit's reference runs), not only those the Triton kernels take.
@@ -58,6 +71,7 @@ _lib = None
 _key = None
 _active = False
 _registered: list = []
+_saved_multithreading = None  # (thread id, autograd's setting there) from enable(), for disable()
 _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
 
@@ -232,10 +246,29 @@ def _register(lib, name, kernel, key, original) -> None:
     lib.impl(name, lambda *args, **kwargs: kernel(None, *args, **kwargs), key)
 
 
-def enable(*, _dispatch_key: str = "CUDA") -> None:
-    """Route aten's normalization ops on CUDA tensors through normkit (idempotent)."""
+def _backward_on_calling_thread(on: bool) -> None:
+    """Set (on) or restore (off) autograd's thread-local multithreading flag; only the thread that set
+    it restores it (another thread's flag was never changed)."""
+    global _saved_multithreading
+    me = threading.get_ident()
+    if on and _saved_multithreading is None:
+        _saved_multithreading = (me, torch._C._is_multithreading_enabled())
+        torch._C._set_multithreading_enabled(False)
+    elif not on and _saved_multithreading is not None:
+        owner, prev = _saved_multithreading
+        if owner == me:
+            torch._C._set_multithreading_enabled(prev)
+        _saved_multithreading = None
+
+
+def enable(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUDA") -> None:
+    """Route aten's normalization ops on CUDA tensors through normkit (idempotent).
+
+    ``backward_on_calling_thread``: run autograd's backward on this thread instead of the CUDA worker
+    thread (see the module doc: halves normkit's host cost per backward); restored by ``disable()``."""
     global _lib, _key, _active
     with _lock:
+        _backward_on_calling_thread(backward_on_calling_thread)
         if _active:
             if _dispatch_key != _key:
                 raise RuntimeError(f"normkit is already enabled at the {_key} key; disable() first")
@@ -276,6 +309,7 @@ def disable() -> None:
     global _lib, _active
     with _lock:
         _active = False
+        _backward_on_calling_thread(False)
         if _lib is None:
             return
         destroy = getattr(_lib, "_destroy", None)
@@ -287,11 +321,11 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def enabled(*, _dispatch_key: str = "CUDA"):
+def enabled(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUDA"):
     """`with normkit.enabled(): ...` — enable() for the block, then restore the previous state."""
     was = _active
     if not was:
-        enable(_dispatch_key=_dispatch_key)
+        enable(backward_on_calling_thread=backward_on_calling_thread, _dispatch_key=_dispatch_key)
     try:
         yield
     finally:
