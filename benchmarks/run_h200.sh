@@ -5,7 +5,8 @@
 #   run(command="NORMKIT_GIT_SHA=<sha> PART=1 bash benchmarks/run_h200.sh", carry=[".whl"], timeout_s=600)
 #   run(command="NORMKIT_GIT_SHA=<sha> PART=2 bash benchmarks/run_h200.sh", carry=[".whl"], timeout_s=600)
 #
-# (<sha>: `git rev-parse --short HEAD` here, plus "-dirty" if the tree is; the device copy may lack .git.)
+# (<sha>: `git rev-parse --short HEAD` run HERE, plus "-dirty" if the tree is; never on the device: its copy
+# may lack .git or hold the session-start checkout, and reported a stale sha on 2026-11-30.)
 # Make the second call right after the first: a machine still warm keeps Triton's, Inductor's and FlagGems'
 # caches (faster, same numbers); a fresh one is fine too. Copy each call's files to
 # benchmarks/results/h200-<date>/part1 and .../part2 afterwards (the two summary.md files are the report:
