@@ -77,6 +77,12 @@ _TUNE = {
     "ew_warps": 8,
     "red_warps": 8,
     "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
+    # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
+    # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
+    # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
+    "red_tile_bytes_fwd_fp32": 8192,
+    "target_programs_rows_fwd_fp32": 1024,
+    "red_unroll_rows_fwd_fp32": 2,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -666,9 +672,11 @@ _CFG_CACHE = {}
 def _reduce_cfg_uncached(v, esize, bwd=False):
     """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
     NCB (channel blocks), n_iter (grid-stride steps)."""
+    wide_fwd = v.kind == "rows" and not bwd and esize >= 4
     if v.kind == "rows":
-        tile = _tile(esize, "red_tile_bytes")
-        target = _TUNE["target_programs_rows_bwd" if bwd else "target_programs_rows_fwd"]
+        tile = _tile(esize, "red_tile_bytes_fwd_fp32" if wide_fwd else "red_tile_bytes")
+        target = _TUNE["target_programs_rows_bwd" if bwd else
+                       "target_programs_rows_fwd_fp32" if wide_fwd else "target_programs_rows_fwd"]
         frac = _TUNE["partial_frac_rows"]
     else:
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
@@ -705,7 +713,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     cap = int(frac * v.M * esize / 8)
     P = max(1, min(units, target // ncb, max(cap, 1)))
     # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
-    unroll = 4 if (v.kind == "rows" and not bwd and _TUNE["red_unroll_rows_fwd"] >= 4) else 2
+    unroll_key = "red_unroll_rows_fwd_fp32" if wide_fwd else "red_unroll_rows_fwd"
+    unroll = 4 if (v.kind == "rows" and not bwd and _TUNE[unroll_key] >= 4) else 2
     cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
 
