@@ -97,20 +97,6 @@ _FWD_TRAIN, _FWD_EVAL, _BWD_TRAIN, _BWD_EVAL = 0, 1, 2, 3
 
 
 @triton.jit
-def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr, ACC: tl.constexpr):
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-    if BWD:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
-        acc1 += g
-        acc2 += g * (x - ref)
-    else:
-        d = tl.where(mask, x - ref, 0.0)
-        acc1 += d
-        acc2 += d * d
-    return acc1, acc2
-
-
-@triton.jit
 def _bn_load2(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr, ACC: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
     if BWD:
@@ -130,6 +116,12 @@ def _bn_acc_loaded(acc1, acc2, x, g, mask, ref, BWD: tl.constexpr):
         acc1 += d
         acc2 += d * d
     return acc1, acc2
+
+
+@triton.jit
+def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr, ACC: tl.constexpr):
+    x, g = _bn_load2(x_ptr, g_ptr, offs, mask, BWD, ACC)
+    return _bn_acc_loaded(acc1, acc2, x, g, mask, ref, BWD)
 
 
 @triton.jit

@@ -406,6 +406,37 @@ def _fwd_split_kernel(
 
 
 @triton.jit
+def _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
+               HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+               STORE_DX: tl.constexpr, ACC: tl.constexpr):
+    """One [rows, N] block of the backward from registers: dw/db accumulated, dx returned (0 when
+    STORE_DX is off). Masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store."""
+    if IS_RMS:
+        xhat = x * rstd[:, None]
+    else:
+        xhat = (x - mean[:, None]) * rstd[:, None]
+    if NEED_DW:
+        dw_acc += dy * xhat
+    if NEED_DB:
+        db_acc += dy
+    dx = dy
+    if STORE_DX:
+        if HAS_W:
+            # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+            wdy = dy * w[None, :]
+        else:
+            wdy = dy
+        c1 = tl.sum(wdy * xhat, axis=1) / N
+        if IS_RMS:
+            dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+        else:
+            c2 = tl.sum(wdy, axis=1) / N
+            dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+    return dx, dw_acc, db_acc
+
+
+@triton.jit
 def _bwd_rows_kernel(
     DY, X, W, MEAN, RSTD, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
@@ -433,28 +464,12 @@ def _bwd_rows_kernel(
         dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
         rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
         if IS_RMS:
-            xhat = x * rstd[:, None]
+            mean = rstd  # RMS has no mean; _bwd_block ignores it
         else:
-            # masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store
             mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
-            xhat = (x - mean[:, None]) * rstd[:, None]
-        if NEED_DW:
-            dw_acc += dy * xhat
-        if NEED_DB:
-            db_acc += dy
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, ACC)
         if STORE_DX:
-            if HAS_W:
-                # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
-                w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-                wdy = dy * w[None, :]
-            else:
-                wdy = dy
-            c1 = tl.sum(wdy * xhat, axis=1) / N
-            if IS_RMS:
-                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-            else:
-                c2 = tl.sum(wdy, axis=1) / N
-                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
     if NEED_DW:
         tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
@@ -517,28 +532,9 @@ def _bwd_rows_pf_kernel(
         xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                                 tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
                                                 stride_dy, stride_x, IS_RMS, ACC)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
-        else:
-            # masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store
-            xhat = (x - mean[:, None]) * rstd[:, None]
-        if NEED_DW:
-            dw_acc += dy * xhat
-        if NEED_DB:
-            db_acc += dy
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, ACC)
         if STORE_DX:
-            if HAS_W:
-                # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
-                w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-                wdy = dy * w[None, :]
-            else:
-                wdy = dy
-            c1 = tl.sum(wdy * xhat, axis=1) / N
-            if IS_RMS:
-                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-            else:
-                c2 = tl.sum(wdy, axis=1) / N
-                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             smask = (cur < M)[:, None] & cmask[None, :]
             tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
     if NEED_DW:
