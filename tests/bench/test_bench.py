@@ -190,6 +190,17 @@ def test_wrong_implementation_is_flagged():
     assert report.speedup(st["aten", "fwd"], st["wrong-fwd", "fwd"]) is None
 
 
+def test_headline_counts_normkit_and_peer_wrong_rows_apart():
+    case = C.Case("layer_norm", (64, 32), "float32", "float32")
+    rows = run_case(case, [NormkitImpl(), AtenImpl(True), _WrongForward()], _ctx())
+    assert {r["impl"] for r in rows if r["status"] == "WRONG"} == {"wrong-fwd"}
+    head = report.headline(rows).splitlines()
+    cols = [c.strip() for c in head[0].strip("|").split("|")]
+    fwd = next([c.strip() for c in line.strip("|").split("|")] for line in head[2:] if "| fwd |" in line)
+    assert fwd[cols.index("normkit WRONG rows")] == "0"
+    assert fwd[cols.index("peer WRONG rows")] == "wrong-fwd 1"
+
+
 def test_wrong_batch_norm_running_stats_flagged():
     class NoStats(Impl):
         name = "no-running-stats"
