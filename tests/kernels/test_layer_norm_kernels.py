@@ -203,6 +203,15 @@ def test_ln_widths_dtypes(N):
 
 
 @interp
+@pytest.mark.parametrize("N", [12288, 65537, 262144])
+def test_wide_widths_default_config(N):
+    """The issue's wide widths with the shipped _CFG (one-row, split-row and column regimes), 2 rows
+    (bf16 with fp32 params here; every dtype at these widths runs on the GPU in test_cuda_widths)."""
+    check_ln(2, N, torch.bfloat16, "fp32")
+    check_rms(2, N, torch.bfloat16, "same")
+
+
+@interp
 @pytest.mark.parametrize("N", WIDTHS)
 def test_rms_widths_dtypes(N):
     M = 3 if N >= 1000 else 5
