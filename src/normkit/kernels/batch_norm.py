@@ -56,6 +56,8 @@ import torch
 import triton
 import triton.language as tl
 
+from normkit.kernels import cdiv, next_pow2
+
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
 # Heuristic knobs (shape-keyed; tests shrink them to exercise many programs/iterations on tiny
@@ -520,15 +522,6 @@ def _bn_ew_ncs_kernel_cs(
 # ----------------------------------------------------------------------------------------------
 
 
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-def _pow2(v):
-    v = max(1, int(v))
-    return 1 << (v - 1).bit_length()
-
-
 def _f32(v):
     try:
         return struct.unpack("f", struct.pack("f", v))[0]
@@ -619,7 +612,7 @@ class _View:
 
 
 def _tile(esize, key):
-    return max(16, _pow2(_TUNE[key] // esize))
+    return max(16, next_pow2(_TUNE[key] // esize))
 
 
 def _pick_bs(S, tile):
@@ -627,16 +620,16 @@ def _pick_bs(S, tile):
     planes, contiguous in memory); otherwise the largest power of two in [256, tile] that
     wastes <= 7% of the lanes on the last chunk of a plane, else the least wasteful."""
     if S <= 1024 or tile <= 256:
-        return min(_pow2(S), tile)
+        return min(next_pow2(S), tile)
     best, best_util = None, -1.0
     cands = [b for b in (256, 512, 1024, 2048, 4096, 8192, 16384) if b <= tile]
     for b in cands:
-        util = S / (_cdiv(S, b) * b)
+        util = S / (cdiv(S, b) * b)
         if util >= 0.93:
             best = b
     if best is None:
         for b in cands:
-            util = S / (_cdiv(S, b) * b)
+            util = S / (cdiv(S, b) * b)
             if util > best_util:
                 best, best_util = b, util
     return best
@@ -676,13 +669,13 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "rows":
-        BC = min(_pow2(C), tile, 1024)
+        BC = min(next_pow2(C), tile, 1024)
         # enough rows per program that the partials stay a small fraction of the input
-        while BC > 32 and v.M * _cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
+        while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
             BC //= 2
         BM = max(1, tile // BC)
-        ncb = _cdiv(C, BC)
-        units = _cdiv(v.M, BM)
+        ncb = cdiv(C, BC)
+        units = cdiv(v.M, BM)
         cfg = dict(BM=BM, BC=BC)
     else:
         BS = _pick_bs(v.S, tile)
@@ -690,13 +683,13 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
             # planes that start off a 16-element boundary: scalar accesses, registers grow with
             # the planes a thread touches; small programs with few planes each, more of them
             nw = _unaligned_warps(BS)
-            CB = min(_pow2(C), max(1, (512 * nw) // BS))
+            CB = min(next_pow2(C), max(1, (512 * nw) // BS))
             target = target * max(1, 8 // nw)
         else:
             nw = None
-            CB = min(_pow2(C), max(1, tile // BS))
-        ncb = _cdiv(C, CB)
-        nsc = _cdiv(v.S, BS)
+            CB = min(next_pow2(C), max(1, tile // BS))
+        ncb = cdiv(C, CB)
+        nsc = cdiv(v.S, BS)
         units = v.N * nsc
         cfg = dict(CB=CB, BS=BS, NSC=nsc, U=units)
         if nw is not None:
@@ -707,17 +700,17 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
     unroll_key = "red_unroll_rows_fwd_fp32" if wide_fwd else "red_unroll_rows_fwd"
     unroll = 4 if (v.kind == "rows" and not bwd and _TUNE[unroll_key] >= 4) else 2
-    cfg.update(P=P, NCB=ncb, n_iter=_cdiv(units, unroll * P), UNROLL=unroll)
+    cfg.update(P=P, NCB=ncb, n_iter=cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
 
 
 def _ew_cfg_uncached(v, esize):
     tile = _tile(esize, "ew_tile_bytes" if v.kind == "rows" else "ew_tile_bytes_ncs")
     if v.kind == "rows":
-        BC = min(_pow2(v.C), tile)
+        BC = min(next_pow2(v.C), tile)
         BM = max(1, tile // BC)
-        ncb = _cdiv(v.C, BC)
-        nt = _cdiv(v.M, BM) * ncb
+        ncb = cdiv(v.C, BC)
+        nt = cdiv(v.M, BM) * ncb
         return dict(BM=BM, BC=BC, NCB=ncb, NT=nt)
     BS = _pick_bs(v.S, tile)
     if _unaligned(v):
@@ -726,8 +719,8 @@ def _ew_cfg_uncached(v, esize):
     else:
         R = max(1, tile // BS)
         nw = _warps(R * BS)
-    nsb = _cdiv(v.S, BS)
-    nt = _cdiv(v.N * v.C, R) * nsb
+    nsb = cdiv(v.S, BS)
+    nt = cdiv(v.N * v.C, R) * nsb
     return dict(R=R, BS=BS, NSB=nsb, NT=nt, nw=nw)
 
 
@@ -753,9 +746,9 @@ def _unaligned_warps(BS):
 
 
 def _combine_cfg(C, P):
-    BP = min(_pow2(P), 512)
-    BCC = max(1, min(_pow2(C), _TUNE["combine_elems"] // BP))
-    return BP, BCC, _cdiv(C, BCC)
+    BP = min(next_pow2(P), 512)
+    BCC = max(1, min(next_pow2(C), _TUNE["combine_elems"] // BP))
+    return BP, BCC, cdiv(C, BCC)
 
 
 def _reduce(v, g, ref, bwd, acc_tl, acc_t):

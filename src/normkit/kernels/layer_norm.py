@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from normkit.kernels import cdiv, next_pow2
+
 __all__ = [
     "ln_forward",
     "ln_backward",
@@ -742,7 +744,7 @@ def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None):
             ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else "fwd_ept"]
     BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
     num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
-    return BLOCK_M, triton.next_power_of_2(num_warps)
+    return BLOCK_M, next_pow2(num_warps)
 
 
 def _forward(x, residual, weight, bias, eps, is_rms):
@@ -779,25 +781,25 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=residual is not None,
         IS_RMS=is_rms, ACC=_acc(x.dtype),
     )
-    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_N = next_pow2(N)
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
         CH = min(_CFG["fwd_split_chunk"], BLOCK_N)
-        S = triton.cdiv(N, CH)
+        S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
         sargs = (x, args[2], args[3], y, args[6], rstd, st, M, N, _row_stride(x), N, float(eps), S)
-        kw = dict(CHUNK=CH, BLOCK_S=triton.next_power_of_2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
+        kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
                   IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG["fwd_split_warps"])
         for phase in (1, 2):
             _fwd_split_kernel[(M * S,)](*sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
-        nblocks = triton.cdiv(M, BLOCK_M)
+        nblocks = cdiv(M, BLOCK_M)
         persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         per = 1
         if persist:
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
-            per = triton.cdiv(nblocks, P)
-            nblocks = triton.cdiv(nblocks, per)
+            per = cdiv(nblocks, P)
+            nblocks = cdiv(nblocks, per)
         _fwd_rows_kernel[(nblocks,)](
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
@@ -805,7 +807,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
         _fwd_loop_kernel[(P,)](
-            *args, M, N, *strides, float(eps), triton.cdiv(M, P),
+            *args, M, N, *strides, float(eps), cdiv(M, P),
             CHUNK=_CFG["fwd_chunk"], num_warps=_CFG["fwd_loop_warps"], **flags,
         )
     return y, s, mean, rstd
@@ -815,9 +817,9 @@ def _reduce(partials: torch.Tensor, dtypes):
     """Reduce the (K, P, N) partials (K = 1 or 2) over P into K vectors of the given dtypes."""
     K, P, N = partials.shape
     outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
-    BLOCK_N = min(_CFG["red_block_n"], triton.next_power_of_2(N))
-    BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), triton.next_power_of_2(P)))
-    _reduce_partials_kernel[(triton.cdiv(N, BLOCK_N), K)](
+    BLOCK_N = min(_CFG["red_block_n"], next_pow2(N))
+    BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), next_pow2(P)))
+    _reduce_partials_kernel[(cdiv(N, BLOCK_N), K)](
         partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
     )
     return outs
@@ -861,7 +863,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         ACC=_acc(x.dtype),
     )
     need_partials = need_dw or need_db
-    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_N = next_pow2(N)
     if BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
@@ -873,7 +875,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
-        nblocks = triton.cdiv(M, BLOCK_M)
+        nblocks = cdiv(M, BLOCK_M)
         if pf:
             pps = _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]
         else:
@@ -883,8 +885,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             P = _num_sms(x) * pps
             P = min(P, max(_num_sms(x), _CFG["progs_per_sm_cap"] // (2 * N)))
             P = max(1, min(P, nblocks))
-            per = triton.cdiv(nblocks, P)
-            P = triton.cdiv(nblocks, per)
+            per = cdiv(nblocks, P)
+            P = cdiv(nblocks, per)
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
@@ -910,11 +912,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             )
         BN = _CFG["bwd_col_block"]
         BR = _CFG["bwd_col_rows"]
-        ncb = triton.cdiv(N, BN)
+        ncb = cdiv(N, BN)
         target = _num_sms(x) * 4
-        G = max(1, min(triton.cdiv(M, BR), triton.cdiv(target, ncb)))
-        rpg = triton.cdiv(triton.cdiv(M, G), BR) * BR
-        G = triton.cdiv(M, rpg)
+        G = max(1, min(cdiv(M, BR), cdiv(target, ncb)))
+        rpg = cdiv(cdiv(M, G), BR) * BR
+        G = cdiv(M, rpg)
         part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
         _bwd_cols_kernel[(ncb, G)](
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
