@@ -71,19 +71,17 @@ VARIANTS = {
     "ncsew4k": {"ew_tile_bytes_ncs": 4096},
     "rowsew8k": {"ew_tile_bytes": 8192},
     "rowsew32k": {"ew_tile_bytes": 32768},
-    # rows view (NHWC / NDHWC / 2-D) reductions: 4 chunks in flight, smaller tiles, whole-wave grids
-    "rowsu4": {"red_unroll_rows_fwd": 4},
-    "rowsu4r4k": {"red_unroll_rows_fwd": 4, "red_tile_bytes": 4096},
-    "rowsu4r4ktp1k": {"red_unroll_rows_fwd": 4, "red_tile_bytes": 4096, "target_programs_rows_fwd": 1024},
+    # rows view (NHWC / NDHWC / 2-D) reductions around the defaults: 2 chunks in flight, grid sizes
+    "rowsu2": {"red_unroll_rows_fwd": 2},
+    "rowstp1k": {"target_programs_rows_fwd": 1024},
     "rowstp396": {"target_programs_rows_fwd": 396, "target_programs_rows_bwd": 396},
     "rowsr4ktp660": {"red_tile_bytes": 4096, "target_programs_rows_fwd": 660, "target_programs_rows_bwd": 660},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
 VARIANT_SCOPE = {
-    "rowsu4": ("rows", ("fwd",)),  # red_unroll_rows_fwd: forward statistics only
-    "rowsu4r4k": ("rows", ("fwd", "bwd")),
-    "rowsu4r4ktp1k": ("rows", ("fwd", "bwd")),
+    "rowsu2": ("rows", ("fwd",)),  # red_unroll_rows_fwd: forward statistics only
+    "rowstp1k": ("rows", ("fwd",)),
     "rowstp396": ("rows", ("fwd", "bwd")),
     "rowsr4ktp660": ("rows", ("fwd", "bwd")),
 }

@@ -408,6 +408,16 @@ def _fwd_split_kernel(
 
 
 @triton.jit
+def _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS: tl.constexpr):
+    """dx = (w*dy - xhat*c1 - c2) * rstd per row, c1 = mean(w*dy*xhat), c2 = mean(w*dy) (RMS: no c2)."""
+    if IS_RMS:
+        dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+    else:
+        dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+    return dx
+
+
+@triton.jit
 def _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
                HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
                STORE_DX: tl.constexpr, ACC: tl.constexpr):
@@ -430,12 +440,27 @@ def _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
         else:
             wdy = dy
         c1 = tl.sum(wdy * xhat, axis=1) / N
-        if IS_RMS:
-            dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-        else:
+        c2 = c1
+        if not IS_RMS:
             c2 = tl.sum(wdy, axis=1) / N
-            dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+        dx = _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS)
     return dx, dw_acc, db_acc
+
+
+@triton.jit
+def _bwd_load_block(DY, X, MEAN, RSTD, rows, lim, cols, cmask, stride_dy, stride_x,
+                    IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """x, dy (input dtype), mean, rstd of one row block; rows >= lim are masked off."""
+    rmask = rows < lim
+    mask = rmask[:, None] & cmask[None, :]
+    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    dyv = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+    if IS_RMS:
+        mean = rstd  # RMS has no mean; _bwd_block ignores it
+    else:
+        mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+    return xv, dyv, mean, rstd
 
 
 @triton.jit
@@ -460,39 +485,17 @@ def _bwd_rows_kernel(
     first = pid.to(tl.int64) * blocks_per_prog
     for i in range(0, blocks_per_prog):
         rows = (first + i) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-        rmask = rows < M
-        mask = rmask[:, None] & cmask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
-        if IS_RMS:
-            mean = rstd  # RMS has no mean; _bwd_block ignores it
-        else:
-            mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
-        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
+        xv, dyv, mean, rstd = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
+                                              IS_RMS, ACC)
+        dx, dw_acc, db_acc = _bwd_block(xv.to(ACC), dyv.to(ACC), mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
                                         HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, ACC)
         if STORE_DX:
+            mask = (rows < M)[:, None] & cmask[None, :]
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
     if NEED_DW:
         tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
     if NEED_DB:
         tl.store(DBP + pid.to(tl.int64) * N + cols, tl.sum(db_acc, axis=0), mask=cmask)
-
-
-@triton.jit
-def _bwd_load_block(DY, X, MEAN, RSTD, rows, lim, cols, cmask, stride_dy, stride_x,
-                    IS_RMS: tl.constexpr, ACC: tl.constexpr):
-    """x, dy (input dtype), mean, rstd of one row block; rows >= lim are masked off."""
-    rmask = rows < lim
-    mask = rmask[:, None] & cmask[None, :]
-    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-    dyv = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
-    rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
-    if IS_RMS:
-        mean = rstd
-    else:
-        mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
-    return xv, dyv, mean, rstd
 
 
 @triton.jit
@@ -626,11 +629,10 @@ def _bwd_cols_kernel(
                 wdy = dy * w[None, :]
             else:
                 wdy = dy
-            if IS_RMS:
-                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-            else:
+            c2 = c1
+            if not IS_RMS:
                 c2 = tl.load(C + rows * 2 + 1, mask=rmask, other=0.0)
-                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            dx = _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS)
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
     if NEED_DW:
         tl.store(DWP + g.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
