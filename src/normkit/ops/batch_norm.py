@@ -65,9 +65,7 @@ def _forward(x, weight, bias, running_mean, running_var, training, momentum, eps
 def _forward_core(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """`_forward` without validation (for callers that validated already: normkit.functional)."""
     mod = _bn_kernels(x, weight, bias, running_mean, running_var)
-    # eps == 0 (raw aten only: F.batch_norm refuses it in training) needs aten's InvStd guard, invstd 0
-    # for a constant channel; the kernels compute rsqrt(var + eps) like CUDA's train path: reference.
-    if mod is None or (training and eps == 0):
+    if mod is None:
         return tuple(reference().native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                    momentum, eps))
     weight, bias = _c(weight), _c(bias)
