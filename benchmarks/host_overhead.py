@@ -56,6 +56,14 @@ def gpu_us(fn, calls=20):
     return total / calls
 
 
+def on_calling_thread(f):
+    """f with autograd's backward on this thread instead of the CUDA worker thread."""
+    def run():
+        with torch.autograd.set_multithreading_enabled(False):
+            f()
+    return run
+
+
 def bn_paths(layout):
     dev = "cuda"
     x = torch.randn(32, 64, 8, 8, device=dev, dtype=torch.bfloat16)
@@ -76,19 +84,13 @@ def bn_paths(layout):
     y, m, r = KB.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
     from normkit.ops import batch_norm as OB
 
-    def single_thread(f):
-        def run():
-            with torch.autograd.set_multithreading_enabled(False):
-                f()
-        return run
-
     return {
         "bwd launcher bn_backward": lambda: KB.bn_backward(g, x, w, m, r, True, (True, True, True)),
         "bwd ops native_batch_norm_backward": lambda: OB.native_batch_norm_backward(
             g, x, w, rm, rv, m, r, True, 1e-5, [True, True, True]),
         "bwd eager native_batch_norm_backward": lambda: torch.ops.aten.native_batch_norm_backward(
             g, x, w, rm, rv, m, r, True, 1e-5, [True, True, True]),
-        "fwd+bwd normkit.batch_norm, autograd on the calling thread": single_thread(fwd_bwd(normkit.batch_norm)),
+        "fwd+bwd normkit.batch_norm, autograd on the calling thread": on_calling_thread(fwd_bwd(normkit.batch_norm)),
         "fwd eager": lambda: F.batch_norm(x, rm, rv, w, b, True),
         "fwd normkit.batch_norm": lambda: normkit.batch_norm(x, rm, rv, w, b, True),
         "fwd F.batch_norm under enable()": ("enable", lambda: F.batch_norm(x, rm, rv, w, b, True)),
@@ -109,13 +111,10 @@ def ln_paths():
     g = torch.randn_like(x)
     _, mean, rstd = KL.ln_forward(x, w, b, 1e-5)
 
-    def single_thread():
-        with torch.autograd.set_multithreading_enabled(False):
-            normkit.layer_norm(xg, (1024,), wg, bg).backward(g)
-
     return {
         "bwd launcher ln_backward": lambda: KL.ln_backward(g, x, mean, rstd, w, (True, True, True)),
-        "fwd+bwd normkit.layer_norm, autograd on the calling thread": single_thread,
+        "fwd+bwd normkit.layer_norm, autograd on the calling thread": on_calling_thread(
+            lambda: normkit.layer_norm(xg, (1024,), wg, bg).backward(g)),
         "fwd eager": lambda: F.layer_norm(x, (1024,), w, b),
         "fwd normkit.layer_norm": lambda: normkit.layer_norm(x, (1024,), w, b),
         "fwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(x, (1024,), w, b)),
