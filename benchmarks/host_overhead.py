@@ -1,5 +1,7 @@
 """Host (CPU) cost per call of normkit's batch/layer norm against eager PyTorch, on tiny CUDA tensors
-where the GPU work is negligible, so the wall time per call is the Python + launch cost.
+where the GPU work is negligible, so the wall time per call is the Python + launch cost. Every path is
+measured twice: kernels launched through Triton's ``kernel[grid](...)`` and through normkit's direct
+launch (``normkit.kernels._launch``, the default).
 
     PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
 
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
+from normkit.kernels import _launch
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import layer_norm as KL
 
@@ -197,11 +200,15 @@ def main():
         return
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "calls": args.calls, "us_per_call": {}}
-    for layout in ("contiguous", "channels_last"):
-        print(f"batch_norm 32x64x8x8 bf16 {layout}", flush=True)
-        res["us_per_call"][f"batch_norm {layout}"] = measure(bn_paths(layout), args.calls)
-    print("layer_norm 64x1024 bf16", flush=True)
-    res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls)
+    # each path with Triton's own launch (kernel[grid]) and with normkit's direct launch (the default)
+    for launch in ("triton", "direct"):
+        _launch.set_direct(launch == "direct")
+        for layout in ("contiguous", "channels_last"):
+            print(f"[{launch} launch] batch_norm 32x64x8x8 bf16 {layout}", flush=True)
+            res["us_per_call"][f"{launch} launch: batch_norm {layout}"] = measure(bn_paths(layout), args.calls)
+        print(f"[{launch} launch] layer_norm 64x1024 bf16", flush=True)
+        res["us_per_call"][f"{launch} launch: layer_norm"] = measure(ln_paths(), args.calls)
+    _launch.set_direct(True)
 
     # where the functional batch-norm forward + backward spends its Python time (autograd on this
     # thread, so that the profiler sees the backward too)

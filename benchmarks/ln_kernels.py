@@ -180,8 +180,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     base = dict(L._CFG)
     groups = {}
 
-    def add(group, label, cfg, op, M, N, which, pdt=torch.bfloat16):
-        groups.setdefault(group, []).append((label, cfg, op, M, N, which, pdt))
+    def add(group, label, cfg, op, M, N, which, pdt=torch.bfloat16, dt=torch.bfloat16):
+        groups.setdefault(group, []).append((label, cfg, op, M, N, which, pdt, dt))
 
     # 2026-11-30, H200, --graph: reduce/bwdpf/lnbwdpf/fwdpersist/fwdsplit/fwdnarrow measured; won (now _CFG): red 32x128, pf bwd t1024_e8_p4_d2 at 1024, wide pf e8_p1_d2 to 8192, persistent+prefetch fwd at 16384, two-launch split >= 32768; coop split and fwdnarrow lost (deleted)
     def persist(lo, hi, p):
@@ -233,7 +233,22 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             add("bwdtile", f"t{te}_e{ept}", {"bwd_tile_elems": te, "bwd_ept": ept}, "ln", M, N, "bwd")
     for M, N in ((16384, 4096), (8192, 8192)):
         for ept in (8, 16, 32):
-            add("fwdept", f"e{ept}", {"fwd_ept": ept, "fwd_ept_wide": ept}, "ln", M, N, "fwd")
+            add("fwdept", f"e{ept}", {"fwd_ept_mid": ept, "fwd_ept_wide": ept}, "ln", M, N, "fwd")
+    # 2026-12-01: small forward tiles, as Liger's (16 x 64 rows at 4 warps; one 1024 row at 4 warps), which
+    # beat normkit's 4096-element tiles by 4-13 % on every narrow RMS row of the full run. LN and RMS share
+    # the knobs: one group, one choice.
+    for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
+        for te in (1024, 2048, 4096):
+            for ept in (4, 8, 16):
+                for op in ("ln", "rms"):
+                    add("fwdsmall", f"t{te}_e{ept}", {"tile_elems": te, "fwd_ept": ept}, op, M, N, "fwd")
+    # one-row programs at 4096 / 8192: elements per thread (-> warps), bf16 and fp32 input (fp32 LN at
+    # these widths was 0.69-0.75x FlagGems in the full run)
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for ept in (8, 16, 32):
+            for op in ("ln", "rms"):
+                for dt in (torch.bfloat16, torch.float32):
+                    add("fwdmid", f"e{ept}", {"fwd_ept_mid": ept, "fwd_ept_wide": ept}, op, M, N, "fwd", dt, dt)
     # prefetching backward rows kernel (bwd_pf_*) at BLOCK_N 1024 (bwd_pf_min_block; at 64 / 256 the plain
     # kernel won on 2026-11-30: 1048576x64 0.1107 vs 0.1371 ms). Variants t<tile>_e<ept>_p<progs/SM>_d2
     # (two row blocks loaded ahead, the only depth left). Programs per SM kept <= the CTAs that fit in
@@ -274,15 +289,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     else:
         order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdloop", "fwdsplit",
                  "fwdtile", "bwdtile", "bwdcols", "rmsbwd16k",
-                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept"]
+                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept", "fwdsmall", "fwdmid"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":  # --dry: each variant once, on its first row, shrunk
             seen = set()
-            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5], c[6]) for c in cases
+            cases = [(c[0], c[1], c[2], min(c[3], 8), min(c[4], 2048), c[5], c[6], c[7]) for c in cases
                      if not (c[0] in seen or seen.add(c[0]))]
         totals = {}
-        for label, cfg, op, M, N, which, pdt in cases:
+        for label, cfg, op, M, N, which, pdt, dt in cases:
             if time.time() > deadline:
                 log(f"sweep {g}: out of time")
                 break
@@ -291,7 +306,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             L._CFG.update(chosen)
             L._CFG.update(cfg)
             try:
-                r = time_row(op, M, N, torch.bfloat16, pdt, sol_bw, with_aten=False, which=which)
+                r = time_row(op, M, N, dt, pdt, sol_bw, with_aten=False, which=which)
             except Exception as e:
                 log(f"sweep {g} {op} {M}x{N} {which} {label} FAILED {repr(e)[:200]}")
                 totals[label] = float("inf")
@@ -315,11 +330,11 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                     v = float("inf")
             totals[label] = totals.get(label, 0.0) + math.log(v)  # geomean over the group's rows
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
-                        "cfg": cfg, "params": str(pdt), "err": err})
+                        "cfg": cfg, "params": str(pdt), "dtype": str(dt), "err": err})
             if jsonl:  # one line per timing as it comes, so that a cut-off run still leaves its data
                 with open(jsonl, "a") as f:
                     f.write(json.dumps(out[-1]) + "\n")
-            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}"
+            log(f"sweep {g:8s} {op:3s} {M}x{N} {which} {str(dt)[6:]}/{str(pdt)[6:]:8s} {label:22s} {v:8.4f} ms  SOL {sv:.3f}"
                 + (f"  err {err:.2e}" if err is not None else ""))
         complete = {lab for lab in totals if sum(1 for c in cases if c[0] == lab) ==
                     sum(1 for o in out if o["group"] == g and o["label"] == lab)}

@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
+from normkit.kernels._launch import launch
 
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
@@ -761,14 +762,14 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
     gg = g if g is not None else x
     rr = ref if ref is not None else x
     if v.kind == "rows":
-        _bn_reduce_rows_kernel[grid](
+        launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"],
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
-        kern[grid](
+        launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
             CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
             num_warps=cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4),
@@ -783,14 +784,14 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
     cfg = _ew_cfg(v, out.element_size())
     grid = (cfg["NT"],)
     if v.kind == "rows":
-        _bn_ew_rows_kernel[grid](
+        launch(_bn_ew_rows_kernel, grid,
             x, g, out, p0, p1, p2, p3, v.M, v.C, cfg["NCB"], cfg["NT"], e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
             num_warps=_warps(cfg["BM"] * cfg["BC"]),
         )
     else:
         kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel
-        kern[grid](
+        launch(kern, grid,
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
             R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C,
             LOCAL32=cfg["R"] * v.S < 2**31 - cfg["BS"], HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
@@ -832,7 +833,7 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     m = _split3(momentum if momentum is not None else 0.0)
     BP, BCC, nprog = _combine_cfg(C, P)
     shift_stride = 1 if v.kind == "rows" else v.S
-    _bn_combine_fwd_kernel[(nprog,)](
+    launch(_bn_combine_fwd_kernel, (nprog,),
         part, v.x, shift_stride, coef, mean, invstd,
         weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
@@ -889,7 +890,7 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
         coef = torch.empty((4, C), device=dev, dtype=acc_t) if coef_needed else None
         n0, n1 = _split_count(v.M)
         BP, BCC, nprog = _combine_cfg(C, P)
-        _bn_combine_bwd_kernel[(nprog,)](
+        launch(_bn_combine_bwd_kernel, (nprog,),
             part, mean, invstd, weight if weight is not None else invstd,
             coef if coef is not None else part,
             gw if gw is not None else part, gb if gb is not None else part,

@@ -62,6 +62,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
+from normkit.kernels._launch import launch
 
 __all__ = [
     "ln_forward",
@@ -81,7 +82,8 @@ _CFG = {
     "bwd_max_block": 16384,  # same for the RMS backward
     "bwd_max_block_ln": 8192,  # same for the layer-norm backward (one more accumulator: spills at 16K)
     "tile_elems": 4096,  # target BLOCK_M * BLOCK_N for narrow rows, forward
-    "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= 4096
+    "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= multi_row_max (several rows a program)
+    "fwd_ept_mid": 16,  # the same, multi_row_max < BLOCK_N < 8192 (one row a program)
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
@@ -743,7 +745,8 @@ def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None):
         if bwd:
             ept = _CFG["bwd_ept"]
         else:
-            ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else "fwd_ept"]
+            ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else
+                       "fwd_ept" if BLOCK_N <= _CFG["multi_row_max"] else "fwd_ept_mid"]
     BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
     num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
     return BLOCK_M, next_pow2(num_warps)
@@ -792,7 +795,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
                   IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG["fwd_split_warps"])
         for phase in (1, 2):
-            _fwd_split_kernel[(M * S,)](*sargs, PHASE=phase, **kw)
+            launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         BLOCK_M, nw = _rows_cfg(BLOCK_N)
         nblocks = cdiv(M, BLOCK_M)
@@ -802,13 +805,13 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
             per = cdiv(nblocks, P)
             nblocks = cdiv(nblocks, per)
-        _fwd_rows_kernel[(nblocks,)](
+        launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
-        _fwd_loop_kernel[(P,)](
+        launch(_fwd_loop_kernel, (P,),
             *args, M, N, *strides, float(eps), cdiv(M, P),
             CHUNK=_CFG["fwd_chunk"], num_warps=_CFG["fwd_loop_warps"], **flags,
         )
@@ -821,7 +824,7 @@ def _reduce(partials: torch.Tensor, dtypes):
     outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
     BLOCK_N = min(_CFG["red_block_n"], next_pow2(N))
     BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), next_pow2(P)))
-    _reduce_partials_kernel[(cdiv(N, BLOCK_N), K)](
+    launch(_reduce_partials_kernel, (cdiv(N, BLOCK_N), K),
         partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
     )
     return outs
@@ -893,13 +896,13 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
         if pf:
-            _bwd_rows_pf_kernel[(P,)](
+            launch(_bwd_rows_pf_kernel, (P,),
                 dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, per,
                 BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
             )
         else:
-            _bwd_rows_kernel[(P,)](
+            launch(_bwd_rows_kernel, (P,),
                 dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, per,
                 BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
@@ -907,7 +910,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
-            _bwd_rowsum_kernel[(M,)](
+            launch(_bwd_rowsum_kernel, (M,),
                 dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
                 CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
                 num_warps=8, enable_fp_fusion=False,
@@ -920,7 +923,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         rpg = cdiv(cdiv(M, G), BR) * BR
         G = cdiv(M, rpg)
         part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
-        _bwd_cols_kernel[(ncb, G)](
+        launch(_bwd_cols_kernel, (ncb, G),
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg,
             BLOCK_R=BR, BLOCK_N=BN, num_warps=8, enable_fp_fusion=False, **flags,

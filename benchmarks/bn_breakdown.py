@@ -1,0 +1,135 @@
+"""Per-kernel GPU time of normkit's batch norm on ResNet-50's layers (batch 256, bf16, fp32 params), from
+the profiler: which kernel of which layer is far from the copy bandwidth, weighted by how often the
+model runs it.
+
+    PYTHONPATH=src python benchmarks/bn_breakdown.py [--layout channels_last|contiguous] [--out DIR]
+
+For each distinct (C, H) of torchvision's resnet50 (53 batch norms), a training forward and a backward
+run ``--iters`` times under torch.profiler, rotating among input sets that together exceed 4x L2 (a
+layer's input is cold when its reduction starts, as after a convolution that wrote more than L2 holds).
+Reported per kernel: µs per call and GB/s of the HBM bytes it must move (reduction: x, or x and dy;
+elementwise: x (+ dy) read and y written; combine: not counted), and the fraction of the copy bandwidth
+measured in the same run. Writes ``bn_breakdown.json`` and prints a table whose total is comparable with
+the model's "norm kernel ms" per step.
+"""
+
+import argparse
+import json
+import os
+from collections import Counter, defaultdict
+
+import torch
+
+from normkit.kernels import batch_norm as KB
+
+
+def resnet50_bn_shapes():
+    """(C, H) of every batch norm in torchvision's resnet50 (v1.5: stride on the 3x3 conv), with counts."""
+    shapes = [(64, 112)]
+    in_h = 56
+    for width, blocks, h in ((64, 3, 56), (128, 4, 28), (256, 6, 14), (512, 3, 7)):
+        for i in range(blocks):
+            shapes += [(width, in_h if i == 0 else h), (width, h), (4 * width, h)]
+            if i == 0:
+                shapes.append((4 * width, h))  # downsample
+        in_h = h
+    return Counter(shapes)
+
+
+def copy_bandwidth():
+    n = 1 << 28
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+    s.record()
+    for _ in range(20):
+        b.copy_(a)
+    e.record()
+    torch.cuda.synchronize()
+    return 2 * n * 20 / (s.elapsed_time(e) * 1e-3) / 1e9
+
+
+def profile_layer(C, H, layout, iters, l2_bytes):
+    from torch.profiler import ProfilerActivity, profile
+
+    N = 256
+    nbytes = N * C * H * H * 2
+    sets = max(1, min(8, -(-4 * l2_bytes // nbytes)))
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    data = []
+    for _ in range(sets):
+        x = torch.randn(N, C, H, H, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=fmt)
+        data.append((x, torch.randn_like(x)))
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
+
+    def step(i):
+        x, dy = data[i % sets]
+        y, m, s = KB.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        KB.bn_backward(dy, x, w, m, s, True, (True, True, True))
+
+    for i in range(3):
+        step(i)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(iters):
+            step(i)
+        torch.cuda.synchronize()
+    per = defaultdict(list)
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            dur = getattr(evt, "device_time_total", None)
+            if dur is None:
+                dur = evt.cuda_time_total
+            per[evt.name].append((evt.time_range.start, dur))
+    per = {k: [d for _, d in sorted(v)] for k, v in per.items()}  # launch order: fwd before bwd
+    del data
+    torch.cuda.empty_cache()
+    return per, nbytes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", default="channels_last", choices=["channels_last", "contiguous"])
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    bw = copy_bandwidth()
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 << 20)
+    print(f"copy bandwidth {bw:.0f} GB/s; layout {args.layout}")
+    rows, total_us = [], 0.0
+    for (C, H), count in sorted(resnet50_bn_shapes().items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+        per, nbytes = profile_layer(C, H, args.layout, args.iters, l2)
+        # the forward and backward each run one reduction and one elementwise kernel (in this order)
+        layer_us = 0.0
+        for name, times in sorted(per.items()):
+            calls = len(times) // args.iters or 1
+            for j in range(calls):
+                ts = times[j::calls]
+                us = sum(ts) / len(ts)
+                kind = ("fwd" if j == 0 else "bwd") if calls == 2 else "all"
+                moved = None
+                if "reduce" in name:
+                    moved = nbytes * (1 if kind == "fwd" else 2)
+                elif "_ew_" in name:
+                    moved = nbytes * (2 if kind == "fwd" else 3)
+                gbps = moved / (us * 1e-6) / 1e9 if moved else None
+                rows.append({"C": C, "H": H, "count": count, "kernel": name, "pass": kind, "us": us,
+                             "bytes": moved, "gbps": gbps, "frac_copy": gbps / bw if gbps else None})
+                layer_us += us
+                print(f"  {C:5d} x {H:3d}^2 (x{count})  {name[:28]:28s} {kind}  {us:8.1f} us"
+                      + (f"  {gbps:6.0f} GB/s  {gbps / bw:.2f} of copy" if gbps else ""), flush=True)
+        total_us += layer_us * count
+    print(f"total over resnet50's 53 batch norms (fwd + bwd): {total_us / 1e3:.2f} ms per step")
+    with open(os.path.join(args.out, f"bn_breakdown_{args.layout}.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "triton": __import__("triton").__version__, "copy_gbps": bw, "layout": args.layout,
+                   "total_ms_per_step": total_us / 1e3, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
