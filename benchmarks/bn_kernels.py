@@ -56,7 +56,9 @@ def load_bn():
 
 # the batch_norm rows of shared/bench/suite.json
 SHAPES = [(256, 64, 112, 112), (256, 64, 56, 56), (256, 256, 56, 56), (256, 512, 28, 28),
-          (256, 1024, 14, 14), (256, 2048, 7, 7), (65536, 1024), (1048576, 64), (16, 64, 32, 64, 64)]
+          (256, 1024, 14, 14), (256, 2048, 7, 7), (65536, 1024), (1048576, 64), (16, 64, 32, 64, 64),
+          # resnet50 layers of 6-26 MB whose reductions ran at 0.28-0.50 of copy (bn_breakdown.py)
+          (256, 128, 28, 28), (256, 256, 14, 14), (256, 512, 7, 7)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # 2026-11-30 H200 sweep measured the flat* (dropped) and rows* variants; won: forward rows = unroll 4 + 4 KB tile + 512 programs, backward rows = 4 KB tile + 660 programs (now the defaults)
 VARIANTS = {
@@ -76,6 +78,12 @@ VARIANTS = {
     "rowstp1k": {"target_programs_rows_fwd": 1024},
     "rowstp396": {"target_programs_rows_fwd": 396, "target_programs_rows_bwd": 396},
     "rowsr4ktp660": {"red_tile_bytes": 4096, "target_programs_rows_fwd": 660, "target_programs_rows_bwd": 660},
+    # small inputs: the partials cap (2 P C fp32 <= frac x input) held P to ~15-60 programs per channel
+    # block on resnet50's 6-26 MB layers, and min_rows then split C into 64-byte row segments
+    "pfr02": {"partial_frac_rows": 0.02},
+    "pfr05": {"partial_frac_rows": 0.05},
+    "pfr05m64": {"partial_frac_rows": 0.05, "min_rows": 64},
+    "pf05": {"partial_frac": 0.05},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -84,6 +92,10 @@ VARIANT_SCOPE = {
     "rowstp1k": ("rows", ("fwd",)),
     "rowstp396": ("rows", ("fwd", "bwd")),
     "rowsr4ktp660": ("rows", ("fwd", "bwd")),
+    "pfr02": ("rows", ("fwd", "bwd")),
+    "pfr05": ("rows", ("fwd", "bwd")),
+    "pfr05m64": ("rows", ("fwd", "bwd")),
+    "pf05": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ()
@@ -101,6 +113,8 @@ def _in_scope(var, shape, layout, mode):
     S = math.prod(shape[2:]) if len(shape) > 2 else 1
     if scope == "rows":
         return layout == "cl" or S == 1
+    if scope == "ncs":
+        return layout == "contig" and S > 1
     return True
 
 

@@ -277,12 +277,22 @@ def _bn_combine_fwd_kernel(
     pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
+    # every per-channel load is issued before the partial sums: their latencies overlap
+    shift = tl.load(x_ptr + ch.to(tl.int64) * shift_stride, mask=cmask, other=0.0).to(tl.float64)
+    if HAS_W:
+        w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+    if HAS_B:
+        b = tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    else:
+        b = tl.zeros([BCC], dtype=tl.float64)
+    if HAS_RS:
+        rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
     dmean = s1 / nf
     var = (s2 - s1 * dmean) / nf
     var = tl.where(var < 0.0, 0.0, var)
-    shift = tl.load(x_ptr + ch.to(tl.int64) * shift_stride, mask=cmask, other=0.0).to(tl.float64)
     mean = shift + dmean
     eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
     # ATen's InvStd: 0 (not inf) when var == 0 and eps == 0 (a constant channel), so y = bias
@@ -291,14 +301,9 @@ def _bn_combine_fwd_kernel(
     tl.store(mean_ptr + ch, mean.to(ACC), mask=cmask)
     tl.store(invstd_ptr + ch, invstd.to(ACC), mask=cmask)
     if HAS_W:
-        w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
         a = w * invstd
     else:
         a = invstd
-    if HAS_B:
-        b = tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
-    else:
-        b = tl.zeros([BCC], dtype=tl.float64)
     tl.store(coef_ptr + ch, shift.to(ACC), mask=cmask)
     tl.store(coef_ptr + C + ch, dmean.to(ACC), mask=cmask)
     tl.store(coef_ptr + 2 * C + ch, a.to(ACC), mask=cmask)
@@ -308,8 +313,6 @@ def _bn_combine_fwd_kernel(
             mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
         else:
             mom = m0
-        rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
-        rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
         unbiased = (var * nf / (nf - 1.0)).to(ACC)
         rm_new = (1.0 - mom) * rm + mom * mean.to(ACC)
         rv_new = (1.0 - mom) * rv + mom * unbiased
@@ -339,8 +342,13 @@ def _bn_combine_bwd_kernel(
     pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
-    s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
+    # per-channel loads first: their latencies overlap the partial sums
     invstd = tl.load(invstd_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    if NEED_DX:
+        if HAS_W:
+            w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+        mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     if NEED_GW:
         tl.store(gw_ptr + ch, _bn_from_f64(s2 * invstd, gw_ptr.dtype.element_ty), mask=cmask)
     if NEED_GB:
@@ -348,13 +356,11 @@ def _bn_combine_bwd_kernel(
     if NEED_DX:
         nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
         if HAS_W:
-            w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
             gs = invstd * w
         else:
             gs = invstd
         gm = s1 / nf
         proj = s2 / nf * invstd * invstd
-        mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
         tl.store(coef_ptr + ch, gm.to(ACC), mask=cmask)
         tl.store(coef_ptr + C + ch, proj.to(ACC), mask=cmask)
         tl.store(coef_ptr + 2 * C + ch, gs.to(ACC), mask=cmask)
