@@ -84,6 +84,10 @@ VARIANTS = {
     "pfr05": {"partial_frac_rows": 0.05},
     "pfr05m64": {"partial_frac_rows": 0.05, "min_rows": 64},
     "pf05": {"partial_frac": 0.05},
+    # small inputs: more reduction programs, each looping less (red_small_*)
+    "small64m2": {"red_small_bytes": 64 << 20, "red_small_mult": 2},
+    "small64m4": {"red_small_bytes": 64 << 20, "red_small_mult": 4},
+    "small64m8": {"red_small_bytes": 64 << 20, "red_small_mult": 8},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -96,6 +100,9 @@ VARIANT_SCOPE = {
     "pfr05": ("rows", ("fwd", "bwd")),
     "pfr05m64": ("rows", ("fwd", "bwd")),
     "pf05": ("ncs", ("fwd", "bwd")),
+    "small64m2": ("all", ("fwd", "bwd")),
+    "small64m4": ("all", ("fwd", "bwd")),
+    "small64m8": ("all", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ()

@@ -48,7 +48,7 @@ class _FakeKernel:
         self.compiled = _Compiled(self.log, fail)
         self.triton_calls = 0
 
-        def fn(x, y, n, eps, BLOCK, FLAG=True):  # the parameter list the launcher must follow
+        def fn(x, y, n, eps, BLOCK: "tl.constexpr", FLAG: "tl.constexpr" = True):  # the launcher's order
             pass
 
         self.fn = fn
@@ -110,6 +110,17 @@ def test_new_specialization_goes_through_triton(direct, change):
     assert k.triton_calls == 2
 
 
+def test_constexpr_passed_by_position_is_keyed_by_value(direct):
+    """A constexpr given positionally (like batch norm's compiled-in plane length S) must not share a
+    binary with another value of the same int class: that reused a 5-element-plane kernel for 10."""
+    k = _FakeKernel()
+    _launch.launch(k, (1,), _t(), _t(), 100, 0.5, 64)
+    _launch.launch(k, (1,), _t(), _t(), 100, 0.5, 48)  # 64 and 48: both divisible by 16
+    assert k.triton_calls == 2
+    _launch.launch(k, (1,), _t(), _t(), 100, 0.5, 48)
+    assert k.triton_calls == 2 and k.log[-1][0] == "direct" and k.log[-1][2][4:] == (48, True)
+
+
 def test_ints_in_the_same_class_share_a_binary(direct):
     k = _FakeKernel()
     for n in (100, 3, 2**31 - 1):  # none is 1, none divisible by 16, all i32
@@ -139,6 +150,21 @@ def test_cpu_tensors_use_tritons_path():
     for _ in range(2):
         _launch.launch(k, (1,), torch.randn(4), torch.randn(4), 100, 0.5, BLOCK=64)
     assert k.triton_calls == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("planes", [(7, 5), (5, 7), (14, 10)])
+def test_cuda_direct_launch_compiled_in_plane_lengths(planes):
+    """Short unaligned planes compile S in (a positional constexpr): each length needs its own binary."""
+    from normkit.kernels import batch_norm as B
+
+    for h in planes:
+        x = torch.randn(6, 3, h, h, device="cuda", dtype=torch.float32) + 3
+        y, m, s = B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+        xd = x.double()
+        ref = (xd - xd.mean((0, 2, 3), keepdim=True)) / torch.sqrt(xd.var((0, 2, 3), unbiased=False,
+                                                                           keepdim=True) + 1e-5)
+        assert torch.allclose(y.double(), ref, atol=1e-4), h
 
 
 @pytest.mark.cuda

@@ -8,8 +8,9 @@ the C launcher runs. Normalization calls launch 1-3 kernels each, so for models 
 ``launch(kernel, grid, *args, **kw)`` keeps the ``CompiledKernel`` that Triton returns from the first
 launch of each specialization and afterwards calls its launcher directly. The cache key holds everything
 Triton specializes on, or more: each tensor's dtype and 16-byte alignment; for each int whether it is 1,
-divisible by 16 and its integer type's range; every keyword (constexprs and launch options). A key at
-least as fine as Triton's means a hit always reuses the binary Triton itself would pick.
+divisible by 16 and its integer type's range; the value of every constexpr, whether passed by keyword or
+by position; every launch option. A key at least as fine as Triton's means a hit always reuses the binary
+Triton itself would pick.
 
 The direct path is taken on CUDA only (the interpreter runs kernels through ``kernel[grid]``). It is off
 with ``NORMKIT_DIRECT_LAUNCH=0``; if a direct launch ever raises ``TypeError`` / ``AttributeError``
@@ -28,6 +29,7 @@ _I32 = 1 << 31
 _I64 = 1 << 63
 
 _cache: dict = {}
+_constexpr_positions: dict = {}
 _direct = os.environ.get("NORMKIT_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -66,6 +68,22 @@ def _arg_key(a):
     return ("v", a)  # anything else (e.g. a tl.dtype): by value, hashable
 
 
+def _constexprs(kernel) -> frozenset:
+    """Positions of the kernel's constexpr parameters (keyed by value: each value is its own binary)."""
+    pos = _constexpr_positions.get(kernel)
+    if pos is None:
+        params = inspect.signature(kernel.fn).parameters.values()
+        pos = frozenset(i for i, p in enumerate(params) if "constexpr" in str(p.annotation))
+        pos |= frozenset(getattr(kernel, "constexprs", ()))  # Triton's own list, where it has one
+        _constexpr_positions[kernel] = pos
+    return pos
+
+
+def _key_args(kernel, args) -> tuple:
+    consts = _constexprs(kernel)
+    return tuple(("c", a) if i in consts else _arg_key(a) for i, a in enumerate(args))
+
+
 def _tail(kernel, n_args: int, kwargs: dict) -> tuple:
     """The values of the parameters after the positional ones, in the kernel's parameter order:
     constexprs from kwargs, else their defaults (the launcher takes every parameter)."""
@@ -89,7 +107,7 @@ def launch(kernel, grid, *args, **kwargs):
         kernel[grid](*args, **kwargs)
         return
     device = torch.cuda.current_device()
-    key = (kernel, device, tuple(map(_arg_key, args)), tuple(kwargs.items()))
+    key = (kernel, device, _key_args(kernel, args), tuple(kwargs.items()))
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)
