@@ -26,6 +26,8 @@
 # --peers all --compile-dynamic --ops ...` prints the model):
 #   PART=1  batch_norm (128 cases, ~5.9 min), group_norm (20, ~3.0 min): ~8.9 min of suite rows, every
 #           dtype, every peer.
+#   PART=headline (one call, ~7.2 min): batch_norm, layer_norm, rms_norm in every dtype; torch.compile
+#           and FlagGems on each op's headline dtype only; --models.
 #   PART=2  --models: resnet50 NCHW + channels_last, ViT-B/16, GPT-2 small, each eager and inside
 #           normkit.enable(), 20 steps, bf16 autocast (~1.5 min); --accuracy --accuracy-ops all: every op
 #           and dtype, randn and randn + 1000, every peer incl. torch.compile (~1.7 min; most of its
@@ -82,6 +84,11 @@ COMMON=(--all-dtypes --peer-scope all --compile-dynamic --peers all --json "$OUT
 if [ "$PART" = 1 ]; then
     # shellcheck disable=SC2206
     ARGS=(--ops $OPS1)
+elif [ "$PART" = headline ]; then
+    # one call: batch, layer and RMS norm in every dtype, torch.compile / FlagGems on each op's headline
+    # dtype only (~5.7 min estimated), then the four models (~1.5 min)
+    COMMON=(--all-dtypes --peer-scope headline --compile-dynamic --peers all --json "$OUT/bench.json" --out "$OUT")
+    ARGS=(--ops batch_norm layer_norm rms_norm --perf --models --steps 20)
 else
     # shellcheck disable=SC2206
     ARGS=(--ops $OPS2 --perf --models --accuracy --accuracy-ops all --steps 20)

@@ -77,11 +77,6 @@ _TUNE = {
     # (0.02 -> 0.05: resnet50 512x7x7 NCHW fwd / bwd -6 / -5 %, the other layers within 0.5 %)
     "partial_frac_rows": 0.005,  # the same, rows view
     "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
-    # inputs of at most red_small_bytes (0: off): red_small_mult x the target programs and partials up
-    # to 5 % of the input, so that each reduction program loops fewer times (latency-bound otherwise:
-    # resnet50's 6-26 MB layers reduced at 0.28-0.50 of copy, bn_breakdown.py)
-    "red_small_bytes": 0,
-    "red_small_mult": 4,
     "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
     "ew_warps": 8,
     "red_warps": 8,
@@ -680,9 +675,6 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
         target = _TUNE["target_programs"]
         frac = _TUNE["partial_frac"]
-    if v.M * v.C * esize <= _TUNE["red_small_bytes"]:
-        target *= _TUNE["red_small_mult"]
-        frac = max(frac, 0.05)
     C = v.C
     if v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
