@@ -28,7 +28,7 @@ echo "rc=$?"; tail -1 "$W/bn_breakdown.log"
 stamp "bn small-input variants"
 timeout 100 python3 benchmarks/bn_kernels.py --out "$W" --dtypes bf16 --modes fwd,bwd \
     --shapes 256x128x28x28,256x256x14x14,256x512x7x7,256x2048x7x7,256x64x56x56 \
-    --only-variants small64m2,small64m4,small64m8 --budget 80 --jobs 14 > "$W/bn_sweep.log" 2>&1
+    --only-variants pfr02,pf05 --budget 80 --jobs 14 > "$W/bn_sweep.log" 2>&1
 echo "bn rc=$?"; grep -E "^ +[0-9]" "$W/bn_sweep.log" | tail -40
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"
