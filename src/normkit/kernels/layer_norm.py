@@ -81,11 +81,17 @@ _CFG = {
     "fwd_max_block": 16384,  # widest next_pow2(N) kept in registers, forward
     "bwd_max_block": 16384,  # same for the RMS backward
     "bwd_max_block_ln": 8192,  # same for the layer-norm backward (one more accumulator: spills at 16K)
-    # forward tiles (2026-12-01 H200 sweep "fwdsmall", LN + RMS at 64/256/768/1024, geomean 0.0429 ->
-    # 0.0395 ms against 4096-element tiles): small programs, 16 elements a thread
+    # forward tiles (2026-12-01 H200, sweep "fwdsmall" and the headline bench): 1024-element programs,
+    # 16 elements a thread; bf16 rows of 768 / 1024: LN 0.0371 / 0.0225 -> 0.0328 / 0.0202 ms, RMS
+    # 0.0346 / 0.0219 -> 0.0298 / 0.0189. With fp32 weight/bias on 16-bit rows each program re-reads
+    # w and b from L2 (8 KB at 1024), so those keep 4096-element tiles (LN 768 / 1024 bf16-fp32 got
+    # 0.0387 / 0.0232 -> 0.0458 / 0.0261 ms with 1024).
     "tile_elems": 1024,  # target BLOCK_M * BLOCK_N for narrow rows, forward
+    "tile_elems_wide_params": 4096,  # the same when weight/bias are wider than x
     "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= multi_row_max (several rows a program)
-    "fwd_ept_mid": 32,  # the same, multi_row_max < BLOCK_N < 8192 (one row a program; "fwdmid": -1 %)
+    # the same, multi_row_max < BLOCK_N < 8192 (one row a program): 32 measured -1 % in the sweep but
+    # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
+    "fwd_ept_mid": 16,
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
@@ -799,7 +805,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         for phase in (1, 2):
             launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
-        BLOCK_M, nw = _rows_cfg(BLOCK_N)
+        wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
+        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None)
         nblocks = cdiv(M, BLOCK_M)
         persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         per = 1
