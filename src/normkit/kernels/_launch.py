@@ -13,8 +13,8 @@ by position; every launch option. A key at least as fine as Triton's means a hit
 Triton itself would pick.
 
 The direct path is taken on CUDA only (the interpreter runs kernels through ``kernel[grid]``). It is off
-with ``NORMKIT_DIRECT_LAUNCH=0``; if a direct launch ever raises ``TypeError`` / ``AttributeError``
-(a Triton whose launcher takes other arguments), it switches itself off for the process and that call
+with ``NORMKIT_DIRECT_LAUNCH=0``; if a direct launch ever raises ``TypeError`` / ``AttributeError`` /
+``ImportError`` (a Triton whose launcher takes other arguments, or without ``triton.knobs``), it switches itself off for the process and that call
 goes through Triton's own path.
 """
 
@@ -117,8 +117,9 @@ def launch(kernel, grid, *args, **kwargs):
     compiled, tail = hit
     try:
         _run_compiled(compiled, grid, device, args + tail)
-    except (TypeError, AttributeError):
-        # a launcher with another calling convention (other Triton version): use Triton's path for good
+    except (TypeError, AttributeError, ImportError):
+        # a launcher with another calling convention, or no triton.knobs (another Triton version): use
+        # Triton's path for good
         _direct = False
         _cache.clear()
         kernel[grid](*args, **kwargs)
