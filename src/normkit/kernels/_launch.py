@@ -14,8 +14,8 @@ Triton itself would pick.
 
 The direct path is taken on CUDA only (the interpreter runs kernels through ``kernel[grid]``). It is off
 with ``NORMKIT_DIRECT_LAUNCH=0``; if a direct launch ever raises ``TypeError`` / ``AttributeError`` /
-``ImportError`` (a Triton whose launcher takes other arguments, or without ``triton.knobs``), it switches itself off for the process and that call
-goes through Triton's own path.
+``ImportError`` (a Triton whose launcher takes other arguments, or without ``triton.knobs``), it
+switches itself off for the process and that call goes through Triton's own path.
 """
 
 from __future__ import annotations
