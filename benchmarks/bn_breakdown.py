@@ -37,19 +37,11 @@ def resnet50_bn_shapes():
 
 
 def copy_bandwidth():
-    n = 1 << 28
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(20):
-        b.copy_(a)
-    e.record()
-    torch.cuda.synchronize()
-    return 2 * n * 20 / (s.elapsed_time(e) * 1e-3) / 1e9
+    """The bench's SOL ceiling (eager 1 GiB device copy, bytes read + written), measured in this run."""
+    from normkit.bench.runner import Context, copy_bandwidth as bench_copy
+    from normkit.bench.timing import Timer
+
+    return bench_copy(Context(device="cuda", timer=Timer("cuda")), 1 << 30)
 
 
 def profile_layer(C, H, layout, iters, l2_bytes):

@@ -29,7 +29,7 @@ _I32 = 1 << 31
 _I64 = 1 << 63
 
 _cache: dict = {}
-_constexpr_positions: dict = {}
+_signatures: dict = {}
 _direct = os.environ.get("NORMKIT_DIRECT_LAUNCH", "1") != "0"
 
 
@@ -68,28 +68,28 @@ def _arg_key(a):
     return ("v", a)  # anything else (e.g. a tl.dtype): by value, hashable
 
 
-def _constexprs(kernel) -> frozenset:
-    """Positions of the kernel's constexpr parameters (keyed by value: each value is its own binary)."""
-    pos = _constexpr_positions.get(kernel)
-    if pos is None:
-        params = inspect.signature(kernel.fn).parameters.values()
-        pos = frozenset(i for i, p in enumerate(params) if "constexpr" in str(p.annotation))
-        pos |= frozenset(getattr(kernel, "constexprs", ()))  # Triton's own list, where it has one
-        _constexpr_positions[kernel] = pos
-    return pos
+def _signature(kernel) -> tuple:
+    """(parameters, positions of the constexpr ones) of a kernel, computed once: constexprs are keyed by
+    value (each value is its own binary), and the launcher takes every parameter in this order."""
+    sig = _signatures.get(kernel)
+    if sig is None:
+        params = tuple(inspect.signature(kernel.fn).parameters.values())
+        consts = frozenset(i for i, p in enumerate(params) if "constexpr" in str(p.annotation))
+        consts |= frozenset(getattr(kernel, "constexprs", ()))  # Triton's own list, where it has one
+        sig = _signatures[kernel] = (params, consts)
+    return sig
 
 
 def _key_args(kernel, args) -> tuple:
-    consts = _constexprs(kernel)
+    consts = _signature(kernel)[1]
     return tuple(("c", a) if i in consts else _arg_key(a) for i, a in enumerate(args))
 
 
 def _tail(kernel, n_args: int, kwargs: dict) -> tuple:
     """The values of the parameters after the positional ones, in the kernel's parameter order:
-    constexprs from kwargs, else their defaults (the launcher takes every parameter)."""
-    params = list(inspect.signature(kernel.fn).parameters.values())[n_args:]
+    constexprs from kwargs, else their defaults."""
     out = []
-    for p in params:
+    for p in _signature(kernel)[0][n_args:]:
         if p.name in kwargs:
             out.append(kwargs[p.name])
         elif p.default is not inspect.Parameter.empty:

@@ -904,18 +904,10 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
-        if pf:
-            launch(_bwd_rows_pf_kernel, (P,),
-                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
-                M, N, _row_stride(dy), _row_stride(x), N, per,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
-            )
-        else:
-            launch(_bwd_rows_kernel, (P,),
-                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
-                M, N, _row_stride(dy), _row_stride(x), N, per,
-                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags,
-            )
+        launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
+               dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
+               M, N, _row_stride(dy), _row_stride(x), N, per,
+               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags)
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
