@@ -2,7 +2,7 @@
 suite's layer_norm / rms_norm rows, side by side with ATen eager, with the copy bandwidth measured in
 the same run. Optional ``--sweep`` compares tunable variants (``layer_norm._CFG``) on chosen rows.
 
-    PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep [--groups g1,g2]] [--quick] [--graph]
+    PYTHONPATH=src python benchmarks/ln_kernels.py [--out DIR] [--sweep [--groups g1,g2]] [--quick]
         [--budget SECONDS] [--sweep-budget SECONDS]
 
 Bytes: forward = read x + write y; backward = read x + read dy + write dx (dw/db and the partials
@@ -23,8 +23,9 @@ if "--dry" in sys.argv:  # the interpreter is chosen when triton decorates the k
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.testing import do_bench, do_bench_cudagraph  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
 
+from normkit.bench.timing import Timer  # noqa: E402
 from normkit.kernels import layer_norm as L  # noqa: E402
 
 SHAPES = [
@@ -34,6 +35,7 @@ SHAPES = [
 DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 LOG = []
 DEV = "cuda"
+TIMER = None  # normkit.bench.timing.Timer, set in main()
 
 
 def log(*a):
@@ -42,22 +44,17 @@ def log(*a):
     print(line, flush=True)
 
 
-GRAPH = False  # --graph: time CUDA-graph replay (kernel time without the host launch floor)
+L2_BYTES = 50 << 20  # H200 L2; every timing rotates input sets whose bytes add up to >= 4x this
 
 
-def bench(fn, warm=10, rep=40):
+def bench(fns):
+    """Median ms per call. ``fns``: one zero-argument callable per input set; the calls rotate over
+    them (>= 4x L2 of inputs) inside one CUDA graph, exactly as ``python -m normkit bench`` times."""
     if DEV == "cpu":  # --dry: one call, host clock (checks the script, not the kernels' speed)
         t = time.perf_counter()
-        fn()
+        fns[0]()
         return (time.perf_counter() - t) * 1e3
-    if GRAPH:
-        fn()  # compile outside the capture
-        torch.cuda.synchronize()
-        try:  # replay timing is steady: 20 ms per measurement (x 10 retries) is plenty
-            return do_bench_cudagraph(fn, rep=min(rep, 20), return_mode="median")
-        except Exception as e:  # pragma: no cover
-            log(f"graph timing failed ({repr(e)[:120]}), eager do_bench")
-    return do_bench(fn, warmup=warm, rep=rep, return_mode="median")
+    return TIMER.time(fns)[0]
 
 
 def copy_bw():
@@ -67,7 +64,7 @@ def copy_bw():
     # eager, never graph-replayed: a captured copy_ becomes a memcpy node on the copy engines
     # (~2.77 TB/s on the H200 against ~4.25 TB/s for the copy kernel)
     if DEV == "cpu":
-        ms = bench(lambda: b.copy_(a))
+        ms = bench([lambda: b.copy_(a)])
     else:
         ms = do_bench(lambda: b.copy_(a), warmup=25, rep=100, return_mode="median")
     del a, b
@@ -119,46 +116,51 @@ def check(op, M, N, dt, pdt):
 
 
 def time_row(op, M, N, dt, pdt, sol_bw, with_aten=True, which=None):
-    """Times forward and backward (``which``: only "fwd" or only "bwd", for the sweep)."""
-    x, dy, w, b = make(op, M, N, dt, pdt)
-    esz = x.element_size()
+    """Times forward and backward (``which``: only "fwd" or only "bwd", for the sweep), rotating over
+    enough input sets that no call finds its inputs in L2."""
+    esz = torch.empty((), dtype=dt).element_size()
     fb, bb = 2 * M * N * esz, 3 * M * N * esz
-    r = {"op": op, "M": M, "N": N, "dtype": str(dt).split(".")[-1], "params": str(pdt).split(".")[-1]}
+    k = 1 if DEV == "cpu" else max(1, min(16, math.ceil(4 * L2_BYTES / (2 * M * N * esz))))
+    sets = [make(op, M, N, dt, pdt) for _ in range(k)]
+    r = {"op": op, "M": M, "N": N, "dtype": str(dt).split(".")[-1], "params": str(pdt).split(".")[-1],
+         "input_sets": k}
     if op == "ln":
-        y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-        if which != "bwd":
-            r["nk_fwd"] = bench(lambda: L.ln_forward(x, w, b, 1e-5))
-        if which != "fwd":
-            r["nk_bwd"] = bench(lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True)))
-        if with_aten:
-            try:
-                _, am, ar = torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
-                r["aten_fwd"] = bench(lambda: torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5))
-                r["aten_bwd"] = bench(lambda: torch.ops.aten.native_layer_norm_backward(
-                    dy, x, [N], am, ar, w, b, [True, True, True]))
-            except Exception as e:  # pragma: no cover
-                r["aten_err"] = repr(e)[:200]
+        fwd = [lambda x=x, w=w, b=b: L.ln_forward(x, w, b, 1e-5) for x, _, w, b in sets]
+        saved = [L.ln_forward(x, w, b, 1e-5) for x, _, w, b in sets]
+        bwd = [lambda dy=dy, x=x, w=w, s=s: L.ln_backward(dy, x, s[1], s[2], w, (True, True, True))
+               for (x, dy, w, _), s in zip(sets, saved)]
     else:
-        y, rstd = L.rms_forward(x, w, 1e-6)
-        if which != "bwd":
-            r["nk_fwd"] = bench(lambda: L.rms_forward(x, w, 1e-6))
-        if which != "fwd":
-            r["nk_bwd"] = bench(lambda: L.rms_backward(dy, x, rstd, w, (True, True)))
-        if with_aten:
-            try:
-                _, ar = torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6)
-                r["aten_fwd"] = bench(lambda: torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6))
-                r["aten_bwd"] = bench(lambda: torch.ops.aten._fused_rms_norm_backward(
-                    dy, x, [N], ar, w, [True, True]))
-            except Exception as e:  # pragma: no cover
-                r["aten_err"] = repr(e)[:200]
-    for k in ("nk_fwd", "aten_fwd"):
-        if k in r:
-            r[k + "_sol"] = fb / (r[k] * 1e-3) / 1e9 / sol_bw
-    for k in ("nk_bwd", "aten_bwd"):
-        if k in r:
-            r[k + "_sol"] = bb / (r[k] * 1e-3) / 1e9 / sol_bw
-    del x, dy
+        fwd = [lambda x=x, w=w: L.rms_forward(x, w, 1e-6) for x, _, w, _ in sets]
+        saved = [L.rms_forward(x, w, 1e-6) for x, _, w, _ in sets]
+        bwd = [lambda dy=dy, x=x, w=w, s=s: L.rms_backward(dy, x, s[1], w, (True, True))
+               for (x, dy, w, _), s in zip(sets, saved)]
+    if which != "bwd":
+        r["nk_fwd"] = bench(fwd)
+    if which != "fwd":
+        r["nk_bwd"] = bench(bwd)
+    if with_aten:
+        try:
+            if op == "ln":
+                stats = [torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5) for x, _, w, b in sets]
+                r["aten_fwd"] = bench([lambda x=x, w=w, b=b: torch.ops.aten.native_layer_norm(x, [N], w, b, 1e-5)
+                                       for x, _, w, b in sets])
+                r["aten_bwd"] = bench([lambda dy=dy, x=x, w=w, b=b, s=s: torch.ops.aten.native_layer_norm_backward(
+                    dy, x, [N], s[1], s[2], w, b, [True, True, True]) for (x, dy, w, b), s in zip(sets, stats)])
+            else:
+                stats = [torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6) for x, _, w, _ in sets]
+                r["aten_fwd"] = bench([lambda x=x, w=w: torch.ops.aten._fused_rms_norm(x, [N], w, 1e-6)
+                                       for x, _, w, _ in sets])
+                r["aten_bwd"] = bench([lambda dy=dy, x=x, w=w, s=s: torch.ops.aten._fused_rms_norm_backward(
+                    dy, x, [N], s[1], w, [True, True]) for (x, dy, w, _), s in zip(sets, stats)])
+        except Exception as e:  # pragma: no cover (ATen CUDA refuses half input with fp32 weight)
+            r["aten_err"] = repr(e)[:200]
+    for key in ("nk_fwd", "aten_fwd"):
+        if key in r:
+            r[key + "_sol"] = fb / (r[key] * 1e-3) / 1e9 / sol_bw
+    for key in ("nk_bwd", "aten_bwd"):
+        if key in r:
+            r[key + "_sol"] = bb / (r[key] * 1e-3) / 1e9 / sol_bw
+    del sets, saved
     return r
 
 
@@ -205,6 +207,24 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for M, N in ((2048, 65536), (512, 262144)):
             for lab, cfg in (("loop", {"fwd_split_min_block": 1 << 30}), ("two_c8192_w8", split(8192, 8))):
                 add("fwdsplit", lab, cfg, op, M, N, "fwd")
+    # one-launch split forward (the row's last program to arrive writes all of y, so x is read once from
+    # HBM) at every width (one_c<chunk>_w<warps>_f<step of that program's pass>), two launches at every
+    # width (two_*), and one launch up to 65536 with two beyond (mix_64k, the 2026-12-01 default). LN and
+    # RMS share the knobs: one group, one choice.
+    def fused(ch, w, fb, upto=1 << 30):
+        return {"fwd_split_min_block": 32768, "fwd_split_fused_max_block": upto, "fwd_split_fused_chunk": ch,
+                "fwd_split_fused_warps": w, "fwd_split_fin_block": fb}
+
+    wide = [("two_c4096_w4", dict(split(4096, 4), fwd_split_fused_max_block=0)),
+            ("two_c8192_w8", dict(split(8192, 8), fwd_split_fused_max_block=0)),
+            ("mix_64k", dict(fused(16384, 16, 8192, 65536), **split(4096, 4)))]
+    wide += [(f"one_c{ch}_w{w}_f{fb}", fused(ch, w, fb)) for ch, w, fb in
+             ((4096, 4, 4096), (8192, 8, 4096), (16384, 16, 8192), (16384, 16, 16384))]
+    for M, N in ((4096, 32768), (2048, 65536), (256, 131072), (512, 262144)):
+        for dt in (torch.bfloat16, torch.float32):
+            for op in ("ln", "rms"):
+                for lab, cfg in wide:
+                    add("fwdwide", lab, cfg, op, M, N, "fwd", dt, dt)
 
     for lab, cfg in (("rows", {"fwd_max_block": 16384}), ("loop", {"fwd_max_block": 8192})):
         add("fwd16k", lab, cfg, "ln", 4096, 16384, "fwd")
@@ -249,6 +269,30 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for op in ("ln", "rms"):
                 for dt in (torch.bfloat16, torch.float32):
                     add("fwdmid", f"e{ept}", {"fwd_ept_mid": ept, "fwd_ept_wide": ept}, op, M, N, "fwd", dt, dt)
+    # 2026-12-01 (session 4): w/b loaded with x instead of after the statistics (fwd_wb_early_min_block),
+    # with elements per thread, where Liger / FlagGems were 4-15 % faster at 0.83 SOL (RMS 4096: 0.0761 vs
+    # 0.0677 ms). Inputs now rotate past 4x L2 as in the bench.
+    def wb(lo, ept_mid, ept_wide):
+        return {"fwd_wb_early_min_block": lo, "fwd_ept_mid": ept_mid, "fwd_ept_wide": ept_wide}
+
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for lab, cfg in (("late_e16_32", wb(1 << 30, 16, 32)), ("early_e16_32", wb(2048, 16, 32)),
+                         ("early_e16_16", wb(2048, 16, 16)), ("early_e8_8", wb(2048, 8, 8)),
+                         ("early_e32_32", wb(2048, 32, 32)), ("late_e8_8", wb(1 << 30, 8, 8))):
+            for op in ("ln", "rms"):
+                add("fwdwb", lab, cfg, op, M, N, "fwd")
+    # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight)
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for e, p in ((8, 1), (16, 1), (16, 2), (32, 2), (32, 4)):
+            for op in ("ln", "rms"):
+                add("bwdmid", f"pf_e{e}_p{p}", {"bwd_pf_wide_max_block": 8192, "bwd_pf_wide_ept": e,
+                                                "bwd_pf_wide_progs_per_sm": p}, op, M, N, "bwd")
+    for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
+        for lab, cfg in (("late_e16", {"fwd_wb_early_min_block": 1 << 30, "fwd_ept": 16}),
+                         ("early_e16", {"fwd_wb_early_min_block": 1, "fwd_ept": 16}),
+                         ("early_e8", {"fwd_wb_early_min_block": 1, "fwd_ept": 8})):
+            for op in ("ln", "rms"):
+                add("fwdwbnarrow", lab, cfg, op, M, N, "fwd")
     # prefetching backward rows kernel (bwd_pf_*) at BLOCK_N 1024 (bwd_pf_min_block; at 64 / 256 the plain
     # kernel won on 2026-11-30: 1048576x64 0.1107 vs 0.1371 ms). Variants t<tile>_e<ept>_p<progs/SM>_d2
     # (two row blocks loaded ahead, the only depth left). Programs per SM kept <= the CTAs that fit in
@@ -287,9 +331,9 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     if only:
         order = [g for g in only if g in groups]
     else:
-        order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdloop", "fwdsplit",
+        order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdloop", "fwdsplit", "fwdwide",
                  "fwdtile", "bwdtile", "bwdcols", "rmsbwd16k",
-                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept", "fwdsmall", "fwdmid"]
+                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept", "fwdsmall", "fwdmid", "fwdwb", "fwdwbnarrow", "bwdmid"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":  # --dry: each variant once, on its first row, shrunk
@@ -313,7 +357,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g == "fwdsplit":  # new kernels: check y on a row subset against fp64 (same width)
+            if g in ("fwdsplit", "fwdwide"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":
@@ -364,21 +408,20 @@ def main():
     ap.add_argument("--budget", type=float, default=1e9, help="seconds: sweep stops at half, rows at the end")
     ap.add_argument("--sweep-budget", type=float, default=None, help="seconds for the sweep (default: budget / 2)")
     ap.add_argument("--groups", default="", help="comma-separated sweep groups (default: all), in this order")
-    ap.add_argument("--graph", action="store_true", help="time CUDA-graph replay (no host launch floor)")
     ap.add_argument("--dry", action="store_true", help="CPU + TRITON_INTERPRET=1, tiny shapes: checks the script")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    global DEV, SHAPES, GRAPH
-    GRAPH = args.graph
+    global DEV, SHAPES, TIMER
     if args.dry:
         DEV = "cpu"
         SHAPES = [(64, 64), (16, 1000), (4, 20000)]
+    TIMER = Timer(DEV)
     t0 = time.time()
     props = torch.cuda.get_device_properties(0) if DEV == "cuda" else None
     meta = {"device": props.name if props else "cpu", "sms": props.multi_processor_count if props else 0,
             "torch": torch.__version__,
             "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "cfg": dict(L._CFG), "graph": args.graph, "argv": sys.argv[1:]}
+            "cfg": dict(L._CFG), "timer": "cuda-graph, rotated inputs >= 4x L2", "argv": sys.argv[1:]}
     bw = copy_bw()
     meta["copy_GBps"] = bw
     log(f"# {meta}")

@@ -325,6 +325,27 @@ def test_persistent_forward(N, monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("N", [64, 1000, 3000])
+def test_wb_early_same_bits(N, monkeypatch):
+    # w/b loaded with x (fwd_wb_early_min_block) or after the statistics: the same arithmetic, the same bits
+    x, _ = _inputs(9, N, torch.bfloat16, offset=3.0)
+    params = {kind: _params(N, torch.bfloat16, kind) for kind in ("fp32", "same", "none")}
+    outs = {}
+    for early in (False, True):
+        monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 1 if early else 1 << 30)
+        for kind, (w, b) in params.items():
+            outs[(early, kind, "ln")] = L.ln_forward(x, w, b, 1e-5)
+            outs[(early, kind, "rms")] = L.rms_forward(x, w, 1e-6)
+    for kind in params:
+        for op in ("ln", "rms"):
+            for late_t, early_t in zip(outs[(False, kind, op)], outs[(True, kind, op)]):
+                assert torch.equal(late_t, early_t), (kind, op)
+    w, b = params["fp32"]
+    assert rel(outs[(True, "fp32", "ln")][0], ref_ln(x, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
+    assert rel(outs[(True, "fp32", "rms")][0], ref_rms(x, w, 1e-6)[0]) <= TOL[torch.bfloat16]
+
+
+@interp
 @pytest.mark.parametrize("N", [64, 3000])
 def test_bias_only_and_nothing(N):
     x, dy = _inputs(5, N, torch.bfloat16)
@@ -518,14 +539,21 @@ def test_reduce_blocks(red, monkeypatch):
         check_rms(23, N, torch.float32, "same")
 
 
+def _split_cfg(monkeypatch):
+    """The split forward at every width, 32-wide chunks, the last program's pass in 16-wide steps."""
+    monkeypatch.setitem(L._CFG, "fwd_split_min_block", 1)
+    for pre in ("fwd_split_", "fwd_split_fused_"):
+        monkeypatch.setitem(L._CFG, pre + "chunk", 32)
+        monkeypatch.setitem(L._CFG, pre + "warps", 1)
+    monkeypatch.setitem(L._CFG, "fwd_split_fin_block", 16)
+
+
 @interp
 @pytest.mark.parametrize("N", [7, 100, 300])
 def test_split_forward(N, monkeypatch):
     # split-row forward (default at BLOCK_N >= 32768, no residual): several (row, chunk) programs per row,
-    # two launches, chunk statistics merged in a fixed order
-    monkeypatch.setitem(L._CFG, "fwd_split_min_block", 1)
-    monkeypatch.setitem(L._CFG, "fwd_split_chunk", 32)
-    monkeypatch.setitem(L._CFG, "fwd_split_warps", 1)
+    # one launch (the row's last program writes y), chunk statistics merged in a fixed order
+    _split_cfg(monkeypatch)
     for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float64, "none"),
                         (torch.float16, "same")):
         check_ln(9, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
@@ -538,6 +566,72 @@ def test_split_forward(N, monkeypatch):
     r, _ = _inputs(9, N, torch.bfloat16)  # with a residual: the regular kernels
     y, s, rstd = L.add_rms_forward(x, r, w, 1e-5)
     assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]
+
+
+def _split_outputs(x, w, b, is_rms, fused, monkeypatch):
+    monkeypatch.setitem(L._CFG, "fwd_split_fused_max_block", 1 << 30 if fused else 0)
+    if is_rms:
+        return L.rms_forward(x, w, 1e-6)
+    return L.ln_forward(x, w, b, 1e-5)
+
+
+def _check_split_fused(x, w, b, is_rms, monkeypatch, offset=0.0):
+    """The one-launch split forward: bit-identical to the two-launch path (same merge, same order) and
+    within tolerance of the float64 reference."""
+    fused = _split_outputs(x, w, b, is_rms, True, monkeypatch)
+    two = _split_outputs(x, w, b, is_rms, False, monkeypatch)
+    M, N = x.shape
+    tag = f"{'rms' if is_rms else 'ln'} {M}x{N} {x.dtype} w={w is not None} b={b is not None}"
+    for got, want in zip(fused, two):
+        assert torch.equal(got, want), tag
+    tol = TOL[x.dtype]
+    if is_rms:
+        yr, rr = ref_rms(x, w, 1e-6)
+    else:
+        yr, mr, rr = ref_ln(x, w, b, 1e-5)
+        mtol = (abs(offset) + 4) * (1e-14 if x.dtype == torch.float64 else 3e-7) * (1 + N / 32768)
+        assert (fused[1].double() - mr).abs().max().item() <= mtol, tag
+    assert rel(fused[0], yr) <= tol and rel(fused[-1], rr) <= tol, tag
+
+
+@interp
+@pytest.mark.parametrize("N", [70, 200])  # chunk 32: S = 3 and 7, a partial last chunk
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_split_fused_matches_two_launch(N, dtype, monkeypatch):
+    _split_cfg(monkeypatch)
+    xd = torch.randn(5, N, dtype=torch.float64) * 1.5
+    xd[2] += 1000.0  # a row far from zero: the layer norm's shift by x[row, 0]
+    x = xd.to(dtype)
+    w, b = _params(N, dtype, "same")
+    wf, bf = _params(N, dtype, "fp32")
+    for pw, pb in ((w, b), (None, None), (wf, None), (None, bf)):
+        _check_split_fused(x, pw, pb, False, monkeypatch, offset=1000.0)
+    xr, _ = _inputs(5, N, dtype)
+    for pw in (w, None, wf):
+        _check_split_fused(xr, pw, None, True, monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [65537, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
+    # compiled, the row's last program to arrive can be any chunk and many rows are in flight; repeated
+    # runs must agree bit for bit (a pair read before it was visible would show). Same bits need the
+    # same chunks: the two launches take the one launch's
+    monkeypatch.setitem(L._CFG, "fwd_split_chunk", L._CFG["fwd_split_fused_chunk"])
+    monkeypatch.setitem(L._CFG, "fwd_split_warps", L._CFG["fwd_split_fused_warps"])
+    M = 2 ** 24 // N
+    xd = torch.randn(M, N, dtype=torch.float64, device="cuda") * 1.5
+    xd[M // 2] += 1000.0
+    x = xd.to(dtype)
+    w, b = _params(N, dtype, "same", "cuda")
+    _check_split_fused(x, w, b, False, monkeypatch, offset=1000.0)
+    _check_split_fused(x, None, None, False, monkeypatch, offset=1000.0)
+    _check_split_fused(x, w, None, True, monkeypatch)
+    first = _split_outputs(x, w, b, False, True, monkeypatch)
+    for _ in range(5):
+        again = _split_outputs(x, w, b, False, True, monkeypatch)
+        assert all(torch.equal(u, v) for u, v in zip(first, again))
 
 
 class _Spy:
@@ -567,7 +661,7 @@ _ROUTES = [
     (3000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (8192, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (16384, [("_fwd_rows_kernel", True)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
-    (20000, [("_fwd_split_kernel", 1), ("_fwd_split_kernel", 2)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+    (20000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
 ]
 

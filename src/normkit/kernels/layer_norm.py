@@ -15,10 +15,16 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
   before this tile's reductions. 2 passes. (At 4096 wide it lost: 0.0698 -> 0.1142 ms; at 16384 fp32
   0.1489 -> 0.0735 ms.)
 * ``BLOCK_N >= 32768`` without residual (``'fwd_split_min_block'``): ``_fwd_split_kernel``, (row, chunk)
-  programs with an 8192-wide chunk in registers, two launches: the first writes per-chunk (mean, M2),
-  the second (walking the rows last-first, so the end of the first launch's reads are L2 hits) merges
-  them in a fixed order, re-reads x and writes y. 3 passes at worst (0.19-0.22 ms on 2048x65536 and
-  512x262144 bf16).
+  programs, a row's chunks at consecutive ids, each chunk in registers. Up to 65536
+  (``'fwd_split_fused_max_block'``), one launch with 16384-wide chunks: each program writes its chunk's
+  (mean, M2) and counts itself in on a per-row int32 counter (an integer atomic; no float atomics); the
+  row's last program to arrive merges the pairs in a fixed order and writes y for the whole row,
+  re-reading x while the row's reads are still in L2. 2 passes (bf16 2048x65536 LN / RMS 0.193 / 0.170
+  ms, two launches 0.212 / 0.194). Wider, where that last program's pass over the row is the kernel's
+  tail, two launches with 4096-wide chunks: the first writes the pairs, the second (walking the rows
+  last-first, so the end of the first launch's reads are L2 hits) merges them, re-reads x and writes y;
+  3 passes at worst (bf16 512x262144 LN 0.221 ms, one launch 0.226). Both merge the pairs the same
+  way: with the same chunk, the same bits.
 * ``BLOCK_N > 16384`` with a residual (``add_*_forward``): ``_fwd_loop_kernel``, persistent programs
   (4 per SM) each looping twice over a row in chunks, the second loop walking backwards over the stored
   sum so that it re-reads the most recently written chunks from L2: read x and residual, write s and y,
@@ -93,6 +99,9 @@ _CFG = {
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
     "fwd_ept_mid": 16,
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
+    # one-tile programs from this BLOCK_N up load w/b together with x (as Liger does), not after the
+    # statistics (1 << 30: never)
+    "fwd_wb_early_min_block": 1 << 30,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
@@ -102,11 +111,21 @@ _CFG = {
     "fwd_persist_min_block": 16384,
     "fwd_persist_max_block": 16384,
     "fwd_persist_progs_per_sm": 1,
-    # split-row forward (_fwd_split_kernel, two launches, 3 passes) for BLOCK_N >= fwd_split_min_block
-    # (off: 1 << 30), no residual: chunk per program, warps
+    # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
+    # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
+    # read once from HBM; 0: never), wider two launches (3 passes). H200 2026-12-01 (CUDA graphs, bf16,
+    # two-launch c4096_w4 -> one launch c16384_w16_f8192): 4096x32768 LN 0.2007 -> 0.1942, RMS 0.1941 ->
+    # 0.1503 ms; 2048x65536 LN 0.2117 -> 0.1931, RMS 0.1944 -> 0.1697; but 512x262144 LN 0.2205 ->
+    # 0.2262, 256x131072 LN 0.0551 -> 0.0631 (the last program's pass over a long row is the tail)
     "fwd_split_min_block": 32768,
-    "fwd_split_chunk": 8192,
-    "fwd_split_warps": 8,
+    "fwd_split_fused_max_block": 65536,
+    "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
+    "fwd_split_fused_warps": 16,  # last program's pass over its row
+    "fwd_split_fin_block": 8192,
+    # two launches: chunk, warps (c4096_w4 beat c8192_w8 on every row of that run: 512x262144 fp32 LN
+    # 0.4086 -> 0.3855 ms, bf16 RMS 0.2007 -> 0.1954)
+    "fwd_split_chunk": 4096,
+    "fwd_split_warps": 4,
     "fwd_chunk": 8192,  # chunk of the looped forward (rows wider than fwd_max_block with a residual)
     "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
@@ -216,11 +235,12 @@ def _fwd_rows_kernel(
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, WB_EARLY: tl.constexpr,
 ):
     """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
 
-    PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile).
+    PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile): with
+    WB_EARLY together with x (their latencies overlap), else after the statistics (fewer live registers).
     PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held, the next
     tile's x (and residual) loaded before this tile's reductions.
     """
@@ -252,6 +272,14 @@ def _fwd_rows_kernel(
             _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
                            M, N, stride_x, stride_r, stride_y, stride_s, eps,
                            BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
+    elif WB_EARLY:
+        if HAS_W:
+            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        if HAS_B:
+            b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+        _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
+                       M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                       BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
     else:
         _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
                        M, N, stride_x, stride_r, stride_y, stride_s, eps,
@@ -344,22 +372,73 @@ def _fwd_loop_kernel(
 
 
 # --------------------------------------------------------------------------------------------------
-# forward, split rows: several programs per row, each holding one CHUNK in registers, two launches
+# forward, split rows: several programs per row, each holding one CHUNK in registers
+
+
+@triton.jit
+def _split_x(xv, cmask, shift, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """A loaded slice of a row in ACC (layer norm: ``x - shift``, 0 past N)."""
+    x = xv.to(ACC)
+    if not IS_RMS:
+        x = tl.where(cmask, x - shift, 0.0)
+    return x
+
+
+@triton.jit
+def _split_stats(ST, row, S, N, eps,
+                 CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """(mean of ``x - shift``, rstd) of a row, its S chunk pairs merged in a fixed order (both paths run
+    this code: bit-identical statistics). ``.cg``: in the one-launch path other SMs wrote the pairs
+    during this launch, and L1 is not coherent (a line may hold a neighbour row's stale pairs)."""
+    ss = tl.arange(0, BLOCK_S)
+    smask = ss < S
+    means = tl.load(ST + (row * S + ss) * 2, mask=smask, other=0.0, cache_modifier=".cg")
+    cnts = tl.where(smask, tl.minimum(N - ss * CHUNK, CHUNK), 0).to(ACC)
+    mean = tl.zeros([], dtype=ACC)
+    if IS_RMS:
+        ms = tl.sum(means * cnts, axis=0) / N
+        rstd = _rsqrt(ms + eps, ACC)
+    else:
+        m2s = tl.load(ST + (row * S + ss) * 2 + 1, mask=smask, other=0.0, cache_modifier=".cg")
+        mean = tl.sum(means * cnts, axis=0) / N
+        dm = tl.where(smask, means - mean, 0.0)
+        m2 = tl.sum(m2s, axis=0) + tl.sum(cnts * dm * dm, axis=0)  # exact merge of the pairs
+        rstd = _rsqrt(m2 / N + eps, ACC)
+    return mean, rstd
+
+
+@triton.jit
+def _split_y(x, wv, bv, mean, rstd,
+             HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    if IS_RMS:
+        y = x * rstd
+    else:
+        y = (x - mean) * rstd
+    if HAS_W:
+        y = y * wv.to(ACC)
+    if HAS_B:
+        y = y + bv.to(ACC)
+    return y
 
 
 @triton.jit
 def _fwd_split_kernel(
-    X, W, B, Y, MEAN, RSTD, ST,
+    X, W, B, Y, MEAN, RSTD, ST, CNT,
     M, N, stride_x, stride_y, eps, S,
-    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PHASE: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PHASE: tl.constexpr, FIN_BLOCK: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
 ):
-    """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, the chunk held in registers.
+    """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, consecutive ids, the chunk held in
+    registers. Each first writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to
+    ST[row, s] (PHASE 0 and 1).
 
-    PHASE 1 writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to ST[row, s].
-    PHASE 2 (walking the rows last-first, so that the end of launch 1's reads are L2 hits) re-reads the
-    chunk, merges the S pairs of its row in a fixed order (every program of the row computes the same
-    mean/rstd, bit for bit) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
+    PHASE 0 (one launch): then counts itself in on the row's int32 CNT (acquire-release, GPU scope);
+    the row's last program to arrive merges the S pairs, writes mean/rstd and y for the whole row in
+    FIN_BLOCK-wide steps, re-reading x, which the row's programs (scheduled alongside) read moments
+    before: L2 hits. HBM: read x once, write y (2 passes).
+    PHASE 1 / 2 (two launches): PHASE 2 (walking the rows last-first, so that the end of launch 1's
+    reads are L2 hits) re-reads the chunk, merges the pairs (every program of the row computes the same
+    mean/rstd) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
     """
     if PHASE == 2:
         t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
@@ -367,14 +446,28 @@ def _fwd_split_kernel(
         t = tl.program_id(0).to(tl.int64)
     row = t // S
     s = t % S
+    xrow = X + row * stride_x
+    yrow = Y + row * stride_y
     cols = s * CHUNK + tl.arange(0, CHUNK)
     cmask = cols < N
-    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
     shift = tl.zeros([], dtype=ACC)
     if not IS_RMS:
-        shift = tl.load(X + row * stride_x).to(ACC)
-        x = tl.where(cmask, x - shift, 0.0)
-    if PHASE == 1:
+        shift = tl.load(xrow).to(ACC)
+    x = _split_x(tl.load(xrow + cols, mask=cmask, other=0.0), cmask, shift, IS_RMS, ACC)
+    if PHASE == 2:
+        mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
+        if s == 0:
+            tl.store(RSTD + row, rstd)
+            if not IS_RMS:
+                tl.store(MEAN + row, shift + mean)
+        wv = x
+        bv = x
+        if HAS_W:
+            wv = tl.load(W + cols, mask=cmask, other=0.0)
+        if HAS_B:
+            bv = tl.load(B + cols, mask=cmask, other=0.0)
+        tl.store(yrow + cols, _split_y(x, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cmask)
+    else:
         zero = tl.zeros([], dtype=tl.int64)
         cnt = tl.minimum(N - s * CHUNK + zero, CHUNK).to(ACC)
         if IS_RMS:
@@ -386,31 +479,42 @@ def _fwd_split_kernel(
             cm2 = tl.sum(d * d, axis=0)
         tl.store(ST + (row * S + s) * 2, cmean)
         tl.store(ST + (row * S + s) * 2 + 1, cm2)
-    else:
-        ss = tl.arange(0, BLOCK_S)
-        smask = ss < S
-        means = tl.load(ST + (row * S + ss) * 2, mask=smask, other=0.0)
-        cnts = tl.where(smask, tl.minimum(N - ss * CHUNK, CHUNK), 0).to(ACC)
-        if IS_RMS:
-            ms = tl.sum(means * cnts, axis=0) / N
-            rstd = _rsqrt(ms + eps, ACC)
-            y = x * rstd
-        else:
-            m2s = tl.load(ST + (row * S + ss) * 2 + 1, mask=smask, other=0.0)
-            mean = tl.sum(means * cnts, axis=0) / N
-            dm = tl.where(smask, means - mean, 0.0)
-            m2 = tl.sum(m2s, axis=0) + tl.sum(cnts * dm * dm, axis=0)  # exact merge of the pairs
-            rstd = _rsqrt(m2 / N + eps, ACC)
-            y = (x - mean) * rstd
-        if s == 0:
+    if PHASE == 0:
+        # every thread's pair store before the counter's release; the acquire side (the last
+        # program) then sees all S pairs
+        tl.debug_barrier()
+        old = tl.atomic_add(CNT + row, 1, sem="acq_rel", scope="gpu")
+        if old == S - 1:
+            mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
             tl.store(RSTD + row, rstd)
             if not IS_RMS:
                 tl.store(MEAN + row, shift + mean)
-        if HAS_W:
-            y = y * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-        if HAS_B:
-            y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
-        tl.store(Y + row * stride_y + cols, y, mask=cmask)
+            # the own chunk too is re-read (from L2): held across the counter it cost every program
+            # ~4x the registers (H200: 212-254 vs 48-64 at 8192 / 8 warps, 1 CTA per SM), and
+            # occupancy bounds the HBM reads of the first pass. Each step's loads (x, w, b) are issued
+            # a step ahead: one program walks the row alone, at L2 latency
+            fo = tl.arange(0, FIN_BLOCK)
+            xn = tl.load(xrow + fo, mask=fo < N, other=0.0)
+            wn = xn
+            bn = xn
+            if HAS_W:
+                wn = tl.load(W + fo, mask=fo < N, other=0.0)
+            if HAS_B:
+                bn = tl.load(B + fo, mask=fo < N, other=0.0)
+            for start in range(0, N, FIN_BLOCK):
+                c = start + fo
+                cm = c < N
+                xv = xn
+                wv = wn
+                bv = bn
+                nm = c + FIN_BLOCK < N
+                xn = tl.load(xrow + c + FIN_BLOCK, mask=nm, other=0.0)
+                if HAS_W:
+                    wn = tl.load(W + c + FIN_BLOCK, mask=nm, other=0.0)
+                if HAS_B:
+                    bn = tl.load(B + c + FIN_BLOCK, mask=nm, other=0.0)
+                xc = _split_x(xv, cm, shift, IS_RMS, ACC)
+                tl.store(yrow + c, _split_y(xc, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cm)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -796,13 +900,18 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     )
     BLOCK_N = next_pow2(N)
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
-        CH = min(_CFG["fwd_split_chunk"], BLOCK_N)
+        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block"]
+        pre = "fwd_split_fused_" if fused else "fwd_split_"
+        CH = min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
-        sargs = (x, args[2], args[3], y, args[6], rstd, st, M, N, _row_stride(x), N, float(eps), S)
-        kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
-                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG["fwd_split_warps"])
-        for phase in (1, 2):
+        # arrival counters, zeroed per call: a cached buffer would race across streams and CUDA graphs
+        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if fused else st
+        sargs = (x, args[2], args[3], y, args[6], rstd, st, cnt, M, N, _row_stride(x), N, float(eps), S)
+        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # unused by the two launches
+        kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=fin, HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
+                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
+        for phase in ((0,) if fused else (1, 2)):
             launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
@@ -816,7 +925,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             nblocks = cdiv(nblocks, per)
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw,
+            WB_EARLY=BLOCK_N >= _CFG["fwd_wb_early_min_block"], **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -945,8 +1055,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
 def ln_forward(x2d, weight, bias, eps):
     """Layer norm forward over rows: ``(y, mean[M], rstd[M])``; stats fp32 (fp64 for fp64 input).
 
-    HBM: read x, write y (2 passes); rows wider than ``_CFG['fwd_max_block']``: the two-launch
-    split-row kernel (3 passes at worst).
+    HBM: read x, write y (2 passes); rows wider than ``_CFG['fwd_max_block']``: the split-row kernel,
+    one launch up to ``_CFG['fwd_split_fused_max_block']`` (2 passes), two wider (3 at worst).
     """
     y, _, mean, rstd = _forward(x2d, None, weight, bias, eps, False)
     return y, mean, rstd
