@@ -269,30 +269,16 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for op in ("ln", "rms"):
                 for dt in (torch.bfloat16, torch.float32):
                     add("fwdmid", f"e{ept}", {"fwd_ept_mid": ept, "fwd_ept_wide": ept}, op, M, N, "fwd", dt, dt)
-    # 2026-12-01 (session 4): w/b loaded with x instead of after the statistics (fwd_wb_early_min_block),
-    # with elements per thread, where Liger / FlagGems were 4-15 % faster at 0.83 SOL (RMS 4096: 0.0761 vs
-    # 0.0677 ms). Inputs now rotate past 4x L2 as in the bench.
-    def wb(lo, ept_mid, ept_wide):
-        return {"fwd_wb_early_min_block": lo, "fwd_ept_mid": ept_mid, "fwd_ept_wide": ept_wide}
-
-    for M, N in ((16384, 4096), (8192, 8192)):
-        for lab, cfg in (("late_e16_32", wb(1 << 30, 16, 32)), ("early_e16_32", wb(2048, 16, 32)),
-                         ("early_e16_16", wb(2048, 16, 16)), ("early_e8_8", wb(2048, 8, 8)),
-                         ("early_e32_32", wb(2048, 32, 32)), ("late_e8_8", wb(1 << 30, 8, 8))):
-            for op in ("ln", "rms"):
-                add("fwdwb", lab, cfg, op, M, N, "fwd")
-    # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight)
+    # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the
+    # statistics lost at every width (LN 8192x8192 bf16 0.0693 -> 0.0966 ms), knob deleted
+    # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight);
+    # 2026-12-01: e16_p2 won at 4096 (-15..-19 %), lost 5 % at 8192: now bwd_pf_mid_* at 4096 only
     for M, N in ((16384, 4096), (8192, 8192)):
         for e, p in ((8, 1), (16, 1), (16, 2), (32, 2), (32, 4)):
             for op in ("ln", "rms"):
                 add("bwdmid", f"pf_e{e}_p{p}", {"bwd_pf_wide_max_block": 8192, "bwd_pf_wide_ept": e,
-                                                "bwd_pf_wide_progs_per_sm": p}, op, M, N, "bwd")
-    for M, N in ((1048576, 64), (262144, 256), (32768, 768), (16384, 1024)):
-        for lab, cfg in (("late_e16", {"fwd_wb_early_min_block": 1 << 30, "fwd_ept": 16}),
-                         ("early_e16", {"fwd_wb_early_min_block": 1, "fwd_ept": 16}),
-                         ("early_e8", {"fwd_wb_early_min_block": 1, "fwd_ept": 8})):
-            for op in ("ln", "rms"):
-                add("fwdwbnarrow", lab, cfg, op, M, N, "fwd")
+                                                "bwd_pf_wide_progs_per_sm": p, "bwd_pf_mid_block": 0},
+                    op, M, N, "bwd")
     # prefetching backward rows kernel (bwd_pf_*) at BLOCK_N 1024 (bwd_pf_min_block; at 64 / 256 the plain
     # kernel won on 2026-11-30: 1048576x64 0.1107 vs 0.1371 ms). Variants t<tile>_e<ept>_p<progs/SM>_d2
     # (two row blocks loaded ahead, the only depth left). Programs per SM kept <= the CTAs that fit in
@@ -333,7 +319,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     else:
         order = ["reduce", "bwdpf", "lnbwdpf", "fwdpersist", "fwdloop", "fwdsplit", "fwdwide",
                  "fwdtile", "bwdtile", "bwdcols", "rmsbwd16k",
-                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept", "fwdsmall", "fwdmid", "fwdwb", "fwdwbnarrow", "bwdmid"]
+                 "lnbwd16k", "lnbwd8k", "fwd16k", "fwdept", "fwdsmall", "fwdmid", "bwdmid"]
     for g in order:
         cases = groups[g]
         if DEV == "cpu":  # --dry: each variant once, on its first row, shrunk

@@ -325,27 +325,6 @@ def test_persistent_forward(N, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("N", [64, 1000, 3000])
-def test_wb_early_same_bits(N, monkeypatch):
-    # w/b loaded with x (fwd_wb_early_min_block) or after the statistics: the same arithmetic, the same bits
-    x, _ = _inputs(9, N, torch.bfloat16, offset=3.0)
-    params = {kind: _params(N, torch.bfloat16, kind) for kind in ("fp32", "same", "none")}
-    outs = {}
-    for early in (False, True):
-        monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 1 if early else 1 << 30)
-        for kind, (w, b) in params.items():
-            outs[(early, kind, "ln")] = L.ln_forward(x, w, b, 1e-5)
-            outs[(early, kind, "rms")] = L.rms_forward(x, w, 1e-6)
-    for kind in params:
-        for op in ("ln", "rms"):
-            for late_t, early_t in zip(outs[(False, kind, op)], outs[(True, kind, op)]):
-                assert torch.equal(late_t, early_t), (kind, op)
-    w, b = params["fp32"]
-    assert rel(outs[(True, "fp32", "ln")][0], ref_ln(x, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
-    assert rel(outs[(True, "fp32", "rms")][0], ref_rms(x, w, 1e-6)[0]) <= TOL[torch.bfloat16]
-
-
-@interp
 @pytest.mark.parametrize("N", [64, 3000])
 def test_bias_only_and_nothing(N):
     x, dy = _inputs(5, N, torch.bfloat16)

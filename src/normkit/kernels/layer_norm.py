@@ -41,7 +41,8 @@ fixed order, 32-column x 128-row blocks):
   next two row blocks' loads issued before this block's row reductions; 1024-element tiles, 8 elements
   per thread (4 warps), 4 programs per SM. 3 passes.
 * ``2048 <= BLOCK_N <= 8192`` (``'bwd_pf_wide_max_block'``): the prefetching kernel, one row per block,
-  8 elements per thread, 1 program per SM, two blocks ahead. 3 passes.
+  8 elements per thread, 1 program per SM, two blocks ahead; at 4096 (``'bwd_pf_mid_block'``) 16
+  elements per thread and 2 programs per SM. 3 passes.
 * ``BLOCK_N == 16384``, RMS only (``'bwd_max_block'``; ``'bwd_max_block_ln'`` = 8192 because the layer
   norm's extra accumulator spills at 16K): the plain kernel, one row per program. 3 passes.
 * wider (layer norm from 16384, RMS from 32768): a row-sum kernel (reads x, dy) and a column-tiled
@@ -99,9 +100,6 @@ _CFG = {
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
     "fwd_ept_mid": 16,
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
-    # one-tile programs from this BLOCK_N up load w/b together with x (as Liger does), not after the
-    # statistics (1 << 30: never)
-    "fwd_wb_early_min_block": 1 << 30,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
@@ -146,6 +144,12 @@ _CFG = {
     "bwd_pf_wide_max_block": 8192,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
+    # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
+    # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
+    # 8192 the same change was 5 % slower: 8192x8192 0.1198 / 0.1116 -> 0.1258 / 0.1156)
+    "bwd_pf_mid_block": 4096,
+    "bwd_pf_mid_ept": 16,
+    "bwd_pf_mid_progs_per_sm": 2,
     # dw/db partials reduction: column block and row block (more, smaller programs for narrow N)
     "red_block_n": 32,
     "red_block_p": 128,
@@ -235,12 +239,12 @@ def _fwd_rows_kernel(
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr, WB_EARLY: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
 
-    PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile): with
-    WB_EARLY together with x (their latencies overlap), else after the statistics (fewer live registers).
+    PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile) after the
+    statistics (loaded with x, as Liger does, measured 2-40 % slower on the H200: more live registers).
     PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held, the next
     tile's x (and residual) loaded before this tile's reductions.
     """
@@ -272,14 +276,6 @@ def _fwd_rows_kernel(
             _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
                            M, N, stride_x, stride_r, stride_y, stride_s, eps,
                            BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
-    elif WB_EARLY:
-        if HAS_W:
-            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-        if HAS_B:
-            b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
-        _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
-                       M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                       BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
     else:
         _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
                        M, N, stride_x, stride_r, stride_y, stride_s, eps,
@@ -925,8 +921,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             nblocks = cdiv(nblocks, per)
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw,
-            WB_EARLY=BLOCK_N >= _CFG["fwd_wb_early_min_block"], **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -995,13 +990,14 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"]
         if pf:
-            ept = _CFG["bwd_pf_ept" if narrow else "bwd_pf_wide_ept"]
+            kind = "bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else "bwd_pf_wide"
+            ept = _CFG[kind + "_ept"]
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = cdiv(M, BLOCK_M)
         if pf:
-            pps = _CFG["bwd_pf_progs_per_sm" if narrow else "bwd_pf_wide_progs_per_sm"]
+            pps = _CFG[kind + "_progs_per_sm"]
         else:
             pps = max(1, 32 // nw)
         if pf or need_partials:
