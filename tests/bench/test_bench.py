@@ -21,7 +21,7 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 ROW_KEYS = {"op", "shape", "groups", "dtype", "params", "layout", "mode", "direction", "impl", "status", "note",
             "ms", "gbps", "sol", "bytes", "tensor_bytes", "peak_mem_bytes", "timer", "rotation", "errors", "tol",
-            "first_call_s", "oracle"}
+            "first_call_s", "oracle", "calls_per_timing", "estimate_ms"}
 
 
 def _ctx(copy_gbps=10.0):
@@ -75,6 +75,7 @@ def test_quick_json_schema(quick_run):
         if r["impl"] == "aten":
             assert r["status"] == "ok", r
             assert r["ms"] > 0 and r["gbps"] > 0 and r["sol"] > 0
+            assert r["calls_per_timing"] >= 1 and r["estimate_ms"] > 0
     # cuDNN-off eager exists for batch and instance norm only: the others say n/a, not missing
     na = [r for r in rows if r["impl"] == "aten-native" and r["op"] == "layer_norm"]
     assert na and all(r["status"] == "n/a" for r in na)

@@ -84,8 +84,8 @@ def test_hit_passes_every_parameter_in_order(direct):
     assert args[0] is x2 and args[1] is y2 and args[2:] == (132, 0.25, 64, True)  # BLOCK, FLAG default
 
 
-@pytest.mark.parametrize("change", ["misaligned", "dtype", "int_one", "int_div16", "int64", "constexpr",
-                                    "option"])
+@pytest.mark.parametrize("change", ["misaligned", "dtype", "int_one", "int_div16", "int64", "uint64", "bool",
+                                    "constexpr", "option"])
 def test_new_specialization_goes_through_triton(direct, change):
     k = _FakeKernel()
     base = dict(x=_t(), y=_t(), n=100, BLOCK=64, num_warps=4)
@@ -102,6 +102,10 @@ def test_new_specialization_goes_through_triton(direct, change):
         n = 96
     elif change == "int64":
         n = 2**31 + 5
+    elif change == "uint64":
+        n = 2**63 + 5
+    elif change == "bool":  # keyed by value, never as the int class of 1
+        n = True
     elif change == "constexpr":
         block = 128
     else:

@@ -136,7 +136,8 @@ def _base_row(case: C.Case, direction: str, impl: Impl) -> dict:
     row = case.key()
     row.update(direction=direction, impl=impl.name, status=None, note=None, ms=None, gbps=None, sol=None,
                bytes=C.min_bytes(case, direction), tensor_bytes=case.tensor_bytes, peak_mem_bytes=None,
-               timer=None, rotation=None, errors=None, tol=tolerance(case), first_call_s=None, oracle=None)
+               timer=None, rotation=None, calls_per_timing=None, estimate_ms=None, errors=None, tol=tolerance(case),
+               first_call_s=None, oracle=None)
     return row
 
 
@@ -170,6 +171,8 @@ def _peak(ctx: Context, call):
 def _finish(row: dict, ms: float, timer_name: str, ctx: Context):
     row["ms"] = ms
     row["timer"] = timer_name
+    row["calls_per_timing"] = ctx.timer.last_calls
+    row["estimate_ms"] = ctx.timer.last_estimate_ms
     if ms and ms > 0:
         row["gbps"] = row["bytes"] / (ms * 1e-3) / 1e9
         if ctx.copy_gbps:

@@ -29,6 +29,10 @@ class Timer:
         self.graph_target_ms = graph_target_ms
         self.max_graph_calls = max_graph_calls
         self.stream = torch.cuda.Stream() if device == "cuda" else None
+        # of the last time(): the eager per-call estimate that sized it, and the calls per timed
+        # batch (graph replay or event pair), recorded in each bench row for diagnosis
+        self.last_estimate_ms = None
+        self.last_calls = None
 
     # -- helpers ---------------------------------------------------------------------------------------
     def sync(self):
@@ -75,7 +79,7 @@ class Timer:
         ``graph=False`` times eagerly even where graphs are on: a captured ``copy_`` becomes a memcpy
         node run by the copy engines, about 1.5x slower on an H200 than the copy kernel eager launches.
         """
-        est = self._estimate_ms(fns)
+        est = self.last_estimate_ms = self._estimate_ms(fns)
         if self.device != "cuda":
             return self._time_cpu(fns, est), "cpu-wall"
         if self.graphs and graph:
@@ -96,6 +100,7 @@ class Timer:
             for i in range(batch):
                 fns[i % k]()
             times.append((time.perf_counter() - t0) * 1e3 / batch)
+        self.last_calls = batch
         return statistics.median(times)
 
     def _time_events(self, fns, est):
@@ -111,6 +116,7 @@ class Timer:
                     fns[i % k]()
                 e.record()
         self.sync()
+        self.last_calls = batch
         return statistics.median(s.elapsed_time(e) / batch for s, e in evs)
 
     def _time_graph(self, fns, est):
@@ -134,6 +140,7 @@ class Timer:
                 e.record()
         self.sync()
         ms = statistics.median(s.elapsed_time(e) / calls for s, e in evs)
+        self.last_calls = calls
         del g
         return ms
 

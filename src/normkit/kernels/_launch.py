@@ -45,27 +45,26 @@ def set_direct(on: bool) -> None:
     _cache.clear()
 
 
-def _int_class(v: int):
-    # what Triton's specialization sees in an int: == 1 (a constant), divisible by 16, i32 / i64 / u64
-    if -_I32 <= v < _I32:
-        width = 32
-    elif v < _I64:
-        width = 64
-    else:
-        width = 65
-    return (v == 1, v % 16 == 0, width)
-
-
-def _arg_key(a):
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    if type(a) is bool or a is None:  # bool before int: bool is an int
-        return ("v", a)
-    if type(a) is int:
-        return _int_class(a)
-    if type(a) is float:
-        return "f"
-    return ("v", a)  # anything else (e.g. a tl.dtype): by value, hashable
+def _key_args(kernel, args) -> tuple:
+    """What Triton specializes on in the positional arguments: a tensor's dtype and 16-byte alignment; an
+    int's == 1, divisibility by 16 and integer type (i32 / i64 / u64); a constexpr's value. One loop
+    without helper calls: it runs for every argument of every launch (host time, module doc)."""
+    consts = _signature(kernel)[1]
+    key = []
+    add = key.append
+    for i, a in enumerate(args):
+        t = type(a)
+        if i in consts:
+            add(("c", a))
+        elif t is int:  # (bool is not int here: type(True) is bool)
+            add((a == 1, a % 16 == 0, 32 if -_I32 <= a < _I32 else 64 if a < _I64 else 65))
+        elif t is float:
+            add("f")
+        elif t is torch.Tensor or isinstance(a, torch.Tensor):
+            add((a.dtype, a.data_ptr() % 16 == 0))
+        else:  # bool, None, anything else (e.g. a tl.dtype): by value, hashable
+            add(("v", a))
+    return tuple(key)
 
 
 def _signature(kernel) -> tuple:
@@ -78,11 +77,6 @@ def _signature(kernel) -> tuple:
         consts |= frozenset(getattr(kernel, "constexprs", ()))  # Triton's own list, where it has one
         sig = _signatures[kernel] = (params, consts)
     return sig
-
-
-def _key_args(kernel, args) -> tuple:
-    consts = _signature(kernel)[1]
-    return tuple(("c", a) if i in consts else _arg_key(a) for i, a in enumerate(args))
 
 
 def _tail(kernel, n_args: int, kwargs: dict) -> tuple:
@@ -125,14 +119,20 @@ def launch(kernel, grid, *args, **kwargs):
         kernel[grid](*args, **kwargs)
 
 
-def _run_compiled(compiled, grid, device, all_args):
-    from triton import knobs
+_runtime_knobs = None  # triton.knobs.runtime, imported on the first direct launch
 
+
+def _run_compiled(compiled, grid, device, all_args):
+    global _runtime_knobs
+    if _runtime_knobs is None:
+        from triton import knobs
+
+        _runtime_knobs = knobs.runtime
+    rt = _runtime_knobs
     stream = torch._C._cuda_getCurrentRawStream(device)
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
-    rt = knobs.runtime
     meta = compiled.launch_metadata(grid, stream, *all_args)
     compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta,
                  rt.launch_enter_hook, rt.launch_exit_hook, *all_args)
