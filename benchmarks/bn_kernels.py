@@ -87,6 +87,8 @@ VARIANTS = {
     "pfr05": {"partial_frac_rows": 0.05},
     "pfr05m64": {"partial_frac_rows": 0.05, "min_rows": 64},
     "pf05": {"partial_frac": 0.05},
+    # rows view: the next loop step's loads issued before this step's sums (not yet measured)
+    "rowspf": {"red_prefetch_rows": True},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -99,9 +101,10 @@ VARIANT_SCOPE = {
     "pfr05": ("rows", ("fwd", "bwd")),
     "pfr05m64": ("rows", ("fwd", "bwd")),
     "pf05": ("ncs", ("fwd", "bwd")),
+    "rowspf": ("rows", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ()
+FP32_VARIANTS = ("rowspf",)
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One device call (<= ~8 min): layer/RMS variant sweeps (w/b loads and elements per thread of the
-# one-row forward, narrow tiles, backward programs per SM at 4096 / 8192), then the layer/RMS rows of the
-# suite in the headline dtype with every peer, run with the sweep's winners (the bench's own checks
-# against float64 mark any wrong row), then the layer-norm CUDA tests.
-#   run(command="NORMKIT_GIT_SHA=<sha> bash benchmarks/sweep_h200.sh", timeout_s=520, carry=[".whl"])
+# One device call (<= ~9 min), prepared for the next GPU time:
+#   1. the CUDA tests and the CUDA conformance run (the session-4 commits after 48c5f81 are CPU-tested only:
+#      the direct launch's one-loop key, the rows-reduction prefetch refactor);
+#   2. the RMS-forward gap bisect (`rms_fwd_gap.py --bisect`: the bench's context rebuilt step by step);
+#   3. the rows-view reduction prefetch A/B (`bn_kernels.py` variant `rowspf`, bf16 and fp32, the
+#      channels_last / 2-D suite rows and resnet50's small layers).
+#   run(command="bash benchmarks/sweep_h200.sh", timeout_s=600, carry=[".whl"])
 # Everything lands in $OUT/sweep.tgz (the device tool returns at most 8 files); $OUT/summary.log holds
 # the short form.
 set -u -o pipefail
@@ -15,39 +17,26 @@ T0=$(date +%s)
 stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-if ls .whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile \
-        --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1; then
+if ls .whl/liger*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --target /tmp/site .whl/liger*.whl >/dev/null 2>&1; then
     export PYTHONPATH=/tmp/site:src
-else
-    echo "no peer wheels: Liger-Kernel / FlagGems rows will read n/a"
 fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-stamp "ln/rms sweep"
-timeout 140 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows \
-    --groups fwdwb,fwdwbnarrow,bwdmid --sweep-budget 115 > "$W/ln_sweep.log" 2>&1
-echo "ln rc=$?"; grep -E "chose|FAILED" "$W/ln_sweep.log" | cut -c1-300
-stamp "bench layer/rms, sweep winners"
-timeout 250 python3 - "$W" <<'EOF' > "$W/bench.log" 2>&1
-import json, os, sys
-from normkit.kernels import layer_norm as L
-w = sys.argv[1]
-chosen = {}
-path = os.path.join(w, "ln_sweep.jsonl")
-if os.path.exists(path):
-    for line in open(path):
-        d = json.loads(line)
-        if "chose" in d:
-            chosen.update(d["cfg"])
-L._CFG.update(chosen)
-print("applied", chosen, flush=True)
-from normkit.bench.cli import main
-sys.exit(main(["--ops", "layer_norm", "rms_norm", "--perf", "--peers", "all", "--compile-dynamic",
-               "--budget", "200", "--json", os.path.join(w, "bench.json"), "--out", w, "--no-progress"]))
-EOF
-echo "bench rc=$?"; grep -E "^applied" "$W/bench.log"; sed -n '/## Headline/,/^## [^H]/p' "$W/summary.md" 2>/dev/null | head -30
-stamp "pytest -m cuda (layer norm)"
-timeout 70 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_cuda.log" 2>&1
-echo "pytest rc=$?"; tail -3 "$W/pytest_cuda.log"
+stamp "pytest -m cuda"
+timeout 160 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+tail -4 "$W/pytest_cuda.log"
+stamp "conformance"
+timeout 110 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_normkit_cuda.json" \
+    > "$W/check_normkit_cuda.txt" 2>&1; echo "check rc=$?"
+head -10 "$W/check_normkit_cuda.txt"
+stamp "rms forward gap bisect"
+timeout 100 python3 benchmarks/rms_fwd_gap.py --bisect --out "$W" > "$W/rms_fwd_gap.log" 2>&1
+echo "gap rc=$?"; grep -E "ms  calls" "$W/rms_fwd_gap.log"
+stamp "bn rows prefetch A/B"
+timeout 130 python3 benchmarks/bn_kernels.py --out "$W" --dtypes bf16,fp32 --modes fwd,bwd --layouts cl,contig \
+    --shapes 256x64x56x56,256x512x28x28,256x1024x14x14,256x2048x7x7,65536x1024,1048576x64,256x128x28x28,256x256x14x14,256x64x112x112 \
+    --only-variants rowspf --budget 110 --jobs 14 > "$W/bn_sweep.log" 2>&1
+echo "bn rc=$?"; sed -n '/^variants, graph ms per call/,$p' "$W/bn_sweep.log" | head -45
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"
 tar czf "$OUT/sweep.tgz" -C "$OUT" sweep

@@ -495,7 +495,10 @@ ROWS4 = {"red_unroll_rows_fwd": 4, "red_unroll_rows_fwd_fp32": 4}
 ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, target_programs_rows_bwd=5)
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
 KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2},
-         "rows2_tiny": ROWS2_TINY}
+         "rows2_tiny": ROWS2_TINY,
+         # the next loop step's loads issued before this step's sums (red_prefetch_rows)
+         "rows4_pf_tiny": dict(ROWS4_TINY, red_prefetch_rows=True),
+         "rows2_pf_tiny": dict(ROWS2_TINY, red_prefetch_rows=True)}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
     ((2, 3, 2, 3, 4), "cl"),
@@ -516,6 +519,31 @@ def knobs(request, monkeypatch):
 def test_knob_paths_train_eval(shape, layout, dtype, knobs, poison):
     test_train_forward_backward(shape, layout, dtype, knobs, poison)
     test_eval_forward_backward(shape, layout, dtype, knobs, poison)
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("unroll", [2, 4])
+def test_rows_prefetch_same_bits(unroll, dtype, monkeypatch):
+    """Prefetching the next step's loads reorders loads only, never the sums: the same bits."""
+    knobs = dict(ROWS4_TINY if unroll == 4 else ROWS2_TINY, partial_frac_rows=1.0, target_programs_rows_fwd=16,
+                 target_programs_rows_fwd_fp32=16, target_programs_rows_bwd=16)
+    for k, v in knobs.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    x = make_x((4, 100, 3, 5), dtype, "cl")
+    dy = make_x((4, 100, 3, 5), dtype, "cl")
+    w, b = torch.rand(100) + 0.5, torch.randn(100)
+    cfg = B._reduce_cfg(B._View(x), x.element_size())
+    assert cfg["P"] > 1 and cfg["n_iter"] > 1 and cfg["NCB"] > 1  # several programs, steps, channel blocks
+    out = {}
+    for pf in (False, True):
+        monkeypatch.setitem(B._TUNE, "red_prefetch_rows", pf)
+        rm, rv = torch.zeros(100, dtype=torch.float32), torch.ones(100, dtype=torch.float32)
+        y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        grads = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
+        out[pf] = (y, mean, invstd, rm, rv) + tuple(grads)
+    for a, c in zip(out[False], out[True]):
+        assert torch.equal(a, c)
 
 
 @interp

@@ -81,6 +81,9 @@ _TUNE = {
     "ew_warps": 8,
     "red_warps": 8,
     "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
+    # rows-view reduction: the next loop step's loads issued before this step's sums (more bytes in flight
+    # for the 6-206 MB layers whose forward statistics ran at 0.50-0.70 of copy); not yet measured: off
+    "red_prefetch_rows": False,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
@@ -129,15 +132,73 @@ def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr,
 
 
 @triton.jit
+def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr):
+    """Offsets' rows and masks of loop step i of the rows reduction: row chunks p + (UNROLL*i + j)*P,
+    j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first."""
+    chunk = (p + (UNROLL * i) * P).to(tl.int64)
+    rows0 = chunk * BM + rr
+    rows1 = rows0 + P * BM
+    m0 = (rows0 < M)[:, None] & cmask[None, :]
+    m1 = (rows1 < M)[:, None] & cmask[None, :]
+    if UNROLL == 4:
+        rows2 = rows1 + P * BM
+        rows3 = rows2 + P * BM
+        m2 = (rows2 < M)[:, None] & cmask[None, :]
+        m3 = (rows3 < M)[:, None] & cmask[None, :]
+    else:
+        rows2, rows3, m2, m3 = rows0, rows0, m0, m0
+    return rows0, rows1, rows2, rows3, m0, m1, m2, m3
+
+
+@triton.jit
+def _bn_rows_load_raw(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr):
+    # in the input dtype: a prefetched step holds half the registers of fp32 for 16-bit inputs
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    if BWD:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    else:
+        g = x
+    return x, g
+
+
+@triton.jit
+def _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
+                       BM: tl.constexpr, UNROLL: tl.constexpr, BWD: tl.constexpr):
+    """Every load of loop step i, issued before any is used: x (and g) of UNROLL row chunks."""
+    rows0, rows1, rows2, rows3, m0, m1, m2, m3 = _bn_rows_masks(p, i, P, M, rr, cmask, BM, UNROLL)
+    x0, g0 = _bn_rows_load_raw(x_ptr, g_ptr, rows0[:, None] * C + cols[None, :], m0, BWD)
+    x1, g1 = _bn_rows_load_raw(x_ptr, g_ptr, rows1[:, None] * C + cols[None, :], m1, BWD)
+    if UNROLL == 4:
+        x2, g2 = _bn_rows_load_raw(x_ptr, g_ptr, rows2[:, None] * C + cols[None, :], m2, BWD)
+        x3, g3 = _bn_rows_load_raw(x_ptr, g_ptr, rows3[:, None] * C + cols[None, :], m3, BWD)
+    else:
+        x2, g2, x3, g3 = x0, g0, x0, g0
+    return x0, g0, x1, g1, x2, g2, x3, g3
+
+
+@triton.jit
+def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask, ref2,
+                      BM: tl.constexpr, UNROLL: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr):
+    _, _, _, _, m0, m1, m2, m3 = _bn_rows_masks(p, i, P, M, rr, cmask, BM, UNROLL)
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, x0.to(ACC), g0.to(ACC), m0, ref2, BWD)
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, x1.to(ACC), g1.to(ACC), m1, ref2, BWD)
+    if UNROLL == 4:
+        acc1, acc2 = _bn_acc_loaded(acc1, acc2, x2.to(ACC), g2.to(ACC), m2, ref2, BWD)
+        acc1, acc2 = _bn_acc_loaded(acc1, acc2, x3.to(ACC), g3.to(ACC), m3, ref2, BWD)
+    return acc1, acc2
+
+
+@triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr,
+    UNROLL: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
-    any is used). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g),
+    any is used; PREFETCH: the next step's loads issued before this step's sums, in the same order,
+    so the same bits). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g),
     sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]."""
     pid = tl.program_id(0)
     cb = pid % NCB
@@ -152,32 +213,21 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    for i in range(0, n_iter):
-        chunk = (p + (UNROLL * i) * P).to(tl.int64)
-        rows0 = chunk * BM + rr
-        rows1 = rows0 + P * BM
-        m0 = (rows0 < M)[:, None] & cmask[None, :]
-        m1 = (rows1 < M)[:, None] & cmask[None, :]
-        o0 = rows0[:, None] * C + cols[None, :]
-        o1 = rows1[:, None] * C + cols[None, :]
-        if UNROLL == 4:
-            rows2 = rows1 + P * BM
-            rows3 = rows2 + P * BM
-            m2 = (rows2 < M)[:, None] & cmask[None, :]
-            m3 = (rows3 < M)[:, None] & cmask[None, :]
-            o2 = rows2[:, None] * C + cols[None, :]
-            o3 = rows3[:, None] * C + cols[None, :]
-            x0, g0 = _bn_load2(x_ptr, g_ptr, o0, m0, BWD, ACC)
-            x1, g1 = _bn_load2(x_ptr, g_ptr, o1, m1, BWD, ACC)
-            x2, g2 = _bn_load2(x_ptr, g_ptr, o2, m2, BWD, ACC)
-            x3, g3 = _bn_load2(x_ptr, g_ptr, o3, m3, BWD, ACC)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x0, g0, m0, ref2, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x1, g1, m1, ref2, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x2, g2, m2, ref2, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x3, g3, m3, ref2, BWD)
-        else:
-            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
-            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
+    if PREFETCH:
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
+        for i in range(0, n_iter):
+            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+                                                                cmask, BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
+    else:
+        for i in range(0, n_iter):
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
@@ -772,6 +822,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"],
+            PREFETCH=_TUNE["red_prefetch_rows"],
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
