@@ -89,6 +89,10 @@ VARIANTS = {
     "pf05": {"partial_frac": 0.05},
     # rows view: the next loop step's loads issued before this step's sums (not yet measured)
     "rowspf": {"red_prefetch_rows": True},
+    # the same in the ncs view; with the 16 KB forward tile it costs a CTA per SM (sm_90 128 -> 146
+    # registers at 1x4096, 8 warps), so also with 8 KB
+    "ncspf": {"red_prefetch_ncs": True},
+    "ncspf8k": {"red_prefetch_ncs": True, "red_tile_bytes_ncs_fwd": 8192},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -102,9 +106,11 @@ VARIANT_SCOPE = {
     "pfr05m64": ("rows", ("fwd", "bwd")),
     "pf05": ("ncs", ("fwd", "bwd")),
     "rowspf": ("rows", ("fwd", "bwd")),
+    "ncspf": ("ncs", ("fwd", "bwd")),
+    "ncspf8k": ("ncs", ("fwd",)),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("rowspf",)
+FP32_VARIANTS = ("rowspf", "ncspf")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -84,6 +84,7 @@ _TUNE = {
     # rows-view reduction: the next loop step's loads issued before this step's sums (more bytes in flight
     # for the 6-206 MB layers whose forward statistics ran at 0.50-0.70 of copy); not yet measured: off
     "red_prefetch_rows": False,
+    "red_prefetch_ncs": False,  # the same for the ncs view (NCHW forward statistics: 0.28-0.83 of copy)
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
@@ -151,7 +152,7 @@ def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr
 
 
 @triton.jit
-def _bn_rows_load_raw(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr):
+def _bn_load_raw(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr):
     # in the input dtype: a prefetched step holds half the registers of fp32 for 16-bit inputs
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     if BWD:
@@ -166,11 +167,11 @@ def _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
                        BM: tl.constexpr, UNROLL: tl.constexpr, BWD: tl.constexpr):
     """Every load of loop step i, issued before any is used: x (and g) of UNROLL row chunks."""
     rows0, rows1, rows2, rows3, m0, m1, m2, m3 = _bn_rows_masks(p, i, P, M, rr, cmask, BM, UNROLL)
-    x0, g0 = _bn_rows_load_raw(x_ptr, g_ptr, rows0[:, None] * C + cols[None, :], m0, BWD)
-    x1, g1 = _bn_rows_load_raw(x_ptr, g_ptr, rows1[:, None] * C + cols[None, :], m1, BWD)
+    x0, g0 = _bn_load_raw(x_ptr, g_ptr, rows0[:, None] * C + cols[None, :], m0, BWD)
+    x1, g1 = _bn_load_raw(x_ptr, g_ptr, rows1[:, None] * C + cols[None, :], m1, BWD)
     if UNROLL == 4:
-        x2, g2 = _bn_rows_load_raw(x_ptr, g_ptr, rows2[:, None] * C + cols[None, :], m2, BWD)
-        x3, g3 = _bn_rows_load_raw(x_ptr, g_ptr, rows3[:, None] * C + cols[None, :], m3, BWD)
+        x2, g2 = _bn_load_raw(x_ptr, g_ptr, rows2[:, None] * C + cols[None, :], m2, BWD)
+        x3, g3 = _bn_load_raw(x_ptr, g_ptr, rows3[:, None] * C + cols[None, :], m3, BWD)
     else:
         x2, g2, x3, g3 = x0, g0, x0, g0
     return x0, g0, x1, g1, x2, g2, x3, g3
@@ -235,13 +236,33 @@ def _bn_reduce_rows_kernel(
 
 
 @triton.jit
+def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
+    """Offsets and masks of loop step i of the ncs reduction: work units u0 = p + 2*i*P and u0 + P
+    (a step past the last one is masked off entirely)."""
+    u0 = (p + (2 * i) * P).to(tl.int64)
+    u1 = u0 + P
+    n0 = u0 // NSC
+    n1 = u1 // NSC
+    s0 = (u0 - n0 * NSC) * BS + sr
+    s1 = (u1 - n1 * NSC) * BS + sr
+    plane0 = n0 * C + ch  # u < U  <=>  n < N  <=>  plane < N*C (for ch < C)
+    plane1 = n1 * C + ch
+    m0 = (cmask & (plane0 < NC))[:, None] & (s0 < S)[None, :]
+    m1 = (cmask & (plane1 < NC))[:, None] & (s1 < S)[None, :]
+    o0 = plane0[:, None] * S + s0[None, :]
+    o1 = plane1[:, None] * S + s1[None, :]
+    return o0, o1, m0, m1
+
+
+@triton.jit
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
-    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step; PREFETCH: the next
+    step's loads issued before this step's sums, the same sums in the same order). Same sums as the
     rows kernel."""
     pid = tl.program_id(0)
     cb = pid % NCB
@@ -256,21 +277,22 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    for i in range(0, n_iter):
-        u0 = (p + (2 * i) * P).to(tl.int64)
-        u1 = u0 + P
-        n0 = u0 // NSC
-        n1 = u1 // NSC
-        s0 = (u0 - n0 * NSC) * BS + sr
-        s1 = (u1 - n1 * NSC) * BS + sr
-        plane0 = n0 * C + ch  # u < U  <=>  n < N  <=>  plane < N*C (for ch < C)
-        plane1 = n1 * C + ch
-        m0 = (cmask & (plane0 < NC))[:, None] & (s0 < S)[None, :]
-        m1 = (cmask & (plane1 < NC))[:, None] & (s1 < S)[None, :]
-        o0 = plane0[:, None] * S + s0[None, :]
-        o1 = plane1[:, None] * S + s1[None, :]
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
+    if PREFETCH:
+        o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
+        x0, g0 = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
+        x1, g1 = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
+        for i in range(0, n_iter):
+            c0, h0, c1, h1, k0, k1 = x0, g0, x1, g1, m0, m1
+            o0, o1, m0, m1 = _bn_ncs_step(p, i + 1, P, C, S, NC, NSC, ch, cmask, sr, BS)
+            x0, g0 = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
+            x1, g1 = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
+            acc1, acc2 = _bn_acc_loaded(acc1, acc2, c0.to(ACC), h0.to(ACC), k0, ref2, BWD)
+            acc1, acc2 = _bn_acc_loaded(acc1, acc2, c1.to(ACC), h1.to(ACC), k1, ref2, BWD)
+    else:
+        for i in range(0, n_iter):
+            o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
+            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
+            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
     r1 = tl.sum(acc1, axis=1)
     r2 = tl.sum(acc2, axis=1)
     tl.store(part_ptr + p * C + ch, r1, mask=cmask)
@@ -281,21 +303,21 @@ def _bn_reduce_ncs(
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH)
 
 
 @triton.jit
@@ -829,7 +851,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PREFETCH=_TUNE["red_prefetch_ncs"],
             num_warps=cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4),
         )
     return part, P
