@@ -576,6 +576,48 @@ def test_ncs_prefetch_same_bits(shape, target, dtype, monkeypatch):
     assert torch.allclose(out[True][2].double(), ref_invstd, rtol=tol, atol=tol)
 
 
+def _all_modes(x, dy, w, b, rm, rv):
+    """Every elementwise mode's outputs: train forward (y, stats, running stats), train backward, eval
+    forward, eval backward."""
+    rm1, rv1 = rm.clone(), rv.clone()
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm1, rv1, 0.1, 1e-5)
+    out = [y, mean, invstd, rm1, rv1]
+    out += list(B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True)))
+    out.append(B.bn_forward_eval(x, w, b, rm, rv, 1e-5))
+    inv = torch.rsqrt(rv.to(mean.dtype) + 1e-5)
+    out += [t for t in B.bn_backward(dy, x, w, rm.to(mean.dtype), inv, False, (True, False, False)) if t is not None]
+    return out
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14), (40, 6, 3), (5, 30, 3, 1)],
+                         ids=["7x7", "14x14", "S3", "S3-R>C"])
+def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
+    """Short unaligned planes as one flat array of 16-byte vectors (ew_flat_short_planes): the same
+    per-element arithmetic as the [planes, S] tiles, so the same bits in every mode; whole and partial
+    last tiles, tiles spanning more planes than there are channels."""
+    monkeypatch.setitem(B._TUNE, "ew_tile_bytes_ncs", 512)  # several programs on these small shapes
+    x = make_x(shape, dtype, "contig")
+    dy = make_x(shape, dtype, "contig")
+    C = shape[1]
+    w, b = torch.rand(C) + 0.5, torch.randn(C)
+    rm, rv = torch.randn(C) * 0.1, torch.rand(C) + 0.5
+    v = B._View(x)
+    assert B._const_s(v)
+    fc = B._flat_cfg_cached(v.N, v.C, v.S, x.element_size(), 512)
+    assert fc["NT"] > 1
+    outs = {}
+    for flat in (False, True):
+        monkeypatch.setitem(B._TUNE, "ew_flat_short_planes", flat)
+        outs[flat] = _all_modes(x, dy, w, b, rm, rv)
+    for a, c in zip(outs[False], outs[True]):
+        assert torch.equal(a, c)
+    yr = ref_fwd(x, w, b, 1e-5)[0]
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    assert (outs[True][0].double() - yr).abs().max().item() <= tol * (1 + yr.abs().max().item())
+
+
 @interp
 @pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])

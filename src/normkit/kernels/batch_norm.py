@@ -84,6 +84,9 @@ _TUNE = {
     # rows-view reduction: the next loop step's loads issued before this step's sums (more bytes in flight
     # for the 6-206 MB layers whose forward statistics ran at 0.50-0.70 of copy); not yet measured: off
     "red_prefetch_rows": False,
+    # elementwise pass over short unaligned ncs planes (7x7, 14x14) as a flat array of 16-byte vectors,
+    # per-plane coefficients spread with tl.gather (_bn_ew_flat_kernel); not yet measured: off
+    "ew_flat_short_planes": False,
     "red_prefetch_ncs": False,  # the same for the ncs view (NCHW forward statistics: 0.28-0.83 of copy)
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
@@ -597,6 +600,63 @@ def _bn_ew_ncs_kernel_cs(
                R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
 
 
+@triton.jit
+def _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, base, i, lim, loc, k0, k1, k2, k3, MODE: tl.constexpr,
+                     ACC: tl.constexpr):
+    m = i < lim
+    if MODE != 3:
+        x = tl.load(x_ptr + base + i, mask=m, other=0.0).to(ACC)
+    else:
+        x = 0.0
+    if MODE >= 2:
+        g = tl.load(g_ptr + base + i, mask=m, other=0.0).to(ACC)
+    else:
+        g = 0.0
+    # the R planes' coefficients spread to their elements (each used term gathered once)
+    K2 = tl.gather(k2, loc, axis=0)
+    if MODE == 3:
+        K0, K1, K3 = K2, K2, K2
+    else:
+        K0 = tl.gather(k0, loc, axis=0)
+        K3 = tl.gather(k3, loc, axis=0)
+        if MODE == 2:
+            K1 = tl.gather(k1, loc, axis=0)
+        else:
+            K1 = K3
+    out = _bn_ew_apply(x, g, K0, K1, K2, K3, MODE)
+    tl.store(y_ptr + base + i, out.to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _bn_ew_flat_kernel(
+    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
+    NC, C, NT, e0, e1, e2,
+    S: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+):
+    """Elementwise pass over short unaligned ncs planes (S % 16 != 0, compiled in) as one flat array:
+    a program takes R consecutive planes, R * S contiguous elements starting on a 16-byte boundary (R
+    a multiple of the planes that make 16 bytes), so its accesses are 16-byte vectors where the
+    [planes, S] tiles of _bn_ew_ncs start every plane off a boundary. The R planes' coefficients are
+    computed once and spread to the elements with tl.gather; the arithmetic per element is
+    _bn_ew_apply's (the same bits). Tiles walked from the end of memory to the start."""
+    pid = NT - 1 - tl.program_id(0)
+    r0 = pid.to(tl.int64) * R
+    rl = tl.arange(0, RP)
+    rmask = rl < tl.minimum(NC - r0, R)
+    ch = ((r0 % C).to(tl.int32) + rl) % C
+    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
+                                  MODE, HAS_W, HAS_B, F64, ACC)
+    i = tl.arange(0, BLOCK)
+    loc = tl.minimum(i // S, RP - 1)
+    base = r0 * S
+    if r0 + R <= NC:  # a whole tile: the bound is a compile-time multiple of the vector width
+        _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, base, i, R * S, loc, k0, k1, k2, k3, MODE, ACC)
+    else:
+        _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, base, i, ((NC - r0) * S).to(tl.int32), loc, k0, k1, k2, k3,
+                         MODE, ACC)
+
+
 # ----------------------------------------------------------------------------------------------
 # Host side: layout, heuristics, launchers
 # ----------------------------------------------------------------------------------------------
@@ -804,6 +864,21 @@ def _ew_cfg_uncached(v, esize):
     return dict(R=R, BS=BS, NSB=nsb, NT=nt, nw=nw)
 
 
+@functools.lru_cache(maxsize=256)
+def _flat_cfg_cached(N, C, S, esize, tile_bytes):
+    """R planes per program of _bn_ew_flat_kernel: a multiple of the planes that make 16 bytes, R * S
+    elements at most ~tile_bytes of data, the block (next power of two) as full as possible."""
+    align = 16 // math.gcd(S * esize, 16)
+    cap = max(align, (tile_bytes // esize) // S)
+    best_util, R = -1.0, align
+    for r in range(align, cap + 1, align):
+        util = r * S / next_pow2(r * S)
+        if util > best_util + 1e-9:
+            best_util, R = util, r
+    BLOCK = next_pow2(R * S)
+    return dict(R=R, RP=next_pow2(R), BLOCK=BLOCK, NT=cdiv(N * C, R), nw=_warps(BLOCK))
+
+
 def _warps(elems):
     return _TUNE["ew_warps"] if elems >= 2048 else 4
 
@@ -868,6 +943,13 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
             x, g, out, p0, p1, p2, p3, v.M, v.C, cfg["NCB"], cfg["NT"], e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
             num_warps=_warps(cfg["BM"] * cfg["BC"]),
+        )
+    elif _const_s(v) and _TUNE["ew_flat_short_planes"]:
+        fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
+        launch(_bn_ew_flat_kernel, (fc["NT"],),
+            x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
+            S=v.S, R=fc["R"], RP=fc["RP"], BLOCK=fc["BLOCK"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
+            ACC=acc_tl, num_warps=fc["nw"],
         )
     else:
         kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel
