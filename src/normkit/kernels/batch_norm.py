@@ -35,7 +35,11 @@ S <= 1024 so the alignment S does have is used (196 = 4 x 49).
 Rows-view reduction: forward statistics keep 4 row chunks in flight per loop step
 (``red_unroll_rows_fwd``), the backward sums 2 (4 chunks of x and dy measured slower); forward and
 backward have separate grid targets (``target_programs_rows_fwd`` / ``_bwd``). A flat 1-D path
-for short unaligned ncs planes was measured and dropped (benchmarks/NOTES-batch_norm.md).
+for short unaligned ncs planes that loaded four coefficients per element was measured and dropped
+(benchmarks/NOTES-batch_norm.md). Two knobs wait for their first GPU A/B, off until then:
+``red_prefetch_rows`` / ``red_prefetch_ncs`` (the next loop step's loads issued before this step's
+sums) and ``ew_flat_short_planes`` (``_bn_ew_flat_kernel``: 7x7 / 14x14 planes as a flat array of
+16-byte vectors, per-plane coefficients spread with ``tl.gather``). Both give the default path's bits.
 
 eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen's InvStd on CPU
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
@@ -84,10 +88,10 @@ _TUNE = {
     # rows-view reduction: the next loop step's loads issued before this step's sums (more bytes in flight
     # for the 6-206 MB layers whose forward statistics ran at 0.50-0.70 of copy); not yet measured: off
     "red_prefetch_rows": False,
+    "red_prefetch_ncs": False,  # the same for the ncs view (NCHW forward statistics: 0.28-0.83 of copy)
     # elementwise pass over short unaligned ncs planes (7x7, 14x14) as a flat array of 16-byte vectors,
     # per-plane coefficients spread with tl.gather (_bn_ew_flat_kernel); not yet measured: off
     "ew_flat_short_planes": False,
-    "red_prefetch_ncs": False,  # the same for the ncs view (NCHW forward statistics: 0.28-0.83 of copy)
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
