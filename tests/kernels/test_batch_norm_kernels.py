@@ -591,8 +591,9 @@ def _all_modes(x, dy, w, b, rm, rv):
 
 @interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14), (40, 6, 3), (5, 30, 3, 1)],
-                         ids=["7x7", "14x14", "S3", "S3-R>C"])
+@pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14), (40, 6, 3), (5, 30, 3, 1), (4, 5, 1023),
+                                   (9, 1, 5, 5)],
+                         ids=["7x7", "14x14", "S3", "S3-R>C", "S1023", "C1"])
 def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     """Short unaligned planes as one flat array of 16-byte vectors (ew_flat_short_planes): the same
     per-element arithmetic as the [planes, S] tiles, so the same bits in every mode; whole and partial
