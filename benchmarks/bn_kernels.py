@@ -95,6 +95,8 @@ VARIANTS = {
     "ncspf8k": {"red_prefetch_ncs": True, "red_tile_bytes_ncs_fwd": 8192},
     # short unaligned planes (7x7, 14x14): the elementwise pass as a flat array of 16-byte vectors
     "ncsflat": {"ew_flat_short_planes": True},
+    "ncsredflat": {"red_flat_short_planes": True},  # the reduction over them the same way
+    "ncsflatboth": {"ew_flat_short_planes": True, "red_flat_short_planes": True},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -111,9 +113,11 @@ VARIANT_SCOPE = {
     "ncspf": ("ncs", ("fwd", "bwd")),
     "ncspf8k": ("ncs", ("fwd",)),
     "ncsflat": ("ncs", ("fwd", "bwd", "eval")),
+    "ncsredflat": ("ncs", ("fwd", "bwd")),
+    "ncsflatboth": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("rowspf", "ncspf", "ncsflat")
+FP32_VARIANTS = ("rowspf", "ncspf", "ncsflat", "ncsredflat", "ncsflatboth")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -4,8 +4,9 @@
 #      the direct launch's one-loop key, the rows-reduction prefetch refactor);
 #   2. the RMS-forward gap bisect (`rms_fwd_gap.py --bisect`: the bench's context rebuilt step by step);
 #   3. batch-norm A/B (`bn_kernels.py`): reduction prefetch (`rowspf`, `ncspf`, `ncspf8k`) and the flat
-#      16-byte elementwise pass for 7x7 / 14x14 NCHW planes (`ncsflat`; needs tl.gather: if Triton 3.6
-#      cannot compile it the variant reads FAILED), bf16 and fp32, suite rows and resnet50's small layers.
+#      16-byte passes over 7x7 / 14x14 NCHW planes (`ncsflat` elementwise, `ncsredflat` reduction,
+#      `ncsflatboth`; they need tl.gather: if Triton 3.6 cannot compile it the variant reads FAILED),
+#      bf16 and fp32, suite rows and resnet50's small layers.
 #   run(command="bash benchmarks/sweep_h200.sh", timeout_s=600, carry=[".whl"])
 # Everything lands in $OUT/sweep.tgz (the device tool returns at most 8 files); $OUT/summary.log holds
 # the short form.
@@ -36,7 +37,7 @@ echo "gap rc=$?"; grep -E "ms  calls" "$W/rms_fwd_gap.log"
 stamp "bn rows prefetch A/B"
 timeout 150 python3 benchmarks/bn_kernels.py --out "$W" --dtypes bf16,fp32 --modes fwd,bwd,eval --layouts cl,contig \
     --shapes 256x64x56x56,256x512x28x28,256x1024x14x14,256x2048x7x7,65536x1024,256x128x28x28,256x256x14x14,256x512x7x7 \
-    --only-variants rowspf,ncspf,ncspf8k,ncsflat --budget 130 --jobs 14 > "$W/bn_sweep.log" 2>&1
+    --only-variants rowspf,ncspf,ncspf8k,ncsflat,ncsredflat,ncsflatboth --budget 130 --jobs 14 > "$W/bn_sweep.log" 2>&1
 echo "bn rc=$?"; sed -n '/^variants, graph ms per call/,$p' "$W/bn_sweep.log" | head -45
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"

@@ -620,6 +620,36 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", [(40, 11, 7, 7), (24, 6, 14, 14), (60, 11, 3), (40, 20, 5, 5)],
+                         ids=["7x7", "14x14", "S3", "S25"])
+def test_red_flat_short_planes_same_bits(shape, dtype, monkeypatch):
+    """The ncs reduction over short unaligned planes with each unit's planes loaded as one contiguous
+    run (red_flat_short_planes): the same sums as the [channels, plane] tile loads, fwd and bwd, whole and
+    partial channel blocks, several programs and steps."""
+    monkeypatch.setitem(B._TUNE, "partial_frac", 1.0)
+    monkeypatch.setitem(B._TUNE, "target_programs", 1)  # x8 for 1-warp programs: several steps each
+    x = make_x(shape, dtype, "contig")
+    dy = make_x(shape, dtype, "contig")
+    C = shape[1]
+    w, b = torch.rand(C) + 0.5, torch.randn(C)
+    v = B._View(x)
+    assert B._const_s(v)
+    for bwd in (False, True):
+        cfg = B._reduce_cfg(v, x.element_size(), bwd)
+        assert cfg["NSC"] == 1 and cfg["P"] > 1 and cfg["n_iter"] > 1
+    outs = {}
+    for flat in (False, True):
+        monkeypatch.setitem(B._TUNE, "red_flat_short_planes", flat)
+        rm, rv = torch.zeros(C), torch.ones(C)
+        y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        grads = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
+        outs[flat] = (y, mean, invstd, rm, rv) + tuple(grads)
+    for a, c in zip(outs[False], outs[True]):
+        assert torch.equal(a, c)
+
+
+@interp
 @pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 def test_knob_paths_deterministic(layout, knob, monkeypatch):

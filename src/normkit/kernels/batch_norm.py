@@ -92,6 +92,9 @@ _TUNE = {
     # elementwise pass over short unaligned ncs planes (7x7, 14x14) as a flat array of 16-byte vectors,
     # per-plane coefficients spread with tl.gather (_bn_ew_flat_kernel); not yet measured: off
     "ew_flat_short_planes": False,
+    # ... and the reduction over them: each unit's planes loaded as one contiguous vector run, spread to
+    # the [channels, plane] tile with tl.gather (the same sums); not yet measured: off
+    "red_flat_short_planes": False,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
@@ -262,15 +265,34 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 
 
 @triton.jit
+def _bn_ncs_flat_tile(ptr, u, cb, C, NC, lane, idx, valid, S: tl.constexpr, CB: tl.constexpr,
+                      BS: tl.constexpr):
+    """Unit u's [CB, BS] tile (planes u*C + cb*CB.., S elements each) loaded as one contiguous run of
+    CB*S elements (16-byte vectors where a plane start is not on a boundary) and spread to the tile
+    with tl.gather; entries outside ``valid`` are 0, exactly as the masked tile load gives them."""
+    plane0 = u * C + cb * CB
+    base = plane0 * S
+    if (plane0 < NC) & (cb * CB + CB <= C):  # a whole unit: a compile-time bound, vector accesses
+        flat = tl.load(ptr + base + lane, mask=lane < CB * S, other=0.0)
+    else:
+        n_el = tl.where(plane0 < NC, tl.minimum(C - cb * CB, CB) * S, 0).to(tl.int32)
+        flat = tl.load(ptr + base + lane, mask=lane < n_el, other=0.0)
+    tile = tl.reshape(tl.gather(flat, idx, axis=0), [CB, BS])
+    return tl.where(valid, tile, 0.0)
+
+
+@triton.jit
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
+    FLAT: tl.constexpr, FB: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
     (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step; PREFETCH: the next
-    step's loads issued before this step's sums, the same sums in the same order). Same sums as the
-    rows kernel."""
+    step's loads issued before this step's sums, the same sums in the same order; FLAT, for S
+    compiled in and one chunk a plane: each unit's CB planes loaded as one contiguous vector run and
+    spread to the tile, the same sums; FB = next_pow2(CB * S)). Same sums as the rows kernel."""
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -284,7 +306,22 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    if PREFETCH:
+    if FLAT:
+        lane = tl.arange(0, FB)
+        pos = tl.arange(0, CB * BS)
+        idx = tl.minimum((pos // BS) * S + pos % BS, FB - 1)
+        for i in range(0, n_iter):
+            _, _, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
+            u0 = (p + (2 * i) * P).to(tl.int64)
+            x0 = _bn_ncs_flat_tile(x_ptr, u0, cb, C, NC, lane, idx, m0, S, CB, BS).to(ACC)
+            x1 = _bn_ncs_flat_tile(x_ptr, u0 + P, cb, C, NC, lane, idx, m1, S, CB, BS).to(ACC)
+            g0, g1 = x0, x1
+            if BWD:
+                g0 = _bn_ncs_flat_tile(g_ptr, u0, cb, C, NC, lane, idx, m0, S, CB, BS).to(ACC)
+                g1 = _bn_ncs_flat_tile(g_ptr, u0 + P, cb, C, NC, lane, idx, m1, S, CB, BS).to(ACC)
+            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x0, g0, m0, ref2, BWD)
+            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x1, g1, m1, ref2, BWD)
+    elif PREFETCH:
         o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
         x0, g0 = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
         x1, g1 = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
@@ -313,7 +350,8 @@ def _bn_reduce_ncs_kernel(
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH,
+                   False, 1)
 
 
 @triton.jit
@@ -321,10 +359,12 @@ def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
+    FLAT: tl.constexpr, FB: tl.constexpr,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH,
+                   FLAT, FB)
 
 
 @triton.jit
@@ -928,10 +968,17 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
+        nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
+        flat = {}
+        if _const_s(v):
+            on = _TUNE["red_flat_short_planes"] and cfg["NSC"] == 1
+            flat = dict(FLAT=on, FB=next_pow2(cfg["CB"] * v.S) if on else 1)
+            if on:  # in one warp tl.gather goes through shuffles: 168-239 registers at 7x7 (sm_90), 96-118 in two
+                nw = max(nw, 2)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PREFETCH=_TUNE["red_prefetch_ncs"],
-            num_warps=cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4),
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PREFETCH=_TUNE["red_prefetch_ncs"], **flat,
+            num_warps=nw,
         )
     return part, P
 
