@@ -25,19 +25,19 @@ if ls .whl/liger*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --
 fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 stamp "pytest -m cuda"
-timeout 160 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+timeout 150 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
 tail -4 "$W/pytest_cuda.log"
 stamp "conformance"
-timeout 110 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_normkit_cuda.json" \
+timeout 100 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_normkit_cuda.json" \
     > "$W/check_normkit_cuda.txt" 2>&1; echo "check rc=$?"
 head -10 "$W/check_normkit_cuda.txt"
 stamp "rms forward gap bisect"
-timeout 100 python3 benchmarks/rms_fwd_gap.py --bisect --out "$W" > "$W/rms_fwd_gap.log" 2>&1
+timeout 90 python3 benchmarks/rms_fwd_gap.py --bisect --out "$W" > "$W/rms_fwd_gap.log" 2>&1
 echo "gap rc=$?"; grep -E "ms  calls" "$W/rms_fwd_gap.log"
 stamp "bn rows prefetch A/B"
-timeout 150 python3 benchmarks/bn_kernels.py --out "$W" --dtypes bf16,fp32 --modes fwd,bwd,eval --layouts cl,contig \
+timeout 175 python3 benchmarks/bn_kernels.py --out "$W" --dtypes bf16,fp32 --modes fwd,bwd,eval --layouts cl,contig \
     --shapes 256x64x56x56,256x512x28x28,256x1024x14x14,256x2048x7x7,65536x1024,256x128x28x28,256x256x14x14,256x512x7x7 \
-    --only-variants rowspf,ncspf,ncspf8k,ncsflat,ncsredflat,ncsflatboth --budget 130 --jobs 14 > "$W/bn_sweep.log" 2>&1
+    --only-variants rowspf,ncspf,ncspf8k,ncsflat,ncsredflat,ncsflatboth --budget 150 --jobs 14 > "$W/bn_sweep.log" 2>&1
 echo "bn rc=$?"; sed -n '/^variants, graph ms per call/,$p' "$W/bn_sweep.log" | head -45
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"
