@@ -454,6 +454,31 @@ def test_cuda_large(shape, layout):
     _cuda_check(x, 1.2e-2)
 
 
+# the knobs waiting for their GPU A/B (off by default): each compiled and checked on realistic shapes
+_WAITING = {
+    "red_prefetch_rows": [((256, 64, 56, 56), "cl"), ((256, 2048, 7, 7), "cl")],
+    "red_prefetch_ncs": [((256, 64, 56, 56), "contig"), ((256, 512, 7, 7), "contig")],
+    "ew_flat_short_planes": [((256, 2048, 7, 7), "contig"), ((256, 256, 14, 14), "contig")],
+    "red_flat_short_planes": [((256, 2048, 7, 7), "contig"), ((256, 256, 14, 14), "contig")],
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("knob", list(_WAITING))
+def test_cuda_waiting_knobs(knob, dtype, monkeypatch):
+    monkeypatch.setitem(B._TUNE, knob, True)
+    for shape, layout in _WAITING[knob]:
+        x = torch.randn(shape, device="cuda", dtype=dtype) + 0.5
+        if layout == "cl":
+            x = x.contiguous(memory_format=torch.channels_last)
+        _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
+        w, b = torch.rand(shape[1], device="cuda") + 0.5, torch.randn(shape[1], device="cuda")
+        a = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+        c = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+        assert all(torch.equal(u, v) for u, v in zip(a, c))  # deterministic
+
+
 @pytest.mark.cuda
 def test_cuda_rows_1d():
     _cuda_check(torch.randn(1048576, 64, device="cuda", dtype=torch.bfloat16), 1.2e-2)
