@@ -546,6 +546,32 @@ def test_knob_paths_train_eval(shape, layout, dtype, knobs, poison):
     test_eval_forward_backward(shape, layout, dtype, knobs, poison)
 
 
+def _all_modes(x, dy, w, b, rm, rv):
+    """Every elementwise mode's outputs: train forward (y, stats, running stats), train backward, eval
+    forward, eval backward."""
+    rm1, rv1 = rm.clone(), rv.clone()
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm1, rv1, 0.1, 1e-5)
+    out = [y, mean, invstd, rm1, rv1]
+    out += list(B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True)))
+    out.append(B.bn_forward_eval(x, w, b, rm, rv, 1e-5))
+    inv = torch.rsqrt(rv.to(mean.dtype) + 1e-5)
+    out += [t for t in B.bn_backward(dy, x, w, rm.to(mean.dtype), inv, False, (True, False, False)) if t is not None]
+    return out
+
+
+def _same_bits_either_way(monkeypatch, knob, x, dy, w, b):
+    """Every mode's outputs with the knob off and on: asserted bit-identical; returns the knob-on ones."""
+    C = x.shape[1]
+    rm, rv = torch.randn(C) * 0.1, torch.rand(C) + 0.5
+    outs = {}
+    for on in (False, True):
+        monkeypatch.setitem(B._TUNE, knob, on)
+        outs[on] = _all_modes(x, dy, w, b, rm, rv)
+    for a, c in zip(outs[False], outs[True]):
+        assert torch.equal(a, c)
+    return outs[True]
+
+
 @interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("unroll", [2, 4])
@@ -560,15 +586,7 @@ def test_rows_prefetch_same_bits(unroll, dtype, monkeypatch):
     w, b = torch.rand(40) + 0.5, torch.randn(40)
     cfg = B._reduce_cfg(B._View(x), x.element_size())
     assert cfg["P"] > 1 and cfg["n_iter"] > 1  # several programs, several steps each
-    out = {}
-    for pf in (False, True):
-        monkeypatch.setitem(B._TUNE, "red_prefetch_rows", pf)
-        rm, rv = torch.zeros(40, dtype=torch.float32), torch.ones(40, dtype=torch.float32)
-        y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
-        grads = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
-        out[pf] = (y, mean, invstd, rm, rv) + tuple(grads)
-    for a, c in zip(out[False], out[True]):
-        assert torch.equal(a, c)
+    _same_bits_either_way(monkeypatch, "red_prefetch_rows", x, dy, w, b)
 
 
 @interp
@@ -586,32 +604,11 @@ def test_ncs_prefetch_same_bits(shape, target, dtype, monkeypatch):
     for bwd in (False, True):
         cfg = B._reduce_cfg(B._View(x), x.element_size(), bwd)
         assert cfg["P"] > 1 and cfg["n_iter"] > 1  # several programs, several steps each
-    out = {}
-    for pf in (False, True):
-        monkeypatch.setitem(B._TUNE, "red_prefetch_ncs", pf)
-        rm, rv = torch.zeros(C, dtype=torch.float32), torch.ones(C, dtype=torch.float32)
-        y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
-        grads = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
-        out[pf] = (y, mean, invstd, rm, rv) + tuple(grads)
-    for a, c in zip(out[False], out[True]):
-        assert torch.equal(a, c)
+    got = _same_bits_either_way(monkeypatch, "red_prefetch_ncs", x, dy, w, b)
     _, ref_mean, ref_invstd, _ = ref_fwd(x, w, b, 1e-5)
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
-    assert torch.allclose(out[True][1].double(), ref_mean, rtol=tol, atol=tol)
-    assert torch.allclose(out[True][2].double(), ref_invstd, rtol=tol, atol=tol)
-
-
-def _all_modes(x, dy, w, b, rm, rv):
-    """Every elementwise mode's outputs: train forward (y, stats, running stats), train backward, eval
-    forward, eval backward."""
-    rm1, rv1 = rm.clone(), rv.clone()
-    y, mean, invstd = B.bn_forward_train(x, w, b, rm1, rv1, 0.1, 1e-5)
-    out = [y, mean, invstd, rm1, rv1]
-    out += list(B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True)))
-    out.append(B.bn_forward_eval(x, w, b, rm, rv, 1e-5))
-    inv = torch.rsqrt(rv.to(mean.dtype) + 1e-5)
-    out += [t for t in B.bn_backward(dy, x, w, rm.to(mean.dtype), inv, False, (True, False, False)) if t is not None]
-    return out
+    assert torch.allclose(got[1].double(), ref_mean, rtol=tol, atol=tol)
+    assert torch.allclose(got[2].double(), ref_invstd, rtol=tol, atol=tol)
 
 
 @interp
@@ -628,20 +625,14 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     dy = make_x(shape, dtype, "contig")
     C = shape[1]
     w, b = torch.rand(C) + 0.5, torch.randn(C)
-    rm, rv = torch.randn(C) * 0.1, torch.rand(C) + 0.5
     v = B._View(x)
     assert B._const_s(v)
     fc = B._flat_cfg_cached(v.N, v.C, v.S, x.element_size(), 512)
     assert fc["NT"] > 1
-    outs = {}
-    for flat in (False, True):
-        monkeypatch.setitem(B._TUNE, "ew_flat_short_planes", flat)
-        outs[flat] = _all_modes(x, dy, w, b, rm, rv)
-    for a, c in zip(outs[False], outs[True]):
-        assert torch.equal(a, c)
+    got = _same_bits_either_way(monkeypatch, "ew_flat_short_planes", x, dy, w, b)
     yr = ref_fwd(x, w, b, 1e-5)[0]
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-    assert (outs[True][0].double() - yr).abs().max().item() <= tol * (1 + yr.abs().max().item())
+    assert (got[0].double() - yr).abs().max().item() <= tol * (1 + yr.abs().max().item())
 
 
 @interp
@@ -663,15 +654,7 @@ def test_red_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     for bwd in (False, True):
         cfg = B._reduce_cfg(v, x.element_size(), bwd)
         assert cfg["NSC"] == 1 and cfg["P"] > 1 and cfg["n_iter"] > 1
-    outs = {}
-    for flat in (False, True):
-        monkeypatch.setitem(B._TUNE, "red_flat_short_planes", flat)
-        rm, rv = torch.zeros(C), torch.ones(C)
-        y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
-        grads = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
-        outs[flat] = (y, mean, invstd, rm, rv) + tuple(grads)
-    for a, c in zip(outs[False], outs[True]):
-        assert torch.equal(a, c)
+    _same_bits_either_way(monkeypatch, "red_flat_short_planes", x, dy, w, b)
 
 
 @interp

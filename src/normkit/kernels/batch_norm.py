@@ -115,10 +115,12 @@ _FWD_TRAIN, _FWD_EVAL, _BWD_TRAIN, _BWD_EVAL = 0, 1, 2, 3
 
 
 @triton.jit
-def _bn_load2(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr, ACC: tl.constexpr):
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+def _bn_load_raw(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr):
+    # x (and g) in the input dtype, converted where summed: a prefetched step then holds half the
+    # registers of fp32 for 16-bit inputs
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     if BWD:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0)
     else:
         g = x
     return x, g
@@ -138,8 +140,8 @@ def _bn_acc_loaded(acc1, acc2, x, g, mask, ref, BWD: tl.constexpr):
 
 @triton.jit
 def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr, ACC: tl.constexpr):
-    x, g = _bn_load2(x_ptr, g_ptr, offs, mask, BWD, ACC)
-    return _bn_acc_loaded(acc1, acc2, x, g, mask, ref, BWD)
+    x, g = _bn_load_raw(x_ptr, g_ptr, offs, mask, BWD)
+    return _bn_acc_loaded(acc1, acc2, x.to(ACC), g.to(ACC), mask, ref, BWD)
 
 
 @triton.jit
@@ -159,17 +161,6 @@ def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr
     else:
         rows2, rows3, m2, m3 = rows0, rows0, m0, m0
     return rows0, rows1, rows2, rows3, m0, m1, m2, m3
-
-
-@triton.jit
-def _bn_load_raw(x_ptr, g_ptr, offs, mask, BWD: tl.constexpr):
-    # in the input dtype: a prefetched step holds half the registers of fp32 for 16-bit inputs
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    if BWD:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0)
-    else:
-        g = x
-    return x, g
 
 
 @triton.jit
