@@ -21,7 +21,7 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 ROW_KEYS = {"op", "shape", "groups", "dtype", "params", "layout", "mode", "direction", "impl", "status", "note",
             "ms", "gbps", "sol", "bytes", "tensor_bytes", "peak_mem_bytes", "timer", "rotation", "errors", "tol",
-            "first_call_s", "oracle", "calls_per_timing", "estimate_ms"}
+            "first_call_s", "oracle", "calls_per_timing", "estimate_ms", "ms_rounds"}
 
 
 def _ctx(copy_gbps=10.0):
@@ -171,6 +171,34 @@ class _Raises(Impl):
         def fn(*a):
             raise RuntimeError("deliberate failure")
         return fn
+
+
+class _LogsBuilds(AtenImpl):
+    """Eager ATen that records when each of its builds (one per timing round) happens."""
+
+    def __init__(self, name, log):
+        super().__init__(True)
+        self.name, self.log = name, log
+
+    def build(self, case):
+        self.log.append(self.name)
+        return super().build(case)
+
+
+def test_timing_rounds_alternate_order_and_keep_the_fastest():
+    case = C.Case("layer_norm", (64, 32), "float32", "float32")
+    log = []
+    ctx = _ctx()
+    ctx.rounds = 3
+    rows = run_case(case, [_LogsBuilds("a", log), _LogsBuilds("b", log), _WrongForward()], ctx)
+    assert log == ["a", "b", "b", "a", "a", "b"]  # round 1 checks and times; 2 reversed; 3 forward
+    for r in rows:
+        if r["impl"] in ("a", "b"):
+            assert r["status"] == "ok" and len(r["ms_rounds"]) == 3
+            assert r["ms"] == min(r["ms_rounds"]) > 0
+            assert math.isclose(r["gbps"], r["bytes"] / (r["ms"] * 1e-3) / 1e9, rel_tol=1e-9)
+        else:  # a wrong implementation is timed once, and stays marked
+            assert r["status"] == "WRONG" and len(r["ms_rounds"]) == 1
 
 
 def test_wrong_implementation_is_flagged():

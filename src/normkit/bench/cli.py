@@ -24,7 +24,8 @@ COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled {o
                 "(compilation) is reported as first_call_s, not timed")
 TIMING_NOTE = ("median over replays of a CUDA graph holding the calls, rotating among {{k}} input sets so "
                "that the working set is >= 4x L2 (CUDA events; eager CUDA events where capture fails: "
-               "timer=cuda-events); warmup {w} ms, rep {r} ms")
+               "timer=cuda-events); warmup {w} ms, rep {r} ms; {n} rounds per case with the implementations "
+               "in alternating order, each row keeping its fastest round (ms_rounds lists them)")
 
 EPILOG = """examples:
   python -m normkit bench                                 # the suite at each op's headline dtype, every peer
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-ms", type=float, default=None, help="default 5 (CUDA), 1 (CPU)")
     p.add_argument("--rep-ms", type=float, default=None,
                    help="default 25 (CUDA; each replay holds >= 1 ms of calls), 3 (CPU)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timing rounds per case, implementations in alternating order, each row keeping its "
+                        "fastest (default 2 on CUDA, 1 on CPU)")
     p.add_argument("--no-graphs", action="store_true", help="time eagerly with CUDA events (no CUDA graphs)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds; rows not started when it is spent are recorded as skipped")
@@ -177,6 +181,7 @@ def main(argv=None) -> int:
     rep = args.rep_ms if args.rep_ms is not None else (25.0 if device == "cuda" else 3.0)
     impls = make_impls(peers, compile_dynamic=args.compile_dynamic, compile_mode=args.compile_mode)
     heads = headline_dtypes(suite)
+    rounds = max(1, args.rounds or (2 if device == "cuda" else 1))
 
     if args.dry_run:
         est_dev = "cuda"
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
             oc = [c for c in cases if c.op == op]
             if oc:
                 t = estimate_seconds(oc, impls, scope=args.peer_scope, heads=heads, device=est_dev,
-                                     seen_compile_keys=seen)
+                                     seen_compile_keys=seen, rounds=max(1, args.rounds or 2))
                 est += t
                 print(f"  {op}: {len(oc)} cases, ~{fmt_s(t)}")
         print(f"{len(cases)} cases, {n_rows} rows ({len(impls)} implementations: "
@@ -203,7 +208,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)
     timer = Timer(device, warmup_ms=warmup, rep_ms=rep, graphs=not args.no_graphs)
     ctx = Context(device=device, timer=timer, seed=args.seed, quick=quick, budget_s=args.budget, t0=t_start,
-                  peer_scope=args.peer_scope, headline_dtypes=heads)
+                  peer_scope=args.peer_scope, headline_dtypes=heads,
+                  rounds=rounds)
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         ctx.l2_bytes = getattr(props, "L2_cache_size", None) or (60 << 20)
@@ -241,13 +247,13 @@ def main(argv=None) -> int:
         "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device, "dtype_slots": slots},
         "suite_file": os.path.abspath(args.suite) if args.suite else "packaged suite.json",
         "timing": {
-            "method": (TIMING_NOTE.format(w=warmup, r=rep).replace("{k}", "k") if device == "cuda" else
+            "method": (TIMING_NOTE.format(w=warmup, r=rep, n=ctx.rounds).replace("{k}", "k") if device == "cuda" else
                        f"CPU wall clock (time.perf_counter), median of batches; warmup {warmup} ms, rep {rep} ms"),
             "compile": COMPILE_NOTE.format(
                 dyn=args.compile_dynamic, scope=scope_txt,
                 once=("once per (op, mode, dtypes, layout, rank): one graph with symbolic sizes serves every "
                       "shape" if args.compile_dynamic else "once per case")),
-            "warmup_ms": warmup, "rep_ms": rep, "graphs": timer.graphs,
+            "warmup_ms": warmup, "rep_ms": rep, "graphs": timer.graphs, "rounds": ctx.rounds,
         },
         "implementations": {i.name: i.note for i in impls},
         "oracle": "normkit.reference in float64 (torch float64 where a row's oracle field says so)",
@@ -375,7 +381,7 @@ def _run_perf(args, cases, impls, ctx, heads, progress, result, save, t_start):
     est = {}
     for op in C.OPS:
         est[op] = estimate_seconds([c for c in cases if c.op == op], impls, scope=args.peer_scope, heads=heads,
-                                   device=ctx.device, seen_compile_keys=seen)
+                                   device=ctx.device, seen_compile_keys=seen, rounds=ctx.rounds)
     total_est = sum(est.values()) or 1.0
     perf_budget = None
     if args.budget is not None:
@@ -394,7 +400,7 @@ def _run_perf(args, cases, impls, ctx, heads, progress, result, save, t_start):
             for i, case in enumerate(op_cases):
                 if perf_budget is not None:
                     rest = estimate_seconds(op_cases[i + 1:], cheap, scope=args.peer_scope, heads=heads,
-                                            device=ctx.device)
+                                            device=ctx.device, rounds=ctx.rounds)
                     ctx.scoped_reserve_s = 1.25 * rest
                 result["rows"].extend(run_case(case, impls, ctx, progress))
                 save()

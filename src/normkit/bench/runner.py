@@ -35,6 +35,7 @@ class Context:
     peer_scope: str = "headline"   # headline: torch.compile and FlagGems only on each op's first suite dtype
     headline_dtypes: dict = field(default_factory=dict)
     cuda_dead: str | None = None
+    rounds: int = 1  # timing rounds per case (the implementations in alternating order; fastest kept)
 
     deadline: float | None = None    # absolute time.time() by which the current op's slice ends
     # seconds the rest of the current op slice needs for its unscoped rows (normkit, eager ATen, Liger): a
@@ -136,7 +137,7 @@ def _base_row(case: C.Case, direction: str, impl: Impl) -> dict:
     row = case.key()
     row.update(direction=direction, impl=impl.name, status=None, note=None, ms=None, gbps=None, sol=None,
                bytes=C.min_bytes(case, direction), tensor_bytes=case.tensor_bytes, peak_mem_bytes=None,
-               timer=None, rotation=None, calls_per_timing=None, estimate_ms=None, errors=None, tol=tolerance(case),
+               timer=None, rotation=None, calls_per_timing=None, estimate_ms=None, ms_rounds=[], errors=None, tol=tolerance(case),
                first_call_s=None, oracle=None)
     return row
 
@@ -169,14 +170,82 @@ def _peak(ctx: Context, call):
 
 
 def _finish(row: dict, ms: float, timer_name: str, ctx: Context):
+    row["ms_rounds"].append(ms)
+    if row["ms"] is not None and row["ms"] <= ms:
+        return
     row["ms"] = ms
     row["timer"] = timer_name
+    why = getattr(ctx.timer, "last_graph_error", None) if timer_name == "cuda-events" else None
+    if why and why not in (row["note"] or ""):
+        row["note"] = ((row["note"] + "; ") if row["note"] else "") + "graph capture failed: " + why
     row["calls_per_timing"] = ctx.timer.last_calls
     row["estimate_ms"] = ctx.timer.last_estimate_ms
     if ms and ms > 0:
         row["gbps"] = row["bytes"] / (ms * 1e-3) / 1e9
         if ctx.copy_gbps:
             row["sol"] = row["gbps"] / ctx.copy_gbps
+
+
+def _time_directions(case: C.Case, fn, sets, fwd: dict, bwd: dict | None, ctx: Context) -> bool:
+    """Times the forward (and the backward unless ``bwd`` is None or errored) of ``fn`` over the input
+    sets, filling the rows; True when the backward raised. Each call of this function is one round:
+    ``ms_rounds`` collects every round's time and ``ms`` (with gbps / sol) keeps the fastest."""
+    train = case.mode == "train"
+    grad_ctx = torch.enable_grad if train else torch.no_grad
+    timer = ctx.timer
+    leaf_sets = [_leaves(s, train, fresh_stats=True) for s in sets]
+
+    def make_fwd(a):
+        def call():
+            with grad_ctx():
+                return fn(*a)
+        return call
+
+    ffns = [make_fwd(a) for a in leaf_sets]
+    ms, tname = timer.time(ffns)
+    _finish(fwd, ms, tname, ctx)
+    if fwd.get("peak_mem_bytes") is None:
+        fwd["peak_mem_bytes"] = _peak(ctx, ffns[0])
+    del ffns
+    _sync(ctx)
+    if bwd is None or bwd["status"] == "error":
+        return False
+    try:
+        graphs = []
+        with torch.enable_grad():
+            for a, s in zip(leaf_sets, sets):
+                y = fn(*a)
+                graphs.append((y, [t_ for t_ in a[:3] if t_ is not None], s.dy))
+
+        def make_bwd(y, leaves, dy):
+            return lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True, allow_unused=True)
+
+        bfns = [make_bwd(*g) for g in graphs]
+        ms, tname = timer.time(bfns)
+        _finish(bwd, ms, tname, ctx)
+        if bwd.get("peak_mem_bytes") is None:
+            bwd["peak_mem_bytes"] = _peak(ctx, bfns[0])
+        del bfns, graphs
+    except Exception as e:
+        bwd["status"], bwd["note"] = "error", _err(e)
+        return True
+    return False
+
+
+def retime_impl_case(case: C.Case, impl: Impl, sets, rows: list, ctx: Context):
+    """Another timing round of one implementation's rows (checked earlier by ``run_impl_case``)."""
+    by_dir = {r["direction"]: r for r in rows}
+    fwd, bwd = by_dir.get("fwd"), by_dir.get("bwd")
+    if fwd is None or fwd["ms"] is None or fwd["status"] not in ("ok", "unchecked") or ctx.cuda_dead:
+        return
+    if bwd is not None and bwd["ms"] is None:
+        bwd = None
+    try:
+        with impl.context(), ctx.timer.stream_ctx():
+            _time_directions(case, impl.build(case), sets, fwd, bwd, ctx)
+    except Exception as e:  # the first round timed it: keep that, say what the second hit
+        fwd["note"] = ((fwd["note"] + "; ") if fwd["note"] else "") + f"timing round 2: {_err(e)}"
+        _cleanup(ctx, full=True)
 
 
 def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context) -> list:
@@ -220,7 +289,6 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
         return list(rows.values())
     skip_bwd = impl.skip(case, "bwd") if "bwd" in rows else None
 
-    timer = ctx.timer
     failed = False
     fwd, bwd = rows["fwd"], rows.get("bwd")
     if skip_bwd:
@@ -228,7 +296,7 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
         bwd = None
     grad_ctx = torch.enable_grad if train else torch.no_grad
     try:
-        with impl.context(), timer.stream_ctx():
+        with impl.context(), ctx.timer.stream_ctx():
             fn = impl.build(case)
             # ---- check: first call on set 0 (compilation / JIT / autotuning happen here) ---------------
             x0, w0, b0, rm0, rv0 = _leaves(sets[0], train, fresh_stats=True)
@@ -273,48 +341,8 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
                     bwd["status"], bwd["note"] = "error", _err(e)
             del y0, got
 
-            # ---- forward timing ------------------------------------------------------------------------
-            leaf_sets = [_leaves(s, train, fresh_stats=True) for s in sets]
-
-            def make_fwd(a):
-                def call():
-                    with grad_ctx():
-                        return fn(*a)
-                return call
-
-            ffns = [make_fwd(a) for a in leaf_sets]
-            ms, tname = timer.time(ffns)
-            _finish(fwd, ms, tname, ctx)
-            if tname == "cuda-events" and getattr(timer, "last_graph_error", None):
-                fwd["note"] = ((fwd["note"] + "; ") if fwd["note"] else "") + \
-                    "graph capture failed: " + timer.last_graph_error
-            fwd["peak_mem_bytes"] = _peak(ctx, ffns[0])
-            del ffns
-            _sync(ctx)
-
-            # ---- backward timing -----------------------------------------------------------------------
-            if bwd is not None and bwd["status"] != "error":
-                try:
-                    graphs = []
-                    with torch.enable_grad():
-                        for a, s in zip(leaf_sets, sets):
-                            y = fn(*a)
-                            graphs.append((y, [t_ for t_ in a[:3] if t_ is not None], s.dy))
-
-                    def make_bwd(y, leaves, dy):
-                        return lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True, allow_unused=True)
-
-                    bfns = [make_bwd(*g) for g in graphs]
-                    ms, tname = timer.time(bfns)
-                    _finish(bwd, ms, tname, ctx)
-                    if tname == "cuda-events" and getattr(timer, "last_graph_error", None):
-                        bwd["note"] = ((bwd["note"] + "; ") if bwd["note"] else "") + \
-                            "graph capture failed: " + timer.last_graph_error
-                    bwd["peak_mem_bytes"] = _peak(ctx, bfns[0])
-                    del bfns, graphs
-                except Exception as e:
-                    failed = True
-                    bwd["status"], bwd["note"] = "error", _err(e)
+            # ---- timing --------------------------------------------------------------------------------
+            failed = _time_directions(case, fn, sets, fwd, bwd, ctx)
     except Exception as e:
         failed = True
         for r in rows.values():
@@ -357,15 +385,27 @@ def run_case(case: C.Case, impls, ctx: Context, progress: Progress | None = None
                 progress.update(1, case.label())
         _cleanup(ctx, full=True)
         return rows
+    per_impl = []
     for impl in impls:
-        rows.extend(run_impl_case(case, impl, sets, ref, src, ctx))
+        per_impl.append(run_impl_case(case, impl, sets, ref, src, ctx))
+        if progress:
+            progress.update(1, f"{case.label()} {impl.name}")
+    del ref
+    # Further rounds in alternating order, each row keeping its fastest: on the H200 whichever
+    # implementation ran first after the float64 oracle read ~10 % slow (rms 16384x4096 bf16: normkit
+    # 0.0748 first vs 0.0682 last, Liger 0.0740 first vs 0.0671 second), whichever it was.
+    for rnd in range(1, ctx.rounds):
+        order = list(zip(impls, per_impl))
+        for impl, impl_rows in (order[::-1] if rnd % 2 else order):
+            if not ctx.over_budget():
+                retime_impl_case(case, impl, sets, impl_rows, ctx)
+    for impl, impl_rows in zip(impls, per_impl):
+        rows.extend(impl_rows)
         try:
             impl.finish_case(case)
         except Exception:
             pass
-        if progress:
-            progress.update(1, f"{case.label()} {impl.name}")
-    del sets, ref
+    del sets
     _cleanup(ctx, full=ctx.device == "cuda" and case.tensor_bytes >= (512 << 20))
     return rows
 
@@ -480,8 +520,9 @@ def _compile_key(impl, case):
 
 
 def estimate_seconds(cases, impls, scope: str = "headline", heads: dict | None = None, device: str = "cuda",
-                     seen_compile_keys: set | None = None) -> float:
-    """Estimated wall-clock seconds of ``cases`` x ``impls`` on an H200 (see the model above)."""
+                     seen_compile_keys: set | None = None, rounds: int = 2) -> float:
+    """Estimated wall-clock seconds of ``cases`` x ``impls`` on an H200 (see the model above), with
+    ``rounds`` timing rounds per case."""
     total = 0.0
     seen = set() if seen_compile_keys is None else seen_compile_keys
     started = bool(seen)
@@ -508,7 +549,7 @@ def estimate_seconds(cases, impls, scope: str = "headline", heads: dict | None =
                 total += FLAGGEMS_CASE_S.get(case.op, 2.0)
             elif impl.name in FIRST_CALL_DEFAULT_S:
                 total += FIRST_CALL_S[impl.name].get(case.op, FIRST_CALL_DEFAULT_S[impl.name])
-            total += PER_TIMING_S * n
+            total += PER_TIMING_S * n * rounds
     return total
 
 
