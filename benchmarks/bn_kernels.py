@@ -87,16 +87,9 @@ VARIANTS = {
     "pfr05": {"partial_frac_rows": 0.05},
     "pfr05m64": {"partial_frac_rows": 0.05, "min_rows": 64},
     "pf05": {"partial_frac": 0.05},
-    # rows view: the next loop step's loads issued before this step's sums (not yet measured)
-    "rowspf": {"red_prefetch_rows": True},
-    # the same in the ncs view; with the 16 KB forward tile it costs a CTA per SM (sm_90 128 -> 146
-    # registers at 1x4096, 8 warps), so also with 8 KB
-    "ncspf": {"red_prefetch_ncs": True},
-    "ncspf8k": {"red_prefetch_ncs": True, "red_tile_bytes_ncs_fwd": 8192},
-    # short unaligned planes (7x7, 14x14): the elementwise pass as a flat array of 16-byte vectors
-    "ncsflat": {"ew_flat_short_planes": True},
-    "ncsredflat": {"red_flat_short_planes": True},  # the reduction over them the same way
-    "ncsflatboth": {"ew_flat_short_planes": True, "red_flat_short_planes": True},
+    # short unaligned planes: the flat 16-byte elementwise pass off, or on for 14x14 forward / eval too
+    "noflat": {"ew_flat_max_plane": 0, "ew_flat_max_plane_bwd": 0},
+    "flat256": {"ew_flat_max_plane": 256},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -109,15 +102,11 @@ VARIANT_SCOPE = {
     "pfr05": ("rows", ("fwd", "bwd")),
     "pfr05m64": ("rows", ("fwd", "bwd")),
     "pf05": ("ncs", ("fwd", "bwd")),
-    "rowspf": ("rows", ("fwd", "bwd")),
-    "ncspf": ("ncs", ("fwd", "bwd")),
-    "ncspf8k": ("ncs", ("fwd",)),
-    "ncsflat": ("ncs", ("fwd", "bwd", "eval")),
-    "ncsredflat": ("ncs", ("fwd", "bwd")),
-    "ncsflatboth": ("ncs", ("fwd", "bwd")),
+    "noflat": ("ncs", ("fwd", "bwd", "eval")),
+    "flat256": ("ncs", ("fwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("rowspf", "ncspf", "ncsflat", "ncsredflat", "ncsflatboth")
+FP32_VARIANTS = ("noflat", "flat256")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

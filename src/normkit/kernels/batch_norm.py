@@ -36,10 +36,11 @@ Rows-view reduction: forward statistics keep 4 row chunks in flight per loop ste
 (``red_unroll_rows_fwd``), the backward sums 2 (4 chunks of x and dy measured slower); forward and
 backward have separate grid targets (``target_programs_rows_fwd`` / ``_bwd``). A flat 1-D path
 for short unaligned ncs planes that loaded four coefficients per element was measured and dropped
-(benchmarks/NOTES-batch_norm.md). Two knobs wait for their first GPU A/B, off until then:
-``red_prefetch_rows`` / ``red_prefetch_ncs`` (the next loop step's loads issued before this step's
-sums) and ``ew_flat_short_planes`` (``_bn_ew_flat_kernel``: 7x7 / 14x14 planes as a flat array of
-16-byte vectors, per-plane coefficients spread with ``tl.gather``). Both give the default path's bits.
+(benchmarks/NOTES-batch_norm.md); the one kept (``_bn_ew_flat_kernel``, planes up to
+``ew_flat_max_plane`` / ``_bwd`` elements) loads 16-byte vectors and spreads the per-plane
+coefficients with ``tl.gather``. The rows reduction issues the next loop step's loads before this
+step's sums. Measured and dropped (same bits, slower on the H200): the same prefetch in the ncs
+reduction, and a flat reduction over short planes.
 
 eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen's InvStd on CPU
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
@@ -85,16 +86,12 @@ _TUNE = {
     "ew_warps": 8,
     "red_warps": 8,
     "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
-    # rows-view reduction: the next loop step's loads issued before this step's sums (more bytes in flight
-    # for the 6-206 MB layers whose forward statistics ran at 0.50-0.70 of copy); not yet measured: off
-    "red_prefetch_rows": False,
-    "red_prefetch_ncs": False,  # the same for the ncs view (NCHW forward statistics: 0.28-0.83 of copy)
-    # elementwise pass over short unaligned ncs planes (7x7, 14x14) as a flat array of 16-byte vectors,
-    # per-plane coefficients spread with tl.gather (_bn_ew_flat_kernel); not yet measured: off
-    "ew_flat_short_planes": False,
-    # ... and the reduction over them: each unit's planes loaded as one contiguous vector run, spread to
-    # the [channels, plane] tile with tl.gather (the same sums); not yet measured: off
-    "red_flat_short_planes": False,
+    # elementwise pass over short unaligned ncs planes as a flat array of 16-byte vectors, per-plane
+    # coefficients spread with tl.gather (_bn_ew_flat_kernel), for S up to these (H200 2026-12-01, bf16
+    # 256x2048x7x7 eval / fwd / bwd 0.0423 / 0.0750 / 0.0935 -> 0.0322 / 0.0632 / 0.0849 ms; at 14x14 the
+    # backward won 3-6 % but the bf16 forward and eval lost 2-6 %)
+    "ew_flat_max_plane": 64,
+    "ew_flat_max_plane_bwd": 256,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
@@ -195,12 +192,11 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, PREFETCH: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
-    any is used; PREFETCH: the next step's loads issued before this step's sums, in the same order,
-    so the same bits). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g),
+    any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g),
     sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]."""
     pid = tl.program_id(0)
     cb = pid % NCB
@@ -215,21 +211,14 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    if PREFETCH:
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
-    else:
-        for i in range(0, n_iter):
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
-                                                                BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                        BM, UNROLL, BWD)
+    for i in range(0, n_iter):
+        c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+                                                            cmask, BM, UNROLL, BWD)
+        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+                                       ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
@@ -256,34 +245,14 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 
 
 @triton.jit
-def _bn_ncs_flat_tile(ptr, u, cb, C, NC, lane, idx, valid, S: tl.constexpr, CB: tl.constexpr,
-                      BS: tl.constexpr):
-    """Unit u's [CB, BS] tile (planes u*C + cb*CB.., S elements each) loaded as one contiguous run of
-    CB*S elements (16-byte vectors where a plane start is not on a boundary) and spread to the tile
-    with tl.gather; entries outside ``valid`` are 0, exactly as the masked tile load gives them."""
-    plane0 = u * C + cb * CB
-    base = plane0 * S
-    if (plane0 < NC) & (cb * CB + CB <= C):  # a whole unit: a compile-time bound, vector accesses
-        flat = tl.load(ptr + base + lane, mask=lane < CB * S, other=0.0)
-    else:
-        n_el = tl.where(plane0 < NC, tl.minimum(C - cb * CB, CB) * S, 0).to(tl.int32)
-        flat = tl.load(ptr + base + lane, mask=lane < n_el, other=0.0)
-    tile = tl.reshape(tl.gather(flat, idx, axis=0), [CB, BS])
-    return tl.where(valid, tile, 0.0)
-
-
-@triton.jit
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
-    FLAT: tl.constexpr, FB: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
-    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step; PREFETCH: the next
-    step's loads issued before this step's sums, the same sums in the same order; FLAT, for S
-    compiled in and one chunk a plane: each unit's CB planes loaded as one contiguous vector run and
-    spread to the tile, the same sums; FB = next_pow2(CB * S)). Same sums as the rows kernel."""
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
+    kernel."""
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -297,37 +266,10 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    if FLAT:
-        lane = tl.arange(0, FB)
-        pos = tl.arange(0, CB * BS)
-        idx = tl.minimum((pos // BS) * S + pos % BS, FB - 1)
-        for i in range(0, n_iter):
-            _, _, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
-            u0 = (p + (2 * i) * P).to(tl.int64)
-            x0 = _bn_ncs_flat_tile(x_ptr, u0, cb, C, NC, lane, idx, m0, S, CB, BS).to(ACC)
-            x1 = _bn_ncs_flat_tile(x_ptr, u0 + P, cb, C, NC, lane, idx, m1, S, CB, BS).to(ACC)
-            g0, g1 = x0, x1
-            if BWD:
-                g0 = _bn_ncs_flat_tile(g_ptr, u0, cb, C, NC, lane, idx, m0, S, CB, BS).to(ACC)
-                g1 = _bn_ncs_flat_tile(g_ptr, u0 + P, cb, C, NC, lane, idx, m1, S, CB, BS).to(ACC)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x0, g0, m0, ref2, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, x1, g1, m1, ref2, BWD)
-    elif PREFETCH:
-        o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
-        x0, g0 = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
-        x1, g1 = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, k0, k1 = x0, g0, x1, g1, m0, m1
-            o0, o1, m0, m1 = _bn_ncs_step(p, i + 1, P, C, S, NC, NSC, ch, cmask, sr, BS)
-            x0, g0 = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
-            x1, g1 = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, c0.to(ACC), h0.to(ACC), k0, ref2, BWD)
-            acc1, acc2 = _bn_acc_loaded(acc1, acc2, c1.to(ACC), h1.to(ACC), k1, ref2, BWD)
-    else:
-        for i in range(0, n_iter):
-            o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
-            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
-            acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
+    for i in range(0, n_iter):
+        o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
     r1 = tl.sum(acc1, axis=1)
     r2 = tl.sum(acc2, axis=1)
     tl.store(part_ptr + p * C + ch, r1, mask=cmask)
@@ -338,24 +280,21 @@ def _bn_reduce_ncs(
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH,
-                   False, 1)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PREFETCH: tl.constexpr,
-    FLAT: tl.constexpr, FB: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PREFETCH,
-                   FLAT, FB)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
 
 
 @triton.jit
@@ -930,6 +869,14 @@ def _const_s(v):
     return _unaligned(v) and v.S <= 1024
 
 
+def _flat_planes(v, mode):
+    """Whether the elementwise pass takes short unaligned planes as one flat vector array."""
+    if v.kind == "rows" or not _const_s(v):
+        return False
+    bwd = mode in (_BWD_TRAIN, _BWD_EVAL)
+    return v.S <= _TUNE["ew_flat_max_plane_bwd" if bwd else "ew_flat_max_plane"]
+
+
 def _unaligned_warps(BS):
     # ~4+ elements of a plane per thread: warps = BS / 128, at least 1, at most 8
     return max(1, min(8, BS // 128))
@@ -954,21 +901,14 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"],
-            PREFETCH=_TUNE["red_prefetch_rows"],
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
-        flat = {}
-        if _const_s(v):
-            on = _TUNE["red_flat_short_planes"] and cfg["NSC"] == 1
-            flat = dict(FLAT=on, FB=next_pow2(cfg["CB"] * v.S) if on else 1)
-            if on:  # in one warp tl.gather goes through shuffles: 168-239 registers at 7x7 (sm_90), 96-118 in two
-                nw = max(nw, 2)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PREFETCH=_TUNE["red_prefetch_ncs"], **flat,
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
             num_warps=nw,
         )
     return part, P
@@ -986,7 +926,7 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
             num_warps=_warps(cfg["BM"] * cfg["BC"]),
         )
-    elif _const_s(v) and _TUNE["ew_flat_short_planes"]:
+    elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
         launch(_bn_ew_flat_kernel, (fc["NT"],),
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
