@@ -46,7 +46,8 @@
 # Files under $OUT (<= 7, no folders): bench.json summary.md bench.log and up to 3 PNGs (batch_norm.png,
 # layer_rms_norm.png, group_instance_norm.png), bench.json.tmp only if killed while writing.
 #
-# Knobs: PART (1|2|headline), HEADLINE_OPS / MODELS (PART=headline: ops, model names; default all), OUT, DEADLINE (s, whole script), TAIL (s), OPS1 / OPS2 (the ops of each part),
+# Knobs: PART (1|2|headline), HEADLINE_OPS / MODELS (PART=headline: ops, model names; default all; none: no
+# models), OUT, DEADLINE (s, whole script), TAIL (s), OPS1 / OPS2 (the ops of each part),
 # EXTRA (more bench arguments, e.g. "--rep-ms 20").
 # Liger-Kernel 0.8.5 and FlagGems 5.0.2 (+ sqlalchemy, greenlet for FlagGems) travel as wheels in .whl/;
 # without them their rows read n/a.
@@ -89,7 +90,11 @@ elif [ "$PART" = headline ]; then
     # dtype only (~5.7 min estimated), then the four models (~1.5 min)
     COMMON=(--all-dtypes --peer-scope headline --compile-dynamic --peers all --json "$OUT/bench.json" --out "$OUT")
     # shellcheck disable=SC2206
-    ARGS=(--ops ${HEADLINE_OPS:-batch_norm layer_norm rms_norm} --perf --models ${MODELS:-} --steps 20)
+    ARGS=(--ops ${HEADLINE_OPS:-batch_norm layer_norm rms_norm} --perf)
+    if [ "${MODELS:-}" != none ]; then
+        # shellcheck disable=SC2206
+        ARGS+=(--models ${MODELS:-} --steps 20)
+    fi
 else
     # shellcheck disable=SC2206
     ARGS=(--ops $OPS2 --perf --models --accuracy --accuracy-ops all --steps 20)
