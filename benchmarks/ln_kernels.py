@@ -313,6 +313,18 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, cfg in (("plain", {"bwd_pf_wide_max_block": 0}), ("pf_e16_p1_d2", pfw(16)),
                              ("pf_e8_p1_d2", pfw(8))):
                 add("lnbwdpf", lab, cfg, "ln", M, N, "bwd", pdt)
+    # 2026-12-01 (session 5) headline: bf16 x with fp32 w/b, LN forward at 4096 / 8192 ran 0.80 / 0.85x
+    # Liger; a persistent program loads w/b once instead of once per row
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for lab, lo in (("off", 16384), ("from8k", 8192), ("from4k", 4096), ("from2k", 2048)):
+            add("fwdmixpersist", lab, {"fwd_persist_min_block_wide_params": lo}, "ln", M, N, "fwd",
+                torch.float32, torch.bfloat16)
+    # fp32 LN backward at 8192 ran 0.70x Liger (0.60 SOL): the prefetching kernel's two blocks ahead
+    # spill there; the plain rows kernel (row-bytes cap) or the column path instead
+    for op in ("ln", "rms"):
+        for lab, cfg in (("pf", {"bwd_pf_wide_max_row_bytes": 0}), ("plain32k", {"bwd_pf_wide_max_row_bytes": 16384}),
+                         ("cols", {"bwd_max_block_ln": 4096, "bwd_pf_wide_max_row_bytes": 0})):
+            add("bwd8k32", lab, cfg, op, 8192, 8192, "bwd", torch.float32, torch.float32)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]

@@ -681,3 +681,53 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     _check_sum(s, x + r)
     assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
     assert [e[0] for e in log] == ["_fwd_loop_kernel" if N > 16384 else "_fwd_rows_kernel"]
+
+
+def _record_launches(monkeypatch):
+    """Wraps the launcher: returns the list that collects (kernel name, constexpr kwargs) per launch."""
+    seen = []
+    real = L.launch
+
+    def rec(kernel, grid, *args, **kw):
+        seen.append((getattr(kernel, "__name__", None) or kernel.fn.__name__, kw))
+        return real(kernel, grid, *args, **kw)
+
+    monkeypatch.setattr(L, "launch", rec)
+    return seen
+
+
+@interp
+@pytest.mark.parametrize("N", [100, 1000])
+def test_persistent_forward_for_wide_params_only(N, monkeypatch):
+    # fwd_persist_min_block_wide_params: the persistent forward where w/b are wider than x (16-bit x,
+    # fp32 w/b), the one-row-per-program kernel otherwise; both exact
+    monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1 << 30)
+    monkeypatch.setitem(L._CFG, "fwd_persist_min_block_wide_params", 1)
+    monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "tile_elems", 256)
+    monkeypatch.setitem(L._CFG, "tile_elems_wide_params", 256)
+    seen = _record_launches(monkeypatch)
+    for dtype, kind, wide in ((torch.bfloat16, "fp32", True), (torch.bfloat16, "same", False),
+                              (torch.float32, "same", False)):
+        seen.clear()
+        check_ln(37, N, dtype, kind, bwd=False)
+        check_rms(37, N, dtype, kind, bwd=False)
+        persist = [kw["PERSIST"] for name, kw in seen if name == "_fwd_rows_kernel"]
+        assert persist == [wide, wide]
+
+
+@interp
+def test_backward_row_bytes_cap(monkeypatch):
+    # bwd_pf_wide_max_row_bytes: one-row blocks of more bytes than the cap take the plain rows kernel
+    # (fp32 here), narrower byte rows the prefetching one (bf16 at the same width); both exact
+    monkeypatch.setitem(L._CFG, "multi_row_max", 4)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "bwd_pf_mid_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_row_bytes", 256)  # 128 wide: bf16 256 B, fp32 512 B
+    seen = _record_launches(monkeypatch)
+    for dtype, kernel in ((torch.bfloat16, "_bwd_rows_pf_kernel"), (torch.float32, "_bwd_rows_kernel")):
+        seen.clear()
+        check_ln(37, 100, dtype, "same")
+        check_rms(37, 100, dtype, "same")
+        used = [name for name, _ in seen if name.startswith("_bwd_rows")]
+        assert used == [kernel, kernel]

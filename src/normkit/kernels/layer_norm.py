@@ -109,6 +109,9 @@ _CFG = {
     "fwd_persist_min_block": 16384,
     "fwd_persist_max_block": 16384,
     "fwd_persist_progs_per_sm": 1,
+    # the same lower bound where weight/bias are wider than x (16-bit x, fp32 w/b: each one-row program
+    # re-reads 4x its row's bytes of w/b from L2, a persistent program reads them once)
+    "fwd_persist_min_block_wide_params": 16384,
     # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
     # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
     # read once from HBM; 0: never), wider two launches (3 passes). H200 2026-12-01 (CUDA graphs, bf16,
@@ -142,6 +145,7 @@ _CFG = {
     "bwd_pf_progs_per_sm": 4,  # persistent programs per SM
     # ... and for one-row blocks (multi_row_max < BLOCK_N <= bwd_pf_wide_max_block; 0: off)
     "bwd_pf_wide_max_block": 8192,
+    "bwd_pf_wide_max_row_bytes": 0,  # and rows of at most this many bytes (0: no cap)
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
@@ -913,7 +917,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None)
         nblocks = cdiv(M, BLOCK_M)
-        persist = _CFG["fwd_persist_min_block"] <= BLOCK_N <= _CFG["fwd_persist_max_block"]
+        lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
+        persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         per = 1
         if persist:
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
@@ -988,7 +993,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         if narrow:
             pf = _CFG["bwd_pf_min_block"] <= BLOCK_N <= _CFG["bwd_pf_max_block"]
         else:
-            pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"]
+            cap = _CFG["bwd_pf_wide_max_row_bytes"]
+            pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
         if pf:
             kind = "bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else "bwd_pf_wide"
             ept = _CFG[kind + "_ept"]
