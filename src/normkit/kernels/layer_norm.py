@@ -110,8 +110,10 @@ _CFG = {
     "fwd_persist_max_block": 16384,
     "fwd_persist_progs_per_sm": 1,
     # the same lower bound where weight/bias are wider than x (16-bit x, fp32 w/b: each one-row program
-    # re-reads 4x its row's bytes of w/b from L2, a persistent program reads them once)
-    "fwd_persist_min_block_wide_params": 16384,
+    # re-reads 4x its row's bytes of w/b from L2, a persistent program reads them once). H200 2026-12-01
+    # sweep "fwdmixpersist", LN bf16 x / fp32 w,b: 8192x8192 0.1086 -> 0.0867 ms; at 4096 it lost
+    # (16384x4096 0.0996 -> 0.1152)
+    "fwd_persist_min_block_wide_params": 8192,
     # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
     # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
     # read once from HBM; 0: never), wider two launches (3 passes). H200 2026-12-01 (CUDA graphs, bf16,
@@ -145,7 +147,9 @@ _CFG = {
     "bwd_pf_progs_per_sm": 4,  # persistent programs per SM
     # ... and for one-row blocks (multi_row_max < BLOCK_N <= bwd_pf_wide_max_block; 0: off)
     "bwd_pf_wide_max_block": 8192,
-    "bwd_pf_wide_max_row_bytes": 0,  # and rows of at most this many bytes (0: no cap)
+    # ... and rows of at most this many bytes: two 32 KB fp32 blocks ahead spill (sweep "bwd8k32", fp32
+    # LN 8192x8192 0.3293 -> 0.2640 ms with the plain kernel; RMS 0.2358 / 0.2361, bf16 unaffected)
+    "bwd_pf_wide_max_row_bytes": 16384,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
