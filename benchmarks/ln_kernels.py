@@ -325,6 +325,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, cfg in (("pf", {"bwd_pf_wide_max_row_bytes": 0}), ("plain32k", {"bwd_pf_wide_max_row_bytes": 16384}),
                          ("cols", {"bwd_max_block_ln": 4096, "bwd_pf_wide_max_row_bytes": 0})):
             add("bwd8k32", lab, cfg, op, 8192, 8192, "bwd", torch.float32, torch.float32)
+    # session 5 headline: fp32 LN / RMS forward at 16384 ran 0.84 / 0.95x Liger (one 16-warp persistent
+    # program per SM); more programs per SM, or none persistent
+    for op in ("ln", "rms"):
+        for dt in (torch.bfloat16, torch.float32):
+            for lab, cfg in (("p1", {}), ("p2", {"fwd_persist_progs_per_sm": 2}),
+                             ("off", {"fwd_persist_min_block": 1 << 30, "fwd_persist_min_block_wide_params": 1 << 30})):
+                add("fwd16kp", lab, cfg, op, 4096, 16384, "fwd", dt, dt)
+    # bf16 x / fp32 w,b LN forward at 4096 ran 0.80x Liger: elements per thread (-> warps) of the one-row program
+    for dt, pdt in ((torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16)):
+        for e in (4, 8, 16, 32):
+            add("fwdmix4k", f"e{e}", {"fwd_ept_mid": e}, "ln", 16384, 4096, "fwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
