@@ -10,10 +10,10 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
 * ``BLOCK_N <= 8192`` (``'fwd_max_block'`` = 16384 bounds the rows-in-registers kernel): ``_fwd_rows_kernel``,
   one ``[BLOCK_M, BLOCK_N]`` tile per program, several rows per program up to 1024 wide
   (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above. Read x, write y: 2 HBM passes (the minimum).
-* ``BLOCK_N == 16384`` (``'fwd_persist_min_block'`` .. ``'fwd_persist_max_block'``): the same kernel,
-  persistent (1 program per SM): w/b loaded once per program, the next tile's x (and residual) loaded
-  before this tile's reductions. 2 passes. (At 4096 wide it lost: 0.0698 -> 0.1142 ms; at 16384 fp32
-  0.1489 -> 0.0735 ms.)
+* ``8192 <= BLOCK_N <= 16384`` with weight/bias wider than x (``'fwd_persist_min_block_wide_params'``
+  .. ``'fwd_persist_max_block'``): the same kernel, persistent (1 program per SM): w/b loaded once per
+  program instead of once per row, the next tile's x (and residual) loaded before this tile's
+  reductions. 2 passes. (Persistent programs lost at 4096, and at 16384 where w/b are as narrow as x.)
 * ``BLOCK_N >= 32768`` without residual (``'fwd_split_min_block'``): ``_fwd_split_kernel``, (row, chunk)
   programs, a row's chunks at consecutive ids, each chunk in registers. Up to 65536
   (``'fwd_split_fused_max_block'``), one launch with 16384-wide chunks: each program writes its chunk's
@@ -105,8 +105,10 @@ _CFG = {
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
     "max_warps": 16,
     # persistent forward rows kernel for widths in [min, max] block (w/b loaded once per program, the
-    # next tile's x prefetched): won at 16384 only (fp32 0.1489 -> 0.0735 ms; 4096: 0.0698 -> 0.1142)
-    "fwd_persist_min_block": 16384,
+    # next tile's x prefetched). Off where w/b are as narrow as x: H200 2026-12-01 session 5 sweep
+    # "fwd16kp", 4096x16384 one-row programs against one persistent program per SM: fp32 LN / RMS 0.1692 /
+    # 0.1434 -> 0.1534 / 0.1371 ms, bf16 LN / RMS 0.0771 / 0.0721 -> 0.0776 / 0.0708
+    "fwd_persist_min_block": 1 << 30,
     "fwd_persist_max_block": 16384,
     "fwd_persist_progs_per_sm": 1,
     # the same lower bound where weight/bias are wider than x (16-bit x, fp32 w/b: each one-row program
