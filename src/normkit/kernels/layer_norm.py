@@ -7,7 +7,7 @@ No validation, no autograd, no host synchronisation here (CUDA-graph and ``torch
 Regimes, picked by the row width N (``BLOCK_N = next_pow2(N)``; defaults in ``_CFG``, chosen from the
 H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
 
-* ``BLOCK_N <= 8192`` (``'fwd_max_block'`` = 16384 bounds the rows-in-registers kernel): ``_fwd_rows_kernel``,
+* ``BLOCK_N <= 16384`` (``'fwd_max_block'``): ``_fwd_rows_kernel``,
   one ``[BLOCK_M, BLOCK_N]`` tile per program, several rows per program up to 1024 wide
   (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above. Read x, write y: 2 HBM passes (the minimum).
 * ``8192 <= BLOCK_N <= 16384`` with weight/bias wider than x (``'fwd_persist_min_block_wide_params'``
