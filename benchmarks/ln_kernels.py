@@ -336,6 +336,14 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     for dt, pdt in ((torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16)):
         for e in (4, 8, 16, 32):
             add("fwdmix4k", f"e{e}", {"fwd_ept_mid": e}, "ln", 16384, 4096, "fwd", pdt, dt)
+    # the mixed 4096 forward (0.80x Liger): several rows per program, w/b read once per program
+    for lab, r in (("r1", 1), ("r2", 2), ("r4", 4)):
+        add("fwdmixrows", lab, {"fwd_rows_wide_params": r}, "ln", 16384, 4096, "fwd", torch.float32, torch.bfloat16)
+    # fp32 LN backward at 8192 (0.81x Liger, plain kernel at 16 warps): one program per SM as Liger, or 2
+    for op in ("ln", "rms"):
+        for lab, p in (("p0", 0), ("p1", 1), ("p2", 2)):
+            add("bwdplainpps", lab, {"bwd_plain_wide_progs_per_sm": p}, op, 8192, 8192, "bwd",
+                torch.float32, torch.float32)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -443,7 +451,8 @@ def main():
     meta["cfg_rows"] = dict(L._CFG)
     checks = []
     for op in ("ln", "rms"):
-        for (M, N) in ([(262144, 256), (32768, 768), (4096, 16384), (2048, 65536), (512, 262144)]
+        for (M, N) in ([(262144, 256), (32768, 768), (16384, 4096), (8192, 8192), (4096, 16384), (2048, 65536),
+                        (512, 262144)]
                        if DEV == "cuda" else SHAPES):
             combos = [(torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)]
             if op == "ln":

@@ -731,3 +731,32 @@ def test_backward_row_bytes_cap(monkeypatch):
         check_rms(37, 100, dtype, "same")
         used = [name for name, _ in seen if name.startswith("_bwd_rows")]
         assert used == [kernel, kernel]
+
+
+@interp
+@pytest.mark.parametrize("rows", [2, 4])
+def test_several_rows_per_program_for_wide_params(rows, monkeypatch):
+    # fwd_rows_wide_params: one-row widths with w/b wider than x take several rows per program
+    # (a partial last block: 37 rows), exact as one row per program
+    monkeypatch.setitem(L._CFG, "multi_row_max", 16)
+    monkeypatch.setitem(L._CFG, "fwd_persist_min_block_wide_params", 1 << 30)
+    monkeypatch.setitem(L._CFG, "fwd_rows_wide_params", rows)
+    seen = _record_launches(monkeypatch)
+    check_ln(37, 100, torch.bfloat16, "fp32", bwd=False)
+    check_rms(37, 100, torch.bfloat16, "fp32", bwd=False)
+    assert [kw["BLOCK_M"] for name, kw in seen if name == "_fwd_rows_kernel"] == [rows, rows]
+    seen.clear()
+    check_ln(37, 100, torch.bfloat16, "same", bwd=False)  # w/b as narrow as x: one row a program
+    assert [kw["BLOCK_M"] for name, kw in seen if name == "_fwd_rows_kernel"] == [1]
+
+
+@interp
+def test_plain_backward_programs_per_sm(monkeypatch):
+    # bwd_plain_wide_progs_per_sm: the plain rows backward on one-row blocks with 1 or 3 persistent
+    # programs per SM (the interpreter counts 4 SMs): several blocks per program, exact either way
+    monkeypatch.setitem(L._CFG, "multi_row_max", 16)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 0)
+    for pps in (1, 3):
+        monkeypatch.setitem(L._CFG, "bwd_plain_wide_progs_per_sm", pps)
+        check_ln(37, 100, torch.float32, "same")
+        check_rms(37, 100, torch.float32, "same")

@@ -116,6 +116,9 @@ _CFG = {
     # sweep "fwdmixpersist", LN bf16 x / fp32 w,b: 8192x8192 0.1086 -> 0.0867 ms; at 4096 it lost
     # (16384x4096 0.0996 -> 0.1152)
     "fwd_persist_min_block_wide_params": 8192,
+    # rows per program of the one-row widths (multi_row_max < BLOCK_N) below that, w/b wider than x: w/b
+    # read from L2 once per that many rows (not yet measured: 1)
+    "fwd_rows_wide_params": 1,
     # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
     # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
     # read once from HBM; 0: never), wider two launches (3 passes). H200 2026-12-01 (CUDA graphs, bf16,
@@ -152,6 +155,9 @@ _CFG = {
     # ... and rows of at most this many bytes: two 32 KB fp32 blocks ahead spill (sweep "bwd8k32", fp32
     # LN 8192x8192 0.3293 -> 0.2640 ms with the plain kernel; RMS 0.2358 / 0.2361, bf16 unaffected)
     "bwd_pf_wide_max_row_bytes": 16384,
+    # programs per SM of the plain backward rows kernel on one-row blocks (0: 32 // num_warps, i.e. 2 at
+    # 16 warps, where registers allow one resident; not yet measured)
+    "bwd_plain_wide_progs_per_sm": 0,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
@@ -922,9 +928,12 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None)
-        nblocks = cdiv(M, BLOCK_M)
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
+        if wide_params and not persist and BLOCK_M == 1 and _CFG["fwd_rows_wide_params"] > 1:
+            BLOCK_M = _CFG["fwd_rows_wide_params"]
+            nw = next_pow2(min(_CFG["max_warps"], max(1, BLOCK_M * BLOCK_N // (32 * _CFG["fwd_ept_mid"]))))
+        nblocks = cdiv(M, BLOCK_M)
         per = 1
         if persist:
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
@@ -1011,7 +1020,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         if pf:
             pps = _CFG[kind + "_progs_per_sm"]
         else:
-            pps = max(1, 32 // nw)
+            pps = (_CFG["bwd_plain_wide_progs_per_sm"] if not narrow else 0) or max(1, 32 // nw)
         if pf or need_partials:
             # the prefetching kernel is persistent even without partials (its point is the loop)
             P = _num_sms(x) * pps
