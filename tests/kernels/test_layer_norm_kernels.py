@@ -639,7 +639,7 @@ _ROUTES = [
     (1000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (3000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (8192, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (16384, [("_fwd_rows_kernel", True)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (16384, [("_fwd_rows_kernel", False)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
     (20000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
 ]

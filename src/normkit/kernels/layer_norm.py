@@ -9,7 +9,8 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
 
 * ``BLOCK_N <= 16384`` (``'fwd_max_block'``): ``_fwd_rows_kernel``,
   one ``[BLOCK_M, BLOCK_N]`` tile per program, several rows per program up to 1024 wide
-  (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above. Read x, write y: 2 HBM passes (the minimum).
+  (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above (4 where weight/bias are wider than x,
+  ``'fwd_rows_wide_params'``: w/b read from L2 once per 4 rows). Read x, write y: 2 HBM passes.
 * ``8192 <= BLOCK_N <= 16384`` with weight/bias wider than x (``'fwd_persist_min_block_wide_params'``
   .. ``'fwd_persist_max_block'``): the same kernel, persistent (1 program per SM): w/b loaded once per
   program instead of once per row, the next tile's x (and residual) loaded before this tile's
@@ -117,8 +118,9 @@ _CFG = {
     # (16384x4096 0.0996 -> 0.1152)
     "fwd_persist_min_block_wide_params": 8192,
     # rows per program of the one-row widths (multi_row_max < BLOCK_N) below that, w/b wider than x: w/b
-    # read from L2 once per that many rows (not yet measured: 1)
-    "fwd_rows_wide_params": 1,
+    # read from L2 once per that many rows (sweep "fwdmixrows", LN bf16 x / fp32 w,b 16384x4096: 1 / 2 / 4
+    # rows 0.0998 / 0.0981 / 0.0773 ms; Liger 0.0803)
+    "fwd_rows_wide_params": 4,
     # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
     # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
     # read once from HBM; 0: never), wider two launches (3 passes). H200 2026-12-01 (CUDA graphs, bf16,
@@ -156,8 +158,9 @@ _CFG = {
     # LN 8192x8192 0.3293 -> 0.2640 ms with the plain kernel; RMS 0.2358 / 0.2361, bf16 unaffected)
     "bwd_pf_wide_max_row_bytes": 16384,
     # programs per SM of the plain backward rows kernel on one-row blocks (0: 32 // num_warps, i.e. 2 at
-    # 16 warps, where registers allow one resident; not yet measured)
-    "bwd_plain_wide_progs_per_sm": 0,
+    # 16 warps, where registers allow one resident). Sweep "bwdplainpps", fp32 8192x8192 LN / RMS: 0 (2)
+    # 0.2713 / 0.2350 ms, 1: 0.2539 / 0.2364, 2: 0.2660 / 0.2349
+    "bwd_plain_wide_progs_per_sm": 1,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
