@@ -344,6 +344,21 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, p in (("p0", 0), ("p1", 1), ("p2", 2)):
             add("bwdplainpps", lab, {"bwd_plain_wide_progs_per_sm": p}, op, 8192, 8192, "bwd",
                 torch.float32, torch.float32)
+    # one-launch wide backward (_bwd_wide_kernel, prepared in session 5, not yet measured): the row's
+    # last chunk program writes its dx from L2, x and dy read once from HBM (3 passes, against 5 for
+    # row sums + column kernel, which ran the wide rows at 0.44-0.56 SOL). Prediction: 4096x16384 LN,
+    # 2048x65536 and 512x262144 LN / RMS backward 0.44-0.56 -> 0.60-0.70 SOL.
+    def wide(ch, w, p, fin):
+        return {"bwd_wide_min_block": 16384, "bwd_wide_chunk": ch, "bwd_wide_warps": w,
+                "bwd_wide_progs_per_sm": p, "bwd_wide_fin_block": fin}
+
+    for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
+                       ("rms", ((2048, 65536), (512, 262144)))):
+        for M, N in shapes:
+            for dt in (torch.bfloat16, torch.float32):
+                for lab, cfg in (("off", {"bwd_wide_min_block": 1 << 30}), ("c2048_w8_p2", wide(2048, 8, 2, 1024)),
+                                 ("c4096_w16_p1", wide(4096, 16, 1, 2048)), ("c2048_w8_p4", wide(2048, 8, 4, 1024))):
+                    add("bwdwide", lab, cfg, op, M, N, "bwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -387,8 +402,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-                if not err <= 1e-2:  # bf16 output rounding is ~2e-3
-                    v = float("inf")
+            elif g == "bwdwide":  # a new backward kernel: dx, dw (, db) on a row subset against fp64
+                try:
+                    c = check(op, min(M, 64), N, dt, pdt)
+                    err = max(c[k] for k in ("dx", "dw", "db") if k in c)
+                except Exception as e:
+                    log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
+                    err = float("nan")
+            if err is not None and not err <= 1e-2:  # bf16 output rounding is ~2e-3
+                v = float("inf")
             totals[label] = totals.get(label, 0.0) + math.log(v)  # geomean over the group's rows
             out.append({"group": g, "label": label, "op": op, "M": M, "N": N, "dir": which, "ms": v, "sol": sv,
                         "cfg": cfg, "params": str(pdt), "dtype": str(dt), "err": err})

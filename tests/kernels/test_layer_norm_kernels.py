@@ -760,3 +760,69 @@ def test_plain_backward_programs_per_sm(monkeypatch):
         monkeypatch.setitem(L._CFG, "bwd_plain_wide_progs_per_sm", pps)
         check_ln(37, 100, torch.float32, "same")
         check_rms(37, 100, torch.float32, "same")
+
+
+def _wide_backward_on(monkeypatch, chunk=32, fin=64):
+    """The one-launch wide backward at interpreter sizes: rows past 64 wide, chunks of ``chunk``."""
+    monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+    monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 64)
+    monkeypatch.setitem(L._CFG, "bwd_wide_min_block", 128)
+    monkeypatch.setitem(L._CFG, "bwd_wide_chunk", chunk)
+    monkeypatch.setitem(L._CFG, "bwd_wide_fin_block", fin)
+
+
+@interp
+@pytest.mark.parametrize("N", [100, 300, 1000])
+def test_wide_backward_one_launch(N, monkeypatch):
+    # _bwd_wide_kernel: (row group, chunk) programs, the row's last program writes its dx; partial last
+    # chunk, partial last row group (37 rows over 4 SMs x 2 programs), params in x's dtype, fp32 or none,
+    # a large common offset
+    _wide_backward_on(monkeypatch)
+    seen = _record_launches(monkeypatch)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none")):
+        seen.clear()
+        check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
+        check_rms(37, N, dtype, kind)
+        assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_wide_kernel"] * 2
+
+
+@interp
+def test_wide_backward_masks_and_determinism(monkeypatch):
+    # every output_mask combination against the float64 reference; the same bits on a second call;
+    # a row stride wider than N; fewer rows than programs
+    _wide_backward_on(monkeypatch, chunk=64, fin=32)
+    M, N = 9, 200
+    big = torch.randn(M, N + 24, dtype=torch.float64).to(torch.bfloat16)
+    x = big[:, :N]
+    dy = torch.randn(M, N, dtype=torch.float64).to(torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "fp32")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+    for mask in ((True, True, True), (True, False, False), (False, True, True), (False, False, True)):
+        got = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
+        again = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
+        for want, ref, g, a in zip(mask, (gx, gw, gb), got, again):
+            if not want:
+                assert g is None
+                continue
+            assert torch.equal(g, a)
+            assert rel(g, ref) <= TOL_BWD[torch.bfloat16]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [12288, 65537, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_wide_backward_one_launch(N, dtype, monkeypatch):
+    # compiled, any chunk program can be a row's last and many rows are in flight: against float64,
+    # and repeated calls agree bit for bit (a row sum read before it was visible would show)
+    monkeypatch.setitem(L._CFG, "bwd_wide_min_block", 16384)
+    M = max(8, 2 ** 23 // N)
+    check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same", device="cuda")
+    check_rms(M, N, dtype, "same", device="cuda")
+    x, dy = _inputs(M, N, dtype, 1000.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    first = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+    for _ in range(3):
+        again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+        assert all(torch.equal(a, c) for a, c in zip(first, again))

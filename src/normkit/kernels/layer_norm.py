@@ -143,6 +143,16 @@ _CFG = {
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
+    # one-launch wide backward (_bwd_wide_kernel) from this BLOCK_N on, where the rows kernels stop (off:
+    # 1 << 30; not yet measured on a GPU): chunk, warps, programs per SM (row groups x chunks), and the
+    # step of the last program's dx pass over its row. Offline sm_90 (Triton 3.6, LN bf16 / fp32):
+    # c2048 w8 f1024 115 / 94 registers (2 CTAs per SM); c4096 w16 f2048 116 / 110 (1); c4096 w8 f1024
+    # 167 / 171; c4096 w4 f4096 255 + 104 B spill
+    "bwd_wide_min_block": 1 << 30,
+    "bwd_wide_chunk": 2048,
+    "bwd_wide_warps": 8,
+    "bwd_wide_progs_per_sm": 2,
+    "bwd_wide_fin_block": 1024,
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -770,6 +780,79 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
+def _bwd_wide_kernel(
+    DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
+    M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, FIN_BLOCK: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """Program = (row group g, chunk s), S = cdiv(N, CHUNK) programs per group at consecutive ids, so a
+    group's programs run side by side and walk its rows in step. Per row: the chunk's dw/db terms
+    accumulate in registers; the chunk's sums of w*dy*xhat and w*dy go to ST[row, s], and the program
+    counts itself in on the row's int32 CNT (acquire-release); the row's last program to arrive merges
+    the S sums in a fixed order and writes dx for the whole row, re-reading x and dy, which the row's
+    other programs read moments before (L2). At the end each program writes its dw/db partials to row g
+    of (G, N). HBM: read x and dy once, write dx (3 passes; the two-kernel path reads them twice)."""
+    t = tl.program_id(0)
+    g = (t // S).to(tl.int64)
+    s = t % S
+    cols = s * CHUNK + tl.arange(0, CHUNK)
+    cmask = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    dw_acc = tl.zeros([CHUNK], dtype=ACC)
+    db_acc = tl.zeros([CHUNK], dtype=ACC)
+    row0 = g * rows_per_group
+    row_end = tl.minimum(row0 + rows_per_group, M)
+    so = tl.arange(0, BLOCK_S)
+    fo = tl.arange(0, FIN_BLOCK)
+    for row in range(row0, row_end):
+        x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
+        dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + row).to(ACC)
+        if IS_RMS:
+            xhat = x * rstd
+        else:
+            mean = tl.load(MEAN + row).to(ACC)
+            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+        if STORE_DX:
+            wdy = dy
+            if HAS_W:
+                wdy = dy * w
+            tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
+            tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
+            # every thread's stores before the counter's release; the last program's acquire sees them
+            tl.debug_barrier()
+            old = tl.atomic_add(CNT + row, 1, sem="acq_rel", scope="gpu")
+            if old == S - 1:
+                sm = so < S
+                c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0), axis=0) / N
+                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0), axis=0) / N
+                for start in range(0, N, FIN_BLOCK):
+                    c = start + fo
+                    cm = c < N
+                    xv = tl.load(X + row * stride_x + c, mask=cm, other=0.0).to(ACC)
+                    dyv = tl.load(DY + row * stride_dy + c, mask=cm, other=0.0).to(ACC)
+                    if HAS_W:
+                        dyv = dyv * tl.load(W + c, mask=cm, other=0.0).to(ACC)
+                    if IS_RMS:
+                        dx = (dyv - xv * rstd * c1) * rstd
+                    else:
+                        dx = (dyv - (xv - mean) * rstd * c1 - c2) * rstd
+                    tl.store(DX + row * stride_dx + c, dx, mask=cm)
+    if NEED_DW:
+        tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
+    if NEED_DB:
+        tl.store(DBP + g * N + cols, db_acc, mask=cmask)
+
+
+@triton.jit
 def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
     """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
     (OUT0) or db (OUT1), so both reduce in one launch. Reads the (k, P, N) partials once."""
@@ -1038,6 +1121,22 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags)
+    elif BLOCK_N >= _CFG["bwd_wide_min_block"]:
+        CH = min(_CFG["bwd_wide_chunk"], BLOCK_N)
+        S = cdiv(N, CH)
+        G = max(1, min(M, cdiv(_num_sms(x) * _CFG["bwd_wide_progs_per_sm"], S)))
+        rpg = cdiv(M, G)
+        G = cdiv(M, rpg)
+        st = _alloc((M * S * 2,), dtype=acc_t, device=dev) if need_dx else dummy
+        # arrival counters, zeroed per call (a cached buffer would race across streams and CUDA graphs)
+        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if need_dx else dummy
+        part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
+        launch(_bwd_wide_kernel, (G * S,),
+            dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
+            M, N, _row_stride(dy), _row_stride(x), N, rpg, S,
+            CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=min(_CFG["bwd_wide_fin_block"], BLOCK_N),
+            num_warps=_CFG["bwd_wide_warps"], enable_fp_fusion=False, **flags,
+        )
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
@@ -1110,7 +1209,8 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
 
     dw in weight's dtype, db in ``bias_dtype`` (default: weight's dtype, else x's). dw/db are fp32
     per-program partials reduced in a fixed order. HBM: read x, dy, write dx (3 passes) in the
-    rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel).
+    rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel), 3 with
+    ``_CFG['bwd_wide_min_block']`` (the one-launch wide kernel; off until measured).
     """
     need_dx, need_dw, need_db = (bool(v) for v in output_mask)
     pdt = weight.dtype if weight is not None else x2d.dtype
