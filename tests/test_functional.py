@@ -408,3 +408,45 @@ def test_add_norm_sum_only_gives_no_param_grads(fn):
     assert gw is None and gb is None
     torch.testing.assert_close(gx, g)
     torch.testing.assert_close(gr, g)
+
+
+def _aten_ops_in_backward(y, leaves):
+    """The ops dispatched while autograd runs y's backward (a fresh gradient each time)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.name())
+            return func(*args, **(kwargs or {}))
+
+    dy = torch.randn_like(y)
+    with Log() as log:
+        torch.autograd.grad(y, leaves, dy)
+    return log.ops
+
+
+def test_backward_launches_nothing_for_the_statistics_outputs():
+    # mean / rstd / saved invstd get no gradient: autograd must not fill zero tensors for them (one
+    # kernel launch each on a GPU, every backward); only normkit's backward op runs
+    import normkit.ops.custom as CU
+
+    x = torch.randn(6, 5, 4, 4, requires_grad=True)
+    w, b = torch.rand(5, requires_grad=True), torch.randn(5, requires_grad=True)
+    rm, rv = torch.zeros(5), torch.ones(5)
+    x2 = torch.randn(6, 32, requires_grad=True)
+    w2, b2 = torch.rand(32, requires_grad=True), torch.randn(32, requires_grad=True)
+    cases = [
+        (normkit.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5), [x, w, b], "normkit::batch_norm_backward"),
+        (normkit.layer_norm(x2, [32], w2, b2), [x2, w2, b2], "normkit::layer_norm_backward"),
+        (normkit.rms_norm(x2, [32], w2), [x2, w2], "normkit::rms_norm_backward"),
+        # the custom ops' own autograd (direct callers of torch.ops.normkit.*)
+        (CU.layer_norm(x2, [32], w2, b2, 1e-5)[0], [x2, w2, b2], "normkit::layer_norm_backward"),
+        (CU.rms_norm(x2, [32], w2, 1e-6)[0], [x2, w2], "normkit::rms_norm_backward"),
+    ]
+    for y, leaves, op in cases:
+        ops = _aten_ops_in_backward(y, leaves)
+        assert [o for o in ops if o != "aten::detach"] == [op], ops

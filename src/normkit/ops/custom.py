@@ -149,6 +149,9 @@ class _BatchNormFn(torch.autograd.Function):
             y, s1, s2 = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
         else:
             y, s1, s2 = _bn_forward_impl(x, weight, bias, running_mean, running_var, training, momentum, eps)
+        # the statistics outputs get no gradient: without this autograd fills zeros for them (a
+        # launch each, every backward)
+        ctx.set_materialize_grads(False)
         ctx.training = training
         ctx.eps = eps
         if training:
@@ -249,6 +252,7 @@ class _LayerNormFn(torch.autograd.Function):
             y, mean, rstd = layer_norm(x, normalized_shape, weight, bias, eps)
         else:
             y, mean, rstd = _ln_forward_impl(x, normalized_shape, weight, bias, eps)
+        ctx.set_materialize_grads(False)  # as in _BatchNormFn
         ctx.normalized_shape = list(normalized_shape)
         ctx.eps = eps
         ctx.save_for_backward(x, weight, bias, mean, rstd)
@@ -273,6 +277,7 @@ def layer_norm_autograd(x: Tensor, normalized_shape: List[int], weight: Optional
 
 def _ln_setup(ctx, inputs, output):
     x, normalized_shape, weight, bias, eps = inputs
+    ctx.set_materialize_grads(False)  # as in _BatchNormFn
     ctx.normalized_shape = list(normalized_shape)
     ctx.eps = eps
     ctx.save_for_backward(x, weight, bias, output[1], output[2])
@@ -346,6 +351,7 @@ class _RMSNormFn(torch.autograd.Function):
             y, rstd = rms_norm(x, normalized_shape, weight, eps)
         else:
             y, rstd = _rms_forward_impl(x, normalized_shape, weight, eps)
+        ctx.set_materialize_grads(False)  # as in _BatchNormFn
         ctx.normalized_shape = list(normalized_shape)
         ctx.eps = eps
         ctx.save_for_backward(x, weight, rstd)
@@ -370,6 +376,7 @@ def rms_norm_autograd(x: Tensor, normalized_shape: List[int], weight: Optional[T
 
 def _rms_setup(ctx, inputs, output):
     x, normalized_shape, weight, eps = inputs
+    ctx.set_materialize_grads(False)  # as in _BatchNormFn
     ctx.normalized_shape = list(normalized_shape)
     ctx.eps = eps
     ctx.save_for_backward(x, weight, output[1])
@@ -444,6 +451,7 @@ class _AddLayerNormFn(torch.autograd.Function):
 
 def _add_ln_setup(ctx, inputs, output):
     x, residual, normalized_shape, weight, bias, eps = inputs
+    ctx.set_materialize_grads(False)  # as in the autograd Function
     ctx.normalized_shape = list(normalized_shape)
     ctx.eps = eps
     ctx.save_for_backward(output[1], weight, bias, output[2], output[3])
@@ -507,6 +515,7 @@ class _AddRMSNormFn(torch.autograd.Function):
 
 def _add_rms_setup(ctx, inputs, output):
     x, residual, normalized_shape, weight, eps = inputs
+    ctx.set_materialize_grads(False)  # as in the autograd Function
     ctx.normalized_shape = list(normalized_shape)
     ctx.eps = eps
     ctx.save_for_backward(output[1], weight, output[2])
