@@ -748,6 +748,15 @@ def test_several_rows_per_program_for_wide_params(rows, monkeypatch):
     seen.clear()
     check_ln(37, 100, torch.bfloat16, "same", bwd=False)  # w/b as narrow as x: one row a program
     assert [kw["BLOCK_M"] for name, kw in seen if name == "_fwd_rows_kernel"] == [1]
+    # the fused residual add takes the same tiles
+    x, _ = _inputs(37, 100, torch.bfloat16)
+    r, _ = _inputs(37, 100, torch.bfloat16)
+    w, b = _params(100, torch.bfloat16, "fp32")
+    seen.clear()
+    y, s, mean, rstd = L.add_ln_forward(x, r, w, b, 1e-5)
+    assert [kw["BLOCK_M"] for name, kw in seen if name == "_fwd_rows_kernel"] == [rows]
+    _check_sum(s, x + r)
+    assert rel(y, ref_ln(s, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
 
 
 @interp
