@@ -137,8 +137,8 @@ def _base_row(case: C.Case, direction: str, impl: Impl) -> dict:
     row = case.key()
     row.update(direction=direction, impl=impl.name, status=None, note=None, ms=None, gbps=None, sol=None,
                bytes=C.min_bytes(case, direction), tensor_bytes=case.tensor_bytes, peak_mem_bytes=None,
-               timer=None, rotation=None, calls_per_timing=None, estimate_ms=None, ms_rounds=[], errors=None, tol=tolerance(case),
-               first_call_s=None, oracle=None)
+               timer=None, rotation=None, calls_per_timing=None, estimate_ms=None, ms_rounds=[], errors=None,
+               tol=tolerance(case), first_call_s=None, oracle=None)
     return row
 
 

@@ -196,8 +196,9 @@ def _bn_reduce_rows_kernel(
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
-    any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward: sum(g),
-    sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]."""
+    any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
+    sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
+    part[1, p, c]."""
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
