@@ -119,7 +119,7 @@ _CFG = {
     "fwd_persist_min_block_wide_params": 8192,
     # rows per program of the one-row widths (multi_row_max < BLOCK_N) below that, w/b wider than x: w/b
     # read from L2 once per that many rows (sweep "fwdmixrows", LN bf16 x / fp32 w,b 16384x4096: 1 / 2 / 4
-    # rows 0.0998 / 0.0981 / 0.0773 ms; Liger 0.0803)
+    # rows 0.0998 / 0.0981 / 0.0773 ms; Liger 0.0803; at 2048 wide not measured)
     "fwd_rows_wide_params": 4,
     # split-row forward (_fwd_split_kernel) for BLOCK_N >= fwd_split_min_block (off: 1 << 30), no
     # residual. Up to fwd_split_fused_max_block one launch (the row's last program writes all of y, x
@@ -169,7 +169,8 @@ _CFG = {
     "bwd_pf_wide_max_row_bytes": 16384,
     # programs per SM of the plain backward rows kernel on one-row blocks (0: 32 // num_warps, i.e. 2 at
     # 16 warps, where registers allow one resident). Sweep "bwdplainpps", fp32 8192x8192 LN / RMS: 0 (2)
-    # 0.2713 / 0.2350 ms, 1: 0.2539 / 0.2364, 2: 0.2660 / 0.2349
+    # 0.2713 / 0.2350 ms, 1: 0.2539 / 0.2364, 2: 0.2660 / 0.2349. The RMS backward at 16384 (bf16 and
+    # fp32) takes this kernel too; there 1 is not measured yet
     "bwd_plain_wide_progs_per_sm": 1,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
