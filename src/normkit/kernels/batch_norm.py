@@ -475,6 +475,20 @@ def _bn_ew_apply(x, g, k0, k1, k2, k3, MODE: tl.constexpr):
 
 
 @triton.jit
+def _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE: tl.constexpr, ACC: tl.constexpr):
+    """The elementwise pass's inputs: x unless MODE 3 (eval backward), g in the backward modes."""
+    if MODE != 3:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        x = 0.0
+    if MODE >= 2:
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+    else:
+        g = 0.0
+    return x, g
+
+
+@triton.jit
 def _bn_ew_rows_kernel(
     x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
     M, C, NCB, NT, e0, e1, e2,
@@ -493,14 +507,7 @@ def _bn_ew_rows_kernel(
     rows = mb.to(tl.int64) * BM + tl.arange(0, BM)
     mask = (rows < M)[:, None] & cmask[None, :]
     offs = rows[:, None] * C + cols[None, :]
-    if MODE != 3:
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-    else:
-        x = 0.0
-    if MODE >= 2:
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
-    else:
-        g = 0.0
+    x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[None, :], k1[None, :], k2[None, :], k3[None, :], MODE)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -537,14 +544,7 @@ def _bn_ew_ncs(
         offs = rl[:, None] * S + s[None, :]
     else:
         offs = rl.to(tl.int64)[:, None] * S + s[None, :]
-    if MODE != 3:
-        x = tl.load(x_ptr + base + offs, mask=mask, other=0.0).to(ACC)
-    else:
-        x = 0.0
-    if MODE >= 2:
-        g = tl.load(g_ptr + base + offs, mask=mask, other=0.0).to(ACC)
-    else:
-        g = 0.0
+    x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[:, None], k1[:, None], k2[:, None], k3[:, None], MODE)
     tl.store(y_ptr + base + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -579,14 +579,7 @@ def _bn_ew_ncs_kernel_cs(
 def _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, base, i, lim, loc, k0, k1, k2, k3, MODE: tl.constexpr,
                      ACC: tl.constexpr):
     m = i < lim
-    if MODE != 3:
-        x = tl.load(x_ptr + base + i, mask=m, other=0.0).to(ACC)
-    else:
-        x = 0.0
-    if MODE >= 2:
-        g = tl.load(g_ptr + base + i, mask=m, other=0.0).to(ACC)
-    else:
-        g = 0.0
+    x, g = _bn_ew_load(x_ptr + base, g_ptr + base, i, m, MODE, ACC)
     # the R planes' coefficients spread to their elements (each used term gathered once)
     K2 = tl.gather(k2, loc, axis=0)
     if MODE == 3:

@@ -146,8 +146,8 @@ _CFG = {
     # one-launch wide backward (_bwd_wide_kernel) from this BLOCK_N on, where the rows kernels stop (off:
     # 1 << 30; not yet measured on a GPU): chunk, warps, programs per SM (row groups x chunks), and the
     # step of the last program's dx pass over its row. Offline sm_90 (Triton 3.6, LN bf16 / fp32):
-    # c2048 w8 f1024 115 / 94 registers (2 CTAs per SM); c4096 w16 f2048 116 / 110 (1); c4096 w8 f1024
-    # 167 / 171; c4096 w4 f4096 255 + 104 B spill
+    # c2048 w8 f1024 80 / 124 registers (2 CTAs per SM); c4096 w16 f2048 109 / 125 (1); c4096 w8 f1024
+    # 128 + 8 / 24 B spill
     "bwd_wide_min_block": 1 << 30,
     "bwd_wide_chunk": 2048,
     "bwd_wide_warps": 8,
@@ -693,6 +693,22 @@ def _bwd_rows_pf_kernel(
 
 
 @triton.jit
+def _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
+               HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """(dy, w*dy, xhat) on one row's columns ``cols``; xhat is 0 on masked columns."""
+    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
+    dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
+    wdy = dy
+    if HAS_W:
+        wdy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    if IS_RMS:
+        xhat = x * rstd
+    else:
+        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+    return dy, wdy, xhat
+
+
+@triton.jit
 def _bwd_rowsum_kernel(
     DY, X, W, MEAN, RSTD, C,
     N, stride_dy, stride_x,
@@ -702,6 +718,7 @@ def _bwd_rowsum_kernel(
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, CHUNK)
     rstd = tl.load(RSTD + row).to(ACC)
+    mean = rstd
     if not IS_RMS:
         mean = tl.load(MEAN + row).to(ACC)
     s1 = tl.zeros([CHUNK], dtype=ACC)
@@ -709,16 +726,10 @@ def _bwd_rowsum_kernel(
     for start in range(0, N, CHUNK):
         cols = start + offs
         cmask = cols < N
-        x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
-        dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
-        if HAS_W:
-            dy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-        if IS_RMS:
-            xhat = x * rstd
-        else:
-            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
-        s1 += dy * xhat
-        s2 += dy
+        _, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
+                                  HAS_W, IS_RMS, ACC)
+        s1 += wdy * xhat
+        s2 += wdy
     tl.store(C + row * 2, tl.sum(s1, axis=0) / N)
     tl.store(C + row * 2 + 1, tl.sum(s2, axis=0) / N)
 
@@ -801,8 +812,6 @@ def _bwd_wide_kernel(
     s = t % S
     cols = s * CHUNK + tl.arange(0, CHUNK)
     cmask = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     dw_acc = tl.zeros([CHUNK], dtype=ACC)
     db_acc = tl.zeros([CHUNK], dtype=ACC)
     row0 = g * rows_per_group
@@ -810,22 +819,17 @@ def _bwd_wide_kernel(
     so = tl.arange(0, BLOCK_S)
     fo = tl.arange(0, FIN_BLOCK)
     for row in range(row0, row_end):
-        x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
-        dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
         rstd = tl.load(RSTD + row).to(ACC)
-        if IS_RMS:
-            xhat = x * rstd
-        else:
+        mean = rstd
+        if not IS_RMS:
             mean = tl.load(MEAN + row).to(ACC)
-            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
+                                   HAS_W, IS_RMS, ACC)
         if NEED_DW:
             dw_acc += dy * xhat
         if NEED_DB:
             db_acc += dy
         if STORE_DX:
-            wdy = dy
-            if HAS_W:
-                wdy = dy * w
             tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
             tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
             # every thread's stores before the counter's release; the last program's acquire sees them
@@ -838,14 +842,12 @@ def _bwd_wide_kernel(
                 for start in range(0, N, FIN_BLOCK):
                     c = start + fo
                     cm = c < N
-                    xv = tl.load(X + row * stride_x + c, mask=cm, other=0.0).to(ACC)
-                    dyv = tl.load(DY + row * stride_dy + c, mask=cm, other=0.0).to(ACC)
-                    if HAS_W:
-                        dyv = dyv * tl.load(W + c, mask=cm, other=0.0).to(ACC)
+                    _, wdyv, xhatv = _row_terms(X, DY, W, row, c, cm, stride_x, stride_dy, mean, rstd,
+                                                HAS_W, IS_RMS, ACC)
                     if IS_RMS:
-                        dx = (dyv - xv * rstd * c1) * rstd
+                        dx = (wdyv - xhatv * c1) * rstd
                     else:
-                        dx = (dyv - (xv - mean) * rstd * c1 - c2) * rstd
+                        dx = (wdyv - xhatv * c1 - c2) * rstd
                     tl.store(DX + row * stride_dx + c, dx, mask=cm)
     if NEED_DW:
         tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
@@ -946,7 +948,7 @@ def _loop_programs(x, M, row_bytes):
     return max(1, min(M, P))
 
 
-def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None):
+def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None):
     """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
     thread (backward holds x, dy and two accumulators per element, so it gets fewer)."""
@@ -958,7 +960,9 @@ def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None):
         else:
             ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else
                        "fwd_ept" if BLOCK_N <= _CFG["multi_row_max"] else "fwd_ept_mid"]
-    BLOCK_M = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
+    if rows is None:
+        rows = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
+    BLOCK_M = rows
     num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
     return BLOCK_M, next_pow2(num_warps)
 
@@ -1014,12 +1018,11 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
-        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None)
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
-        if wide_params and not persist and BLOCK_M == 1 and _CFG["fwd_rows_wide_params"] > 1:
-            BLOCK_M = _CFG["fwd_rows_wide_params"]
-            nw = next_pow2(min(_CFG["max_warps"], max(1, BLOCK_M * BLOCK_N // (32 * _CFG["fwd_ept_mid"]))))
+        one_row = BLOCK_N > _CFG["multi_row_max"]
+        rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
+        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows)
         nblocks = cdiv(M, BLOCK_M)
         per = 1
         if persist:
