@@ -613,23 +613,7 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
         assert all(torch.equal(u, v) for u, v in zip(first, again))
 
 
-class _Spy:
-    """Stands in for a kernel in L's namespace: records each launch (name, chosen constexprs), then runs it."""
-
-    def __init__(self, kernel, name, log):
-        self.kernel, self.name, self.log = kernel, name, log
-
-    def __getitem__(self, grid):
-        launch = self.kernel[grid]
-
-        def run(*args, **kw):
-            self.log.append((self.name,) + tuple(kw[k] for k in ("PERSIST", "PHASE") if k in kw))
-            return launch(*args, **kw)
-
-        return run
-
-
-_KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel",
+_KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel", "_bwd_wide_kernel",
             "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
@@ -650,21 +634,22 @@ _ROUTES = [
 def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     # which kernels the default _CFG launches per width (the regimes of the module docstring), with the
     # results checked; the fused residual forward takes the looped kernel past fwd_max_block
-    log = []
-    for k in _KERNELS:
-        monkeypatch.setattr(L, k, _Spy(getattr(L, k), k, log))
+    seen = _record_launches(monkeypatch)
+
+    def routes():  # the routing kernels launched: (name, PERSIST / PHASE where given)
+        return [(n,) + tuple(kw[k] for k in ("PERSIST", "PHASE") if k in kw) for n, kw in seen if n in _KERNELS]
     x, dy = _inputs(3, N, torch.bfloat16)
     w, b = _params(N, torch.bfloat16, "same")
     for is_rms, bwd in ((False, ln_bwd), (True, rms_bwd)):
-        log.clear()
+        seen.clear()
         if is_rms:
             y, rstd = L.rms_forward(x, w, 1e-6)
             assert rel(y, ref_rms(x, w, 1e-6)[0]) <= TOL[torch.bfloat16]
         else:
             y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
             assert rel(y, ref_ln(x, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
-        assert log == fwd, (N, is_rms)
-        log.clear()
+        assert routes() == fwd, (N, is_rms)
+        seen.clear()
         if is_rms:
             dx, dw = L.rms_backward(dy, x, rstd, w, (True, True))
             gx, gw = ref_rms_bwd(dy, x, w, 1e-6)
@@ -674,13 +659,13 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
             assert rel(db, gb) <= TOL_BWD[torch.bfloat16]
         assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[torch.bfloat16]
         assert rel(dw, gw) <= TOL_BWD[torch.bfloat16]
-        assert [e[0] for e in log] == bwd, (N, is_rms)
-    log.clear()
+        assert [e[0] for e in routes()] == bwd, (N, is_rms)
+    seen.clear()
     r, _ = _inputs(3, N, torch.bfloat16)
     y, s, rstd = L.add_rms_forward(x, r, w, 1e-6)
     _check_sum(s, x + r)
     assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
-    assert [e[0] for e in log] == ["_fwd_loop_kernel" if N > 16384 else "_fwd_rows_kernel"]
+    assert [e[0] for e in routes()] == ["_fwd_loop_kernel" if N > 16384 else "_fwd_rows_kernel"]
 
 
 def _record_launches(monkeypatch):
