@@ -344,21 +344,38 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, p in (("p0", 0), ("p1", 1), ("p2", 2)):
             add("bwdplainpps", lab, {"bwd_plain_wide_progs_per_sm": p}, op, 8192, 8192, "bwd",
                 torch.float32, torch.float32)
-    # one-launch wide backward (_bwd_wide_kernel, prepared in session 5, not yet measured): the row's
-    # last chunk program writes its dx from L2, x and dy read once from HBM (3 passes, against 5 for
-    # row sums + column kernel, which ran the wide rows at 0.44-0.56 SOL). Prediction: 4096x16384 LN,
-    # 2048x65536 and 512x262144 LN / RMS backward 0.44-0.56 -> 0.60-0.70 SOL.
-    def wide(ch, w, p, fin):
-        return {"bwd_wide_min_block": 16384, "bwd_wide_chunk": ch, "bwd_wide_warps": w,
-                "bwd_wide_progs_per_sm": p, "bwd_wide_fin_block": fin}
+    # 2026-12-01 (session 6): the last-program one-launch wide backward (bwdwide) ran 3-90x slower than
+    # row sums + columns (512x262144 bf16 LN 0.398 -> 19-36 ms): one program walked each row's whole dx
+    # at L2 latency while its group waited; deleted. Cooperative kernels instead: every program of a row
+    # waits for the row's chunk sums (ticket order, acquire/release) and writes its own slice.
+    # fwdcoop: the forward (PHASE 3: 2 passes) against the shipped split paths (one launch up to 65536,
+    # two beyond). Prediction: LN / RMS 65536 bf16 0.65 / 0.74 -> 0.80-0.88 SOL, 262144 0.56 / 0.64 ->
+    # 0.80-0.88. Registers (sm_90, LN bf16 / fp32): c4096 e32 (4 warps) 54 / 72, c8192 e32 58 / 80.
+    def fcoop(ch, e):
+        return {"fwd_coop_max_block": 1 << 30, "fwd_coop_chunk": ch, "fwd_coop_ept": e}
+
+    for M, N in ((4096, 32768), (2048, 65536), (512, 262144)):
+        for dt in (torch.bfloat16, torch.float32):
+            for op in ("ln", "rms"):
+                for lab, cfg in (("off", {"fwd_coop_max_block": 0}), ("c4096_e32", fcoop(4096, 32)),
+                                 ("c4096_e16", fcoop(4096, 16)), ("c8192_e32", fcoop(8192, 32)),
+                                 ("c16384_e32", fcoop(16384, 32))):
+                    add("fwdcoop", lab, cfg, op, M, N, "fwd", dt, dt)
+    # bwdcoop: the wide backward (3 passes) against row sums + column kernel (5). Prediction: LN 16384 /
+    # 65536 / 262144 and RMS 65536 / 262144, bf16 0.44-0.54 -> 0.65-0.75 SOL, fp32 0.50-0.56 -> 0.70-0.80.
+    # Registers (LN bf16 / fp32): c4096 e16 (8 warps) 121 / 128 (2 CTAs per SM), c2048 e16 (4 warps)
+    # 121 / 127 (4), c2048 e8 (8 warps) 74 / 69 (3).
+    def bcoop(ch, e, p):
+        return {"bwd_coop_max_block": 1 << 30, "bwd_coop_chunk": ch, "bwd_coop_ept": e, "bwd_coop_progs_per_sm": p}
 
     for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
                        ("rms", ((2048, 65536), (512, 262144)))):
         for M, N in shapes:
             for dt in (torch.bfloat16, torch.float32):
-                for lab, cfg in (("off", {"bwd_wide_min_block": 1 << 30}), ("c2048_w8_p2", wide(2048, 8, 2, 1024)),
-                                 ("c4096_w16_p1", wide(4096, 16, 1, 2048)), ("c2048_w8_p4", wide(2048, 8, 4, 1024))):
-                    add("bwdwide", lab, cfg, op, M, N, "bwd", dt, dt)
+                for lab, cfg in (("off", {"bwd_coop_max_block": 0}), ("c4096_e16_p2", bcoop(4096, 16, 2)),
+                                 ("c2048_e16_p4", bcoop(2048, 16, 4)), ("c2048_e8_p3", bcoop(2048, 8, 3)),
+                                 ("c4096_e16_p1", bcoop(4096, 16, 1))):
+                    add("bwdcoop", lab, cfg, op, M, N, "bwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -389,7 +406,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g in ("fwdsplit", "fwdwide"):  # new kernels: check y on a row subset against fp64 (same width)
+            if g in ("fwdsplit", "fwdwide", "fwdcoop"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":
@@ -402,7 +419,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g == "bwdwide":  # a new backward kernel: dx, dw (, db) on a row subset against fp64
+            elif g == "bwdcoop":  # a new backward kernel: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The device call prepared at the end of session 5 (<= ~9 min):
-#   1. `pytest -m cuda` (the one-launch wide backward's CUDA test among them: compiled, against float64,
-#      repeated calls bit-identical);
-#   2. `normkit check --impl normkit --device cuda` (the defaults switched on after the last full check:
-#      4 rows per program for wide params, 1 plain backward program per SM, no zero-filled gradients);
-#   3. `ln_kernels.py --sweep --groups bwdwide`: the one-launch wide backward (off by default) against the
-#      row-sums + column-kernel path on the wide rows, bf16 and fp32, three configurations.
-# Then the headline run: NORMKIT_GIT_SHA=<sha> PART=headline bash benchmarks/run_h200.sh (carry .whl).
+# The device call prepared in session 6 (<= ~7 min):
+#   1. the layer-norm kernels' CUDA tests (the cooperative forward / backward among them: compiled,
+#      against float64, bit-identical to the two-launch forward, repeated calls bit-identical);
+#   2. `ln_profile.py`: per-kernel times of LN 16384x4096 / 8192x8192 forward + backward, bf16 x with bf16
+#      or fp32 w/b, and fp32 (the mixed backward ran 1.8x slower than bf16 in the bench);
+#   3. `ln_kernels.py --sweep --groups fwdcoop,bwdcoop`: the cooperative split-row kernels (off by
+#      default) against the shipped wide paths, LN and RMS, bf16 and fp32.
 #   run(command="bash benchmarks/next_h200.sh", timeout_s=600)
 # $OUT/summary.log holds the short form; everything else lands in $OUT/next.tgz.
 set -u -o pipefail
@@ -19,22 +18,23 @@ stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-stamp "pytest -m cuda"
-timeout 200 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
-tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED" "$W/pytest_cuda.log" | head
-stamp "conformance"
-timeout 90 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
-    > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -12 "$W/check_cuda.txt"
-stamp "wide backward sweep"
-timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows --groups bwdwide --sweep-budget 180 \
-    --budget 220 > "$W/ln_sweep.log" 2>&1
-echo "sweep rc=$?"; grep -E "chose|FAILED" "$W/ln_sweep.log" | cut -c1-300
+stamp "layer-norm CUDA tests"
+timeout 240 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln_cuda.log" 2>&1
+echo "pytest rc=$?"; tail -1 "$W/pytest_ln_cuda.log"; grep -E "^FAILED|Error" "$W/pytest_ln_cuda.log" | head
+stamp "profile"
+timeout 60 python3 benchmarks/ln_profile.py --out "$W" > "$W/ln_profile.log" 2>&1; echo "profile rc=$?"
+cat "$W/ln_profile.log" | cut -c1-150 | head -60
+stamp "cooperative sweep"
+timeout 270 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows --groups fwdcoop,bwdcoop --sweep-budget 230 \
+    --budget 260 > "$W/ln_sweep.log" 2>&1
+echo "sweep rc=$?"; grep -E "chose|FAILED|out of time" "$W/ln_sweep.log" | cut -c1-300
 python3 - "$W/ln_sweep.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
     if "label" in d:
-        print(d["group"], d["label"], d["op"], d["M"], d["N"], d.get("dtype", ""), round(d["ms"], 4), d.get("sol"))
+        print(d["group"], d["label"], d["op"], d["M"], d["N"], d.get("dtype", "")[6:], round(d["ms"], 4),
+              round(d["sol"] or 0, 3), d.get("err"))
 PY
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"

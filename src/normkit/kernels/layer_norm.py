@@ -69,7 +69,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normkit.kernels import cdiv, next_pow2
+from normkit.kernels import cdiv, interpreting, next_pow2
 from normkit.kernels._launch import launch
 
 __all__ = [
@@ -132,6 +132,15 @@ _CFG = {
     "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
     "fwd_split_fused_warps": 16,  # last program's pass over its row
     "fwd_split_fin_block": 8192,
+    # cooperative split-row forward (PHASE 3: the row's programs wait for each other's chunk statistics,
+    # then each writes its own slice of y; 2 passes) up to this BLOCK_N (0: off; not yet measured): chunk,
+    # warps. A row's programs must be resident together: S <= coop_max_programs_per_row (and the SM
+    # count), the chunk grows to keep it so, up to coop_max_chunk (registers); past that, the other paths
+    "fwd_coop_max_block": 0,
+    "fwd_coop_chunk": 4096,
+    "fwd_coop_ept": 32,  # elements per thread -> warps (sm_90, bf16 / fp32 LN: c4096 4 warps 54 / 72 registers)
+    "coop_max_programs_per_row": 32,
+    "coop_max_chunk": 16384,
     # two launches: chunk, warps (c4096_w4 beat c8192_w8 on every row of that run: 512x262144 fp32 LN
     # 0.4086 -> 0.3855 ms, bf16 RMS 0.2007 -> 0.1954)
     "fwd_split_chunk": 4096,
@@ -143,16 +152,14 @@ _CFG = {
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
-    # one-launch wide backward (_bwd_wide_kernel) from this BLOCK_N on, where the rows kernels stop (off:
-    # 1 << 30; not yet measured on a GPU): chunk, warps, programs per SM (row groups x chunks), and the
-    # step of the last program's dx pass over its row. Offline sm_90 (Triton 3.6, LN bf16 / fp32):
-    # c2048 w8 f1024 80 / 124 registers (2 CTAs per SM); c4096 w16 f2048 109 / 125 (1); c4096 w8 f1024
-    # 128 + 8 / 24 B spill
-    "bwd_wide_min_block": 1 << 30,
-    "bwd_wide_chunk": 2048,
-    "bwd_wide_warps": 8,
-    "bwd_wide_progs_per_sm": 2,
-    "bwd_wide_fin_block": 1024,
+    # cooperative wide backward (_bwd_coop_kernel; a row's chunk programs wait for each other's row
+    # sums, then each writes its dx slice: 3 passes) where the rows kernels stop, up to this BLOCK_N (0:
+    # off; not yet measured): chunk, warps, programs per SM (row groups x chunks). The last-program form
+    # of 2026-12-01 (one program wrote the row's whole dx from L2) ran 3-90x slower and was deleted
+    "bwd_coop_max_block": 0,
+    "bwd_coop_chunk": 4096,
+    "bwd_coop_ept": 16,  # -> warps (sm_90, bf16 / fp32 LN: c4096 8 warps 121 / 128 registers, c2048 4 warps 121 / 127)
+    "bwd_coop_progs_per_sm": 2,
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -465,9 +472,16 @@ def _fwd_split_kernel(
     PHASE 1 / 2 (two launches): PHASE 2 (walking the rows last-first, so that the end of launch 1's
     reads are L2 hits) re-reads the chunk, merges the pairs (every program of the row computes the same
     mean/rstd) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
+    PHASE 3 (one launch, cooperative): each program takes a ticket (CNT[M], so that a program only ever
+    waits for programs that already run: no deadlock while a row's S programs fit the GPU), counts itself
+    in on CNT[row] (release) and spins until all S have (acquire); then merges the pairs and writes its
+    own slice of y, re-reading its chunk (an L2 hit; holding it across the wait costs occupancy).
+    HBM: read x once, write y (2 passes). Never under the interpreter with S > 1 (programs run one by one).
     """
     if PHASE == 2:
         t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    elif PHASE == 3:
+        t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu").to(tl.int64)
     else:
         t = tl.program_id(0).to(tl.int64)
     row = t // S
@@ -505,6 +519,26 @@ def _fwd_split_kernel(
             cm2 = tl.sum(d * d, axis=0)
         tl.store(ST + (row * S + s) * 2, cmean)
         tl.store(ST + (row * S + s) * 2 + 1, cm2)
+    if PHASE == 3:
+        # every thread's pair store before the release; after the acquire all S pairs are visible
+        tl.debug_barrier()
+        tl.atomic_add(CNT + row, 1, sem="release", scope="gpu")
+        arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
+        while arrived < S:
+            arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
+        mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
+        if s == 0:
+            tl.store(RSTD + row, rstd)
+            if not IS_RMS:
+                tl.store(MEAN + row, shift + mean)
+        xc = _split_x(tl.load(xrow + cols, mask=cmask, other=0.0), cmask, shift, IS_RMS, ACC)
+        wv = xc
+        bv = xc
+        if HAS_W:
+            wv = tl.load(W + cols, mask=cmask, other=0.0)
+        if HAS_B:
+            bv = tl.load(B + cols, mask=cmask, other=0.0)
+        tl.store(yrow + cols, _split_y(xc, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cmask)
     if PHASE == 0:
         # every thread's pair store before the counter's release; the acquire side (the last
         # program) then sees all S pairs
@@ -792,22 +826,24 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _bwd_wide_kernel(
+def _bwd_coop_kernel(
     DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
-    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, FIN_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """Program = (row group g, chunk s), S = cdiv(N, CHUNK) programs per group at consecutive ids, so a
-    group's programs run side by side and walk its rows in step. Per row: the chunk's dw/db terms
-    accumulate in registers; the chunk's sums of w*dy*xhat and w*dy go to ST[row, s], and the program
-    counts itself in on the row's int32 CNT (acquire-release); the row's last program to arrive merges
-    the S sums in a fixed order and writes dx for the whole row, re-reading x and dy, which the row's
-    other programs read moments before (L2). At the end each program writes its dw/db partials to row g
-    of (G, N). HBM: read x and dy once, write dx (3 passes; the two-kernel path reads them twice)."""
-    t = tl.program_id(0)
+    """Cooperative wide backward. Program = (row group g, chunk s) from a ticket (CNT[M]): a group's S
+    programs draw consecutive tickets, so a program only ever waits for programs that already run (no
+    deadlock while S programs fit the GPU). They walk the group's rows in step. Per row each adds its
+    chunk's dw/db terms to registers; with dx, it writes the chunk's sums of w*dy*xhat and w*dy to
+    ST[row, s], counts itself in on CNT[row] (release), waits until all S have (acquire), merges the S
+    sums in chunk order (every program gets the same bits) and writes its own dx slice from the
+    registers it holds. At the end each writes its dw/db partials to row g of (G, N).
+    HBM: read x and dy once, write dx (3 passes; row sums + column kernel: 5).
+    Never under the interpreter with S > 1 (programs run one after another)."""
+    t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu")
     g = (t // S).to(tl.int64)
     s = t % S
     cols = s * CHUNK + tl.arange(0, CHUNK)
@@ -817,7 +853,6 @@ def _bwd_wide_kernel(
     row0 = g * rows_per_group
     row_end = tl.minimum(row0 + rows_per_group, M)
     so = tl.arange(0, BLOCK_S)
-    fo = tl.arange(0, FIN_BLOCK)
     for row in range(row0, row_end):
         rstd = tl.load(RSTD + row).to(ACC)
         mean = rstd
@@ -832,23 +867,24 @@ def _bwd_wide_kernel(
         if STORE_DX:
             tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
             tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
-            # every thread's stores before the counter's release; the last program's acquire sees them
+            # every thread's stores before the release; after the acquire all S sums are visible
             tl.debug_barrier()
-            old = tl.atomic_add(CNT + row, 1, sem="acq_rel", scope="gpu")
-            if old == S - 1:
-                sm = so < S
-                c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0), axis=0) / N
-                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0), axis=0) / N
-                for start in range(0, N, FIN_BLOCK):
-                    c = start + fo
-                    cm = c < N
-                    _, wdyv, xhatv = _row_terms(X, DY, W, row, c, cm, stride_x, stride_dy, mean, rstd,
-                                                HAS_W, IS_RMS, ACC)
-                    if IS_RMS:
-                        dx = (wdyv - xhatv * c1) * rstd
-                    else:
-                        dx = (wdyv - xhatv * c1 - c2) * rstd
-                    tl.store(DX + row * stride_dx + c, dx, mask=cm)
+            tl.atomic_add(CNT + row, 1, sem="release", scope="gpu")
+            arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
+            while arrived < S:
+                arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
+            # .cg: other SMs wrote the sums during this launch, and L1 is not coherent
+            sm = so < S
+            c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
+            c2 = c1
+            if not IS_RMS:
+                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0, cache_modifier=".cg"),
+                            axis=0) / N
+            if IS_RMS:
+                dx = (wdy - xhat * c1) * rstd
+            else:
+                dx = (wdy - xhat * c1 - c2) * rstd
+            tl.store(DX + row * stride_dx + cols, dx, mask=cmask)
     if NEED_DW:
         tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
     if NEED_DB:
@@ -948,6 +984,25 @@ def _loop_programs(x, M, row_bytes):
     return max(1, min(M, P))
 
 
+def _coop_chunk(x, N, BLOCK_N, pre):
+    """The chunk of a cooperative split-row kernel (programs of a row wait for each other), or 0 where
+    it is off (``_CFG[pre + 'max_block']``) or unsafe: a row's S programs must all be resident at once,
+    so S stays <= ``'coop_max_programs_per_row'`` and <= the SM count (the chunk grows instead, up to
+    ``'coop_max_chunk'``), and S = 1 under the interpreter, which runs programs one after another."""
+    if BLOCK_N > _CFG[pre + "max_block"]:
+        return 0
+    cap = min(_CFG["coop_max_programs_per_row"], _num_sms(x))
+    CH = min(BLOCK_N, max(_CFG[pre + "chunk"], next_pow2(cdiv(N, cap))))
+    S = cdiv(N, CH)
+    if CH > _CFG["coop_max_chunk"] or (S > 1 and (x.device.type != "cuda" or interpreting())):
+        return 0
+    return CH
+
+
+def _coop_warps(CH, pre):
+    return next_pow2(min(_CFG["max_warps"], max(1, CH // (32 * _CFG[pre + "ept"]))))
+
+
 def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None):
     """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
@@ -1003,18 +1058,21 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     )
     BLOCK_N = next_pow2(N)
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
-        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block"]
-        pre = "fwd_split_fused_" if fused else "fwd_split_"
-        CH = min(_CFG[pre + "chunk"], BLOCK_N)
+        coop = _coop_chunk(x, N, BLOCK_N, "fwd_coop_")
+        fused = not coop and BLOCK_N <= _CFG["fwd_split_fused_max_block"]
+        pre = "fwd_coop_" if coop else "fwd_split_fused_" if fused else "fwd_split_"
+        CH = coop or min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
-        # arrival counters, zeroed per call: a cached buffer would race across streams and CUDA graphs
-        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if fused else st
+        # arrival counters (+ the ticket counter), zeroed per call: a cached buffer would race across
+        # streams and CUDA graphs
+        cnt = torch.zeros((M + 1,), dtype=torch.int32, device=dev) if coop or fused else st
         sargs = (x, args[2], args[3], y, args[6], rstd, st, cnt, M, N, _row_stride(x), N, float(eps), S)
-        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # unused by the two launches
+        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # used by the last-program pass only
         kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=fin, HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
-                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
-        for phase in ((0,) if fused else (1, 2)):
+                  IS_RMS=is_rms, ACC=flags["ACC"],
+                  num_warps=_coop_warps(CH, "fwd_coop_") if coop else _CFG[pre + "warps"])
+        for phase in ((3,) if coop else (0,) if fused else (1, 2)):
             launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
@@ -1093,7 +1151,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     )
     need_partials = need_dw or need_db
     BLOCK_N = next_pow2(N)
-    if BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]:
+    rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]
+    coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N, "bwd_coop_")
+    if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
             pf = _CFG["bwd_pf_min_block"] <= BLOCK_N <= _CFG["bwd_pf_max_block"]
@@ -1125,21 +1185,21 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags)
-    elif BLOCK_N >= _CFG["bwd_wide_min_block"]:
-        CH = min(_CFG["bwd_wide_chunk"], BLOCK_N)
-        S = cdiv(N, CH)
-        G = max(1, min(M, cdiv(_num_sms(x) * _CFG["bwd_wide_progs_per_sm"], S)))
+    elif coop:
+        S = cdiv(N, coop)
+        G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
         rpg = cdiv(M, G)
         G = cdiv(M, rpg)
         st = _alloc((M * S * 2,), dtype=acc_t, device=dev) if need_dx else dummy
-        # arrival counters, zeroed per call (a cached buffer would race across streams and CUDA graphs)
-        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if need_dx else dummy
+        # arrival counters + the ticket counter, zeroed per call (a cached buffer would race across
+        # streams and CUDA graphs)
+        cnt = torch.zeros((M + 1,), dtype=torch.int32, device=dev)
         part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
-        launch(_bwd_wide_kernel, (G * S,),
+        launch(_bwd_coop_kernel, (G * S,),
             dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg, S,
-            CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=min(_CFG["bwd_wide_fin_block"], BLOCK_N),
-            num_warps=_CFG["bwd_wide_warps"], enable_fp_fusion=False, **flags,
+            CHUNK=coop, BLOCK_S=next_pow2(S),
+            num_warps=_coop_warps(coop, "bwd_coop_"), enable_fp_fusion=False, **flags,
         )
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
@@ -1214,7 +1274,7 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
     dw in weight's dtype, db in ``bias_dtype`` (default: weight's dtype, else x's). dw/db are fp32
     per-program partials reduced in a fixed order. HBM: read x, dy, write dx (3 passes) in the
     rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel), 3 with
-    ``_CFG['bwd_wide_min_block']`` (the one-launch wide kernel; off until measured).
+    ``_CFG['bwd_coop_max_block']`` (the cooperative wide kernel; off until measured).
     """
     need_dx, need_dw, need_db = (bool(v) for v in output_mask)
     pdt = weight.dtype if weight is not None else x2d.dtype
