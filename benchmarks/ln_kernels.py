@@ -348,19 +348,9 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # row sums + columns (512x262144 bf16 LN 0.398 -> 19-36 ms): one program walked each row's whole dx
     # at L2 latency while its group waited; deleted. Cooperative kernels instead: every program of a row
     # waits for the row's chunk sums (ticket order, acquire/release) and writes its own slice.
-    # fwdcoop: the forward (PHASE 3: 2 passes) against the shipped split paths (one launch up to 65536,
-    # two beyond). Prediction: LN / RMS 65536 bf16 0.65 / 0.74 -> 0.80-0.88 SOL, 262144 0.56 / 0.64 ->
-    # 0.80-0.88. Registers (sm_90, LN bf16 / fp32): c4096 e32 (4 warps) 54 / 72, c8192 e32 58 / 80.
-    def fcoop(ch, e):
-        return {"fwd_coop_max_block": 1 << 30, "fwd_coop_chunk": ch, "fwd_coop_ept": e}
-
-    for M, N in ((4096, 32768), (2048, 65536), (512, 262144)):
-        for dt in (torch.bfloat16, torch.float32):
-            for op in ("ln", "rms"):
-                for lab, cfg in (("off", {"fwd_coop_max_block": 0}), ("c4096_e32", fcoop(4096, 32)),
-                                 ("c4096_e16", fcoop(4096, 16)), ("c8192_e32", fcoop(8192, 32)),
-                                 ("c16384_e32", fcoop(16384, 32))):
-                    add("fwdcoop", lab, cfg, op, M, N, "fwd", dt, dt)
+    # fwdcoop (the cooperative forward, PHASE 3: every program of a row waited for the row's chunk
+    # statistics, then wrote its slice) lost to the shipped split paths: geomean 0.2664-0.3403 vs 0.2593 ms
+    # (won only RMS 512x262144: bf16 0.1968 -> 0.1747, fp32 0.3881 -> 0.3332); deleted.
     # bwdcoop: the wide backward (3 passes) against row sums + column kernel (5). Prediction: LN 16384 /
     # 65536 / 262144 and RMS 65536 / 262144, bf16 0.44-0.54 -> 0.65-0.75 SOL, fp32 0.50-0.56 -> 0.70-0.80.
     # Registers (LN bf16 / fp32): c4096 e16 (8 warps) 121 / 128 (2 CTAs per SM), c2048 e16 (4 warps)
@@ -376,6 +366,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                                  ("c2048_e16_p4", bcoop(2048, 16, 4)), ("c2048_e8_p3", bcoop(2048, 8, 3)),
                                  ("c4096_e16_p1", bcoop(4096, 16, 1))):
                     add("bwdcoop", lab, cfg, op, M, N, "bwd", dt, dt)
+    # bwdmix: one-row backward where w is wider than x (bf16 x, fp32 w/b). The prefetching kernel needs
+    # 181 registers with fp32 w at 4096 (128 with bf16 w): 1 CTA per SM; profile 2026-12-01: LN 16384x4096
+    # backward kernel 0.206 ms vs 0.112 with bf16 w. The plain kernel (123 registers: 2 CTAs per SM) with
+    # 1, 2 or 4 programs per SM. Prediction: 0.206 -> 0.12-0.14 ms at 4096, 8192 0.164 -> 0.12-0.13.
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("pf", {"bwd_pf_wide_params": 1}),
+                             ("plain_p1", {"bwd_pf_wide_params": 0, "bwd_plain_progs_per_sm_wide_params": 1}),
+                             ("plain_p2", {"bwd_pf_wide_params": 0, "bwd_plain_progs_per_sm_wide_params": 2}),
+                             ("plain_p4", {"bwd_pf_wide_params": 0, "bwd_plain_progs_per_sm_wide_params": 4})):
+                add("bwdmix", lab, cfg, op, M, N, "bwd", torch.float32, torch.bfloat16)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -419,7 +420,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g == "bwdcoop":  # a new backward kernel: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

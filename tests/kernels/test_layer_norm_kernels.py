@@ -756,33 +756,51 @@ def test_plain_backward_programs_per_sm(monkeypatch):
         check_rms(37, 100, torch.float32, "same")
 
 
+@interp
+@pytest.mark.parametrize("pf", [0, 1])
+def test_backward_for_wide_params(pf, monkeypatch):
+    # bwd_pf_wide_params: one-row blocks with w wider than x (bf16 x, fp32 w) take the prefetching
+    # kernel (1) or the plain one with bwd_plain_progs_per_sm_wide_params programs per SM (0); w as
+    # narrow as x keeps the prefetching kernel; all exact
+    monkeypatch.setitem(L._CFG, "multi_row_max", 4)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 1 << 20)
+    monkeypatch.setitem(L._CFG, "bwd_pf_mid_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_params", pf)
+    monkeypatch.setitem(L._CFG, "bwd_plain_progs_per_sm_wide_params", 3)
+    seen = _record_launches(monkeypatch)
+    for kind, kernel in (("fp32", "_bwd_rows_pf_kernel" if pf else "_bwd_rows_kernel"), ("same", "_bwd_rows_pf_kernel")):
+        seen.clear()
+        check_ln(37, 100, torch.bfloat16, kind)
+        check_rms(37, 100, torch.bfloat16, kind)
+        assert [name for name, _ in seen if name.startswith("_bwd_rows")] == [kernel, kernel]
+
+
 def _coop_on(monkeypatch, chunk=1024):
-    """The cooperative split-row forward and wide backward at interpreter sizes (rows past 64 wide).
-    The interpreter runs programs one after another, so there they only ever run with one chunk per row
-    (chunk >= N); with more, the host must route around them (test_coop_never_waits_in_the_interpreter)."""
+    """The cooperative wide backward at interpreter sizes (rows past 64 wide). The interpreter runs
+    programs one after another, so there it only ever runs with one chunk per row (chunk >= N); with
+    more, the host must route around it (test_coop_never_waits_in_the_interpreter)."""
     monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
     monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 64)
-    monkeypatch.setitem(L._CFG, "fwd_split_min_block", 128)
-    for pre in ("fwd_coop_", "bwd_coop_"):
-        monkeypatch.setitem(L._CFG, pre + "max_block", 1 << 30)
-        monkeypatch.setitem(L._CFG, pre + "chunk", chunk)
-        monkeypatch.setitem(L._CFG, pre + "ept", 32)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
+    monkeypatch.setitem(L._CFG, "bwd_coop_chunk", chunk)
+    monkeypatch.setitem(L._CFG, "bwd_coop_ept", 32)
 
 
 @interp
 @pytest.mark.parametrize("N", [100, 300, 1000])
-def test_coop_kernels(N, monkeypatch):
-    # _fwd_split_kernel PHASE 3 and _bwd_coop_kernel (ticket order, arrival counters, the merge of the
-    # chunk sums, the row-group walk with its dw/db partials): params in x's dtype, fp32 or none, a large
-    # common offset, 37 rows over 4 SMs x 2 programs (a partial last row group)
+def test_coop_backward(N, monkeypatch):
+    # _bwd_coop_kernel (ticket order, arrival counters, the merge of the chunk sums, the row-group walk
+    # with its dw/db partials): params in x's dtype, fp32 or none, a large common offset, fp64, 37 rows
+    # over 4 SMs x 4 programs (a partial last row group)
     _coop_on(monkeypatch)
     seen = _record_launches(monkeypatch)
-    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none")):
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none"),
+                        (torch.float64, "same")):
         seen.clear()
         check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
         check_rms(37, N, dtype, kind)
-        assert [(n, kw.get("PHASE")) for n, kw in seen if n in _KERNELS] == [
-            ("_fwd_split_kernel", 3), ("_bwd_coop_kernel", None)] * 2
+        assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_kernel"] * 2
 
 
 @interp
@@ -796,7 +814,6 @@ def test_coop_backward_masks_and_determinism(monkeypatch):
     dy = torch.randn(M, N, dtype=torch.float64).to(torch.bfloat16)
     w, b = _params(N, torch.bfloat16, "fp32")
     y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-    assert rel(y, ref_ln(x, w, b, 1e-5)[0]) <= TOL[torch.bfloat16]
     gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
     for mask in ((True, True, True), (True, False, False), (False, True, True), (False, False, True)):
         got = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
@@ -812,74 +829,64 @@ def test_coop_backward_masks_and_determinism(monkeypatch):
 @interp
 def test_coop_never_waits_in_the_interpreter(monkeypatch):
     # with several chunks per row the interpreter (one program after another) would spin forever: the
-    # host takes the other split forwards and the row-sum + column backward instead
+    # host takes the row-sum + column backward instead
     _coop_on(monkeypatch, chunk=64)
     seen = _record_launches(monkeypatch)
-    for fused_max in (1 << 30, 0):  # one launch (last program), two launches
-        monkeypatch.setitem(L._CFG, "fwd_split_fused_max_block", fused_max)
-        seen.clear()
-        check_ln(5, 300, torch.bfloat16, "same")
-        assert [(n, kw.get("PHASE")) for n, kw in seen if n in _KERNELS] == (
-            [("_fwd_split_kernel", 0)] if fused_max else [("_fwd_split_kernel", 1), ("_fwd_split_kernel", 2)]) + [
-            ("_bwd_rowsum_kernel", None), ("_bwd_cols_kernel", None)]
+    check_ln(5, 300, torch.bfloat16, "same")
+    check_rms(5, 300, torch.float32, "same")
+    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_rowsum_kernel", "_bwd_cols_kernel"] * 2
+
+
+class _FakeCuda:
+    device = torch.device("cuda")
+
+    def __init__(self, size):
+        self.size = size
+
+    def element_size(self):
+        return self.size
 
 
 def test_coop_chunk_keeps_a_row_on_the_gpu(monkeypatch):
     # a row's S programs must be resident together: S <= coop_max_programs_per_row and <= the SM count;
-    # the chunk grows instead, and past coop_max_chunk the cooperative path is off
-    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
-    monkeypatch.setitem(L._CFG, "bwd_coop_chunk", 2048)
+    # the chunk grows instead, and past coop_max_chunk the cooperative path is off; 16-bit inputs stop
+    # at bwd_coop_max_block_16bit
     monkeypatch.setattr(L, "interpreting", lambda: False)
-    x = torch.empty(0)
     monkeypatch.setattr(L, "_num_sms", lambda t: 132)
-    cuda = type("T", (), {"device": torch.device("cuda")})()
-    assert L._coop_chunk(cuda, 65536, 65536, "bwd_coop_") == 2048  # S = 32
-    assert L._coop_chunk(cuda, 262144, 262144, "bwd_coop_") == 8192  # S = 32, chunk grown
-    assert L._coop_chunk(cuda, 1 << 20, 1 << 20, "bwd_coop_") == 0  # chunk would pass 16384
+    monkeypatch.setitem(L._CFG, "bwd_coop_chunk", 2048)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
+    f32, bf16 = _FakeCuda(4), _FakeCuda(2)
+    assert L._coop_chunk(f32, 65536, 65536) == 2048  # S = 32
+    assert L._coop_chunk(f32, 262144, 262144) == 8192  # S = 32, chunk grown
+    assert L._coop_chunk(f32, 1 << 20, 1 << 20) == 0  # the chunk would pass 16384
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 16384)
+    assert L._coop_chunk(bf16, 16384, 16384) == 2048
+    assert L._coop_chunk(bf16, 20000, 32768) == 0
     monkeypatch.setattr(L, "_num_sms", lambda t: 8)
-    assert L._coop_chunk(cuda, 65536, 65536, "bwd_coop_") == 8192  # S = 8 on a GPU of 8 SMs
-    assert L._coop_chunk(x, 65536, 65536, "bwd_coop_") == 0  # CPU tensors: S > 1 never
+    assert L._coop_chunk(f32, 65536, 65536) == 8192  # S = 8 on a GPU of 8 SMs
+    assert L._coop_chunk(torch.empty(0), 65536, 65536) == 0  # CPU tensors: S > 1 never
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 32768)
-    assert L._coop_chunk(cuda, 65536, 65536, "bwd_coop_") == 0  # off past max_block
-
-
-def _coop_vs_two_launch(x, w, b, is_rms, monkeypatch):
-    """The cooperative forward against the two-launch one with the same chunks: the same merge in the
-    same order, so the same bits."""
-    monkeypatch.setitem(L._CFG, "fwd_coop_max_block", 1 << 30)
-    coop = L.rms_forward(x, w, 1e-6) if is_rms else L.ln_forward(x, w, b, 1e-5)
-    M, N = x.shape
-    chunk = L._coop_chunk(x, N, L.next_pow2(N), "fwd_coop_")
-    monkeypatch.setitem(L._CFG, "fwd_split_chunk", chunk)
-    monkeypatch.setitem(L._CFG, "fwd_split_warps", L._coop_warps(chunk, "fwd_coop_"))  # same reduction tree
-    monkeypatch.setitem(L._CFG, "fwd_coop_max_block", 0)
-    monkeypatch.setitem(L._CFG, "fwd_split_fused_max_block", 0)
-    two = L.rms_forward(x, w, 1e-6) if is_rms else L.ln_forward(x, w, b, 1e-5)
-    monkeypatch.setitem(L._CFG, "fwd_coop_max_block", 1 << 30)
-    for got, want in zip(coop, two):
-        assert torch.equal(got, want), (M, N, x.dtype, is_rms)
-    return coop
+    assert L._coop_chunk(f32, 65536, 65536) == 0  # off past max_block
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("N", [20000, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_coop_kernels(N, dtype, monkeypatch):
-    # compiled, many rows in flight and a row's programs on different SMs: against float64 (forward and
-    # backward), the forward bit-identical to the two-launch path, repeated calls bit-identical (a sum
-    # read before it was visible would show)
-    for pre in ("fwd_coop_", "bwd_coop_"):
-        monkeypatch.setitem(L._CFG, pre + "max_block", 1 << 30)
+def test_cuda_coop_backward(N, dtype, monkeypatch):
+    # compiled, many rows in flight and a row's programs on different SMs: against float64, and repeated
+    # calls bit-identical (a row sum read before it was visible would show)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
+    seen = _record_launches(monkeypatch)
     M = max(8, 2 ** 23 // N)
-    check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same", offset=1000.0 if dtype == torch.float32 else 0.0,
-             device="cuda")
+    check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
+             offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_rms(M, N, dtype, "same", device="cuda")
+    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_kernel"] * 2
     x, dy = _inputs(M, N, dtype, 0.0, "cuda")
     w, b = _params(N, dtype, "same", "cuda")
-    y, mean, rstd = _coop_vs_two_launch(x, w, b, False, monkeypatch)
-    _coop_vs_two_launch(x, w, None, True, monkeypatch)
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
     first = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
     for _ in range(3):
-        assert all(torch.equal(u, v) for u, v in zip(L.ln_forward(x, w, b, 1e-5), (y, mean, rstd)))
         again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
         assert all(torch.equal(a, c) for a, c in zip(first, again))

@@ -132,15 +132,6 @@ _CFG = {
     "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
     "fwd_split_fused_warps": 16,  # last program's pass over its row
     "fwd_split_fin_block": 8192,
-    # cooperative split-row forward (PHASE 3: the row's programs wait for each other's chunk statistics,
-    # then each writes its own slice of y; 2 passes) up to this BLOCK_N (0: off; not yet measured): chunk,
-    # warps. A row's programs must be resident together: S <= coop_max_programs_per_row (and the SM
-    # count), the chunk grows to keep it so, up to coop_max_chunk (registers); past that, the other paths
-    "fwd_coop_max_block": 0,
-    "fwd_coop_chunk": 4096,
-    "fwd_coop_ept": 32,  # elements per thread -> warps (sm_90, bf16 / fp32 LN: c4096 4 warps 54 / 72 registers)
-    "coop_max_programs_per_row": 32,
-    "coop_max_chunk": 16384,
     # two launches: chunk, warps (c4096_w4 beat c8192_w8 on every row of that run: 512x262144 fp32 LN
     # 0.4086 -> 0.3855 ms, bf16 RMS 0.2007 -> 0.1954)
     "fwd_split_chunk": 4096,
@@ -152,14 +143,22 @@ _CFG = {
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
-    # cooperative wide backward (_bwd_coop_kernel; a row's chunk programs wait for each other's row
-    # sums, then each writes its dx slice: 3 passes) where the rows kernels stop, up to this BLOCK_N (0:
-    # off; not yet measured): chunk, warps, programs per SM (row groups x chunks). The last-program form
-    # of 2026-12-01 (one program wrote the row's whole dx from L2) ran 3-90x slower and was deleted
-    "bwd_coop_max_block": 0,
-    "bwd_coop_chunk": 4096,
-    "bwd_coop_ept": 16,  # -> warps (sm_90, bf16 / fp32 LN: c4096 8 warps 121 / 128 registers, c2048 4 warps 121 / 127)
-    "bwd_coop_progs_per_sm": 2,
+    # cooperative wide backward (_bwd_coop_kernel: a row's chunk programs wait for each other's row sums,
+    # then each writes its dx slice; 3 passes) where the rows kernels stop, up to bwd_coop_max_block
+    # (16-bit inputs: bwd_coop_max_block_16bit); chunk, elements per thread (-> warps), programs per SM
+    # (row groups x chunks). H200 2026-12-01, c2048_e16_p4 against row sums + columns: fp32 LN 4096x16384
+    # 0.339 -> 0.258 ms, 2048x65536 0.751 -> 0.565, RMS 0.727 -> 0.555, bf16 LN 4096x16384 0.232 -> 0.200;
+    # lost at bf16 65536 (RMS 0.384 -> 0.430) and 262144 (LN 0.397 -> 0.550; fp32 RMS 0.681 -> 0.748), where
+    # the per-row wait outweighs the halved reads. A row's S programs must be resident together: S <=
+    # coop_max_programs_per_row (and the SM count), the chunk grows to keep it so, up to coop_max_chunk.
+    # (The last-program form, one program writing the row's whole dx from L2, ran 3-90x slower: deleted.)
+    "bwd_coop_max_block": 65536,
+    "bwd_coop_max_block_16bit": 16384,
+    "bwd_coop_chunk": 2048,
+    "bwd_coop_ept": 16,  # sm_90 registers, LN bf16 / fp32: c2048 (4 warps) 121 / 127, c4096 (8) 121 / 128
+    "bwd_coop_progs_per_sm": 4,
+    "coop_max_programs_per_row": 32,
+    "coop_max_chunk": 16384,
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -181,6 +180,13 @@ _CFG = {
     "bwd_plain_wide_progs_per_sm": 1,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
+    # one-row blocks where w is wider than x (16-bit x, fp32 w): the prefetching kernel (1) or the plain
+    # one with this many programs per SM (0: 32 // num_warps). Prefetching with fp32 w needs 181 registers
+    # at 4096 (sm_90; 128 with bf16 w): 1 CTA per SM, and the bench's LN bf16 x / fp32 w 16384x4096
+    # backward ran 0.206 ms against 0.112 with bf16 w (profile 2026-12-01); the plain kernel: 123 (2 CTAs).
+    # Not yet measured on a GPU: both kept until the "bwdmix" sweep decides
+    "bwd_pf_wide_params": 1,
+    "bwd_plain_progs_per_sm_wide_params": 2,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
     # 8192 the same change was 5 % slower: 8192x8192 0.1198 / 0.1116 -> 0.1258 / 0.1156)
@@ -472,16 +478,9 @@ def _fwd_split_kernel(
     PHASE 1 / 2 (two launches): PHASE 2 (walking the rows last-first, so that the end of launch 1's
     reads are L2 hits) re-reads the chunk, merges the pairs (every program of the row computes the same
     mean/rstd) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
-    PHASE 3 (one launch, cooperative): each program takes a ticket (CNT[M], so that a program only ever
-    waits for programs that already run: no deadlock while a row's S programs fit the GPU), counts itself
-    in on CNT[row] (release) and spins until all S have (acquire); then merges the pairs and writes its
-    own slice of y, re-reading its chunk (an L2 hit; holding it across the wait costs occupancy).
-    HBM: read x once, write y (2 passes). Never under the interpreter with S > 1 (programs run one by one).
     """
     if PHASE == 2:
         t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
-    elif PHASE == 3:
-        t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu").to(tl.int64)
     else:
         t = tl.program_id(0).to(tl.int64)
     row = t // S
@@ -519,26 +518,6 @@ def _fwd_split_kernel(
             cm2 = tl.sum(d * d, axis=0)
         tl.store(ST + (row * S + s) * 2, cmean)
         tl.store(ST + (row * S + s) * 2 + 1, cm2)
-    if PHASE == 3:
-        # every thread's pair store before the release; after the acquire all S pairs are visible
-        tl.debug_barrier()
-        tl.atomic_add(CNT + row, 1, sem="release", scope="gpu")
-        arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
-        while arrived < S:
-            arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
-        mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
-        if s == 0:
-            tl.store(RSTD + row, rstd)
-            if not IS_RMS:
-                tl.store(MEAN + row, shift + mean)
-        xc = _split_x(tl.load(xrow + cols, mask=cmask, other=0.0), cmask, shift, IS_RMS, ACC)
-        wv = xc
-        bv = xc
-        if HAS_W:
-            wv = tl.load(W + cols, mask=cmask, other=0.0)
-        if HAS_B:
-            bv = tl.load(B + cols, mask=cmask, other=0.0)
-        tl.store(yrow + cols, _split_y(xc, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cmask)
     if PHASE == 0:
         # every thread's pair store before the counter's release; the acquire side (the last
         # program) then sees all S pairs
@@ -984,23 +963,24 @@ def _loop_programs(x, M, row_bytes):
     return max(1, min(M, P))
 
 
-def _coop_chunk(x, N, BLOCK_N, pre):
-    """The chunk of a cooperative split-row kernel (programs of a row wait for each other), or 0 where
-    it is off (``_CFG[pre + 'max_block']``) or unsafe: a row's S programs must all be resident at once,
-    so S stays <= ``'coop_max_programs_per_row'`` and <= the SM count (the chunk grows instead, up to
-    ``'coop_max_chunk'``), and S = 1 under the interpreter, which runs programs one after another."""
-    if BLOCK_N > _CFG[pre + "max_block"]:
+def _coop_chunk(x, N, BLOCK_N):
+    """The chunk of the cooperative wide backward (a row's programs wait for each other), or 0 where it
+    is off (past ``'bwd_coop_max_block'``, ``'bwd_coop_max_block_16bit'`` for 16-bit inputs) or unsafe: a
+    row's S programs must all be resident at once, so S stays <= ``'coop_max_programs_per_row'`` and <=
+    the SM count (the chunk grows instead, up to ``'coop_max_chunk'``), and S = 1 under the interpreter,
+    which runs programs one after another."""
+    if BLOCK_N > _CFG["bwd_coop_max_block_16bit" if x.element_size() == 2 else "bwd_coop_max_block"]:
         return 0
     cap = min(_CFG["coop_max_programs_per_row"], _num_sms(x))
-    CH = min(BLOCK_N, max(_CFG[pre + "chunk"], next_pow2(cdiv(N, cap))))
+    CH = min(BLOCK_N, max(_CFG["bwd_coop_chunk"], next_pow2(cdiv(N, cap))))
     S = cdiv(N, CH)
     if CH > _CFG["coop_max_chunk"] or (S > 1 and (x.device.type != "cuda" or interpreting())):
         return 0
     return CH
 
 
-def _coop_warps(CH, pre):
-    return next_pow2(min(_CFG["max_warps"], max(1, CH // (32 * _CFG[pre + "ept"]))))
+def _coop_warps(CH):
+    return next_pow2(min(_CFG["max_warps"], max(1, CH // (32 * _CFG["bwd_coop_ept"]))))
 
 
 def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None):
@@ -1058,21 +1038,18 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     )
     BLOCK_N = next_pow2(N)
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
-        coop = _coop_chunk(x, N, BLOCK_N, "fwd_coop_")
-        fused = not coop and BLOCK_N <= _CFG["fwd_split_fused_max_block"]
-        pre = "fwd_coop_" if coop else "fwd_split_fused_" if fused else "fwd_split_"
-        CH = coop or min(_CFG[pre + "chunk"], BLOCK_N)
+        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block"]
+        pre = "fwd_split_fused_" if fused else "fwd_split_"
+        CH = min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
-        # arrival counters (+ the ticket counter), zeroed per call: a cached buffer would race across
-        # streams and CUDA graphs
-        cnt = torch.zeros((M + 1,), dtype=torch.int32, device=dev) if coop or fused else st
+        # arrival counters, zeroed per call: a cached buffer would race across streams and CUDA graphs
+        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if fused else st
         sargs = (x, args[2], args[3], y, args[6], rstd, st, cnt, M, N, _row_stride(x), N, float(eps), S)
-        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # used by the last-program pass only
+        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # unused by the two launches
         kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=fin, HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
-                  IS_RMS=is_rms, ACC=flags["ACC"],
-                  num_warps=_coop_warps(CH, "fwd_coop_") if coop else _CFG[pre + "warps"])
-        for phase in ((3,) if coop else (0,) if fused else (1, 2)):
+                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
+        for phase in ((0,) if fused else (1, 2)):
             launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
@@ -1150,9 +1127,10 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         ACC=_acc(x.dtype),
     )
     need_partials = need_dw or need_db
+    wide_params = weight is not None and weight.element_size() > x.element_size()
     BLOCK_N = next_pow2(N)
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]
-    coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N, "bwd_coop_")
+    coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
     if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
@@ -1160,6 +1138,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             cap = _CFG["bwd_pf_wide_max_row_bytes"]
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
+            pf = pf and (_CFG["bwd_pf_wide_params"] or not wide_params)
         if pf:
             kind = "bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else "bwd_pf_wide"
             ept = _CFG[kind + "_ept"]
@@ -1169,8 +1148,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         nblocks = cdiv(M, BLOCK_M)
         if pf:
             pps = _CFG[kind + "_progs_per_sm"]
+        elif narrow:
+            pps = max(1, 32 // nw)
         else:
-            pps = (_CFG["bwd_plain_wide_progs_per_sm"] if not narrow else 0) or max(1, 32 // nw)
+            pps = _CFG["bwd_plain_progs_per_sm_wide_params" if wide_params else "bwd_plain_wide_progs_per_sm"]
+            pps = pps or max(1, 32 // nw)
         if pf or need_partials:
             # the prefetching kernel is persistent even without partials (its point is the loop)
             P = _num_sms(x) * pps
@@ -1199,7 +1181,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg, S,
             CHUNK=coop, BLOCK_S=next_pow2(S),
-            num_warps=_coop_warps(coop, "bwd_coop_"), enable_fp_fusion=False, **flags,
+            num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags,
         )
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
@@ -1274,7 +1256,7 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
     dw in weight's dtype, db in ``bias_dtype`` (default: weight's dtype, else x's). dw/db are fp32
     per-program partials reduced in a fixed order. HBM: read x, dy, write dx (3 passes) in the
     rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel), 3 with
-    ``_CFG['bwd_coop_max_block']`` (the cooperative wide kernel; off until measured).
+    ``_CFG['bwd_coop_max_block']`` (the cooperative wide kernel: 16-bit inputs up to 16384, others 65536).
     """
     need_dx, need_dw, need_db = (bool(v) for v in output_mask)
     pdt = weight.dtype if weight is not None else x2d.dtype
