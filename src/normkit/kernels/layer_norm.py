@@ -181,11 +181,11 @@ _CFG = {
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
     # one-row blocks where w is wider than x (16-bit x, fp32 w): the prefetching kernel (1) or the plain
-    # one with this many programs per SM (0: 32 // num_warps). Prefetching with fp32 w needs 181 registers
-    # at 4096 (sm_90; 128 with bf16 w): 1 CTA per SM, and the bench's LN bf16 x / fp32 w 16384x4096
-    # backward ran 0.206 ms against 0.112 with bf16 w (profile 2026-12-01); the plain kernel: 123 (2 CTAs).
-    # Not yet measured on a GPU: both kept until the "bwdmix" sweep decides
-    "bwd_pf_wide_params": 1,
+    # one with this many programs per SM (0: 32 // num_warps). H200 sweep "bwdmix" 2026-12-01 (bf16 x,
+    # fp32 w/b), prefetching -> plain with 2 per SM: LN 16384x4096 0.2274 -> 0.2125 ms, 8192x8192 0.1724 ->
+    # 0.1601, RMS 0.1310 -> 0.1290, 0.1423 -> 0.1483; geomean -3 %. Far from the bf16-w kernel (0.112 ms
+    # at LN 4096): the 181 vs 128 registers of the prefetching kernel were not the cause
+    "bwd_pf_wide_params": 0,
     "bwd_plain_progs_per_sm_wide_params": 2,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
