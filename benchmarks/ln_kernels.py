@@ -377,6 +377,20 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                              ("plain_p2", {"bwd_pf_wide_params": 0, "bwd_plain_progs_per_sm_wide_params": 2}),
                              ("plain_p4", {"bwd_pf_wide_params": 0, "bwd_plain_progs_per_sm_wide_params": 4})):
                 add("bwdmix", lab, cfg, op, M, N, "bwd", torch.float32, torch.bfloat16)
+    # bwdholdw: the plain rows backward on one-row blocks holding w in registers (loaded once per
+    # persistent program) instead of reloading it per row, as Liger does. Rows where the plain kernel
+    # runs: fp32 8192 (0.87x Liger), bf16 x / fp32 w at 4096 / 8192 (0.92-0.94x Liger), RMS 16384.
+    # Registers (sm_90, LN / RMS): fp32 8192 115 / 114 -> 128 / 124; bf16 x fp32 w 4096 123 / 80 ->
+    # 124 / 119, 8192 126 / 89 -> 111 / 120: no spills. Prediction: -5..-12 % where w is re-read from L2
+    # as many bytes as x (fp32 w).
+    for op in ("ln", "rms"):
+        for M, N, dt, pdt in ((8192, 8192, torch.float32, torch.float32), (16384, 4096, torch.bfloat16, torch.float32),
+                              (8192, 8192, torch.bfloat16, torch.float32), (4096, 16384, torch.bfloat16, torch.bfloat16),
+                              (4096, 16384, torch.float32, torch.float32)):
+            if op == "ln" and N == 16384:
+                continue  # the cooperative kernel there
+            for lab, h in (("reload", 0), ("hold", 1)):
+                add("bwdholdw", lab, {"bwd_hold_w": h}, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -420,7 +434,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix", "bwdholdw"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The device call prepared in session 6 (<= ~5 min), after the cooperative sweep:
-#   1. `pytest -m cuda` (the cooperative wide backward, now the default for fp32 up to 65536 and 16-bit
-#      up to 16384, among them) and `normkit check --impl normkit --device cuda`;
-#   2. `ln_kernels.py --sweep --groups bwdmix`: the one-row backward with w wider than x (bf16 x, fp32 w):
-#      prefetching kernel against the plain one with 1, 2 or 4 programs per SM.
-# Then the headline run: NORMKIT_GIT_SHA=<sha> PART=headline bash benchmarks/run_h200.sh (carry .whl).
-#   run(command="bash benchmarks/next_h200.sh", timeout_s=600)
+# The device call prepared in session 6 after the headline run (<= ~3 min):
+#   1. the layer-norm kernels' CUDA tests (the plain backward's new HOLD_W among them);
+#   2. `ln_kernels.py --sweep --groups bwdholdw`: the plain one-row backward holding w in registers
+#      against reloading it per row (fp32 8192, bf16 x / fp32 w 4096 / 8192, RMS 16384).
+#   run(command="bash benchmarks/next_h200.sh", timeout_s=400)
 # $OUT/summary.log holds the short form; everything else lands in $OUT/next.tgz.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -17,14 +15,11 @@ stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-stamp "pytest -m cuda"
-timeout 220 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
-tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
-stamp "conformance"
-timeout 100 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
-    > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -12 "$W/check_cuda.txt"
-stamp "bwdmix sweep"
-timeout 120 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows --groups bwdmix --sweep-budget 90 \
+stamp "layer-norm CUDA tests"
+timeout 150 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln_cuda.log" 2>&1
+echo "pytest rc=$?"; tail -1 "$W/pytest_ln_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_ln_cuda.log" | head -20
+stamp "bwdholdw sweep"
+timeout 120 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows --groups bwdholdw --sweep-budget 90 \
     --budget 110 > "$W/ln_sweep.log" 2>&1
 echo "sweep rc=$?"; grep -E "chose|FAILED|out of time" "$W/ln_sweep.log" | cut -c1-300
 python3 - "$W/ln_sweep.jsonl" <<'PY'

@@ -775,6 +775,22 @@ def test_backward_for_wide_params(pf, monkeypatch):
         assert [name for name, _ in seen if name.startswith("_bwd_rows")] == [kernel, kernel]
 
 
+@interp
+def test_backward_holding_w(monkeypatch):
+    # bwd_hold_w: the plain rows backward on one-row blocks with w loaded once per program (several
+    # rows per program: 37 rows over 4 SMs) or reloaded per row; both exact, params fp32 or x's dtype
+    monkeypatch.setitem(L._CFG, "multi_row_max", 16)
+    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 0)
+    seen = _record_launches(monkeypatch)
+    for hold in (0, 1):
+        monkeypatch.setitem(L._CFG, "bwd_hold_w", hold)
+        seen.clear()
+        for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same")):
+            check_ln(37, 100, dtype, kind)
+            check_rms(37, 100, dtype, kind)
+        assert [kw["HOLD_W"] for n, kw in seen if n == "_bwd_rows_kernel"] == [bool(hold)] * 4
+
+
 def _coop_on(monkeypatch, chunk=1024):
     """The cooperative wide backward at interpreter sizes (rows past 64 wide). The interpreter runs
     programs one after another, so there it only ever runs with one chunk per row (chunk >= N); with

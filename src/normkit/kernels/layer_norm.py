@@ -186,6 +186,9 @@ _CFG = {
     # 0.1601, RMS 0.1310 -> 0.1290, 0.1423 -> 0.1483; geomean -3 %. Far from the bf16-w kernel (0.112 ms
     # at LN 4096): the 181 vs 128 registers of the prefetching kernel were not the cause
     "bwd_pf_wide_params": 0,
+    # the plain rows backward on one-row blocks: w held in registers by each persistent program instead
+    # of reloaded per row (1; not yet measured: fp32 LN 8192 ran 0.87x Liger, which holds w)
+    "bwd_hold_w": 0,
     "bwd_plain_progs_per_sm_wide_params": 2,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
@@ -571,9 +574,9 @@ def _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
+def _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
                HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-               STORE_DX: tl.constexpr, ACC: tl.constexpr):
+               STORE_DX: tl.constexpr, HOLD_W: tl.constexpr, ACC: tl.constexpr):
     """One [rows, N] block of the backward from registers: dw/db accumulated, dx returned (0 when
     STORE_DX is off). Masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store."""
     if IS_RMS:
@@ -587,8 +590,10 @@ def _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
     dx = dy
     if STORE_DX:
         if HAS_W:
-            # reloaded per row block (an L1/L2 hit) rather than held: registers are the limit
-            w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+            if HOLD_W:  # loaded once by the program
+                w = w_held
+            else:  # reloaded per row block (an L1/L2 hit): registers are the limit
+                w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
             wdy = dy * w[None, :]
         else:
             wdy = dy
@@ -622,10 +627,11 @@ def _bwd_rows_kernel(
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
-    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, HOLD_W: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks.
+    """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks (HOLD_W: w
+    loaded once, held in registers; else reloaded per block).
 
     dx per row from the two row sums; dy*xhat and dy summed over the program's rows in registers and
     written once as row ``pid`` of the (P, N) partials. HBM: read x, dy, write dx (3 passes) + P*N.
@@ -636,12 +642,15 @@ def _bwd_rows_kernel(
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     first = pid.to(tl.int64) * blocks_per_prog
+    w_held = dw_acc
+    if HOLD_W and HAS_W and STORE_DX:
+        w_held = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     for i in range(0, blocks_per_prog):
         rows = (first + i) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         xv, dyv, mean, rstd = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
                                               IS_RMS, ACC)
-        dx, dw_acc, db_acc = _bwd_block(xv.to(ACC), dyv.to(ACC), mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
-                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, ACC)
+        dx, dw_acc, db_acc = _bwd_block(xv.to(ACC), dyv.to(ACC), mean, rstd, W, w_held, cols, cmask, N,
+                                        dw_acc, db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
         if STORE_DX:
             mask = (rows < M)[:, None] & cmask[None, :]
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
@@ -690,8 +699,8 @@ def _bwd_rows_pf_kernel(
         xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                                 tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
                                                 stride_dy, stride_x, IS_RMS, ACC)
-        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, cols, cmask, N, dw_acc, db_acc,
-                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, ACC)
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, dw_acc, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, False, ACC)
         if STORE_DX:
             smask = (cur < M)[:, None] & cmask[None, :]
             tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
@@ -1163,10 +1172,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
+        hold = {} if pf else dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
         launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
-               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **flags)
+               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
