@@ -187,8 +187,10 @@ _CFG = {
     # at LN 4096): the 181 vs 128 registers of the prefetching kernel were not the cause
     "bwd_pf_wide_params": 0,
     # the plain rows backward on one-row blocks: w held in registers by each persistent program instead
-    # of reloaded per row (1; not yet measured: fp32 LN 8192 ran 0.87x Liger, which holds w)
-    "bwd_hold_w": 0,
+    # of reloaded from L2 per row. H200 sweep "bwdholdw" 2026-12-01, reload -> hold: fp32 LN 8192x8192
+    # 0.2684 -> 0.2130 ms (Liger 0.2198), bf16 x / fp32 w LN 16384x4096 0.2102 -> 0.1420, 8192x8192 0.1581
+    # -> 0.1547, RMS fp32 8192 0.2356 -> 0.2088, RMS bf16 4096x16384 0.1536 -> 0.1241; no row slower
+    "bwd_hold_w": 1,
     "bwd_plain_progs_per_sm_wide_params": 2,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
