@@ -354,7 +354,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # bwdcoop: the wide backward (3 passes) against row sums + column kernel (5). Prediction: LN 16384 /
     # 65536 / 262144 and RMS 65536 / 262144, bf16 0.44-0.54 -> 0.65-0.75 SOL, fp32 0.50-0.56 -> 0.70-0.80.
     # Registers (LN bf16 / fp32): c4096 e16 (8 warps) 121 / 128 (2 CTAs per SM), c2048 e16 (4 warps)
-    # 121 / 127 (4), c2048 e8 (8 warps) 74 / 69 (3).
+    # 121 / 127 (4), c2048 e8 (8 warps) 74 / 69 (3). 2026-12-01: c2048_e16_p4 won (geomean 0.4632 vs off
+    # 0.4679): fp32 up to 65536 and bf16 16384 faster by 14-26 %, bf16 65536 / 262144 slower; adopted there.
     def bcoop(ch, e, p):
         return {"bwd_coop_max_block": 1 << 30, "bwd_coop_chunk": ch, "bwd_coop_ept": e, "bwd_coop_progs_per_sm": p}
 
@@ -370,6 +371,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 181 registers with fp32 w at 4096 (128 with bf16 w): 1 CTA per SM; profile 2026-12-01: LN 16384x4096
     # backward kernel 0.206 ms vs 0.112 with bf16 w. The plain kernel (123 registers: 2 CTAs per SM) with
     # 1, 2 or 4 programs per SM. Prediction: 0.206 -> 0.12-0.14 ms at 4096, 8192 0.164 -> 0.12-0.13.
+    # 2026-12-01: plain_p2 won by 3 % (LN 4096 0.2274 -> 0.2125): missed, adopted.
     for M, N in ((16384, 4096), (8192, 8192)):
         for op in ("ln", "rms"):
             for lab, cfg in (("pf", {"bwd_pf_wide_params": 1}),
@@ -382,7 +384,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # runs: fp32 8192 (0.87x Liger), bf16 x / fp32 w at 4096 / 8192 (0.92-0.94x Liger), RMS 16384.
     # Registers (sm_90, LN / RMS): fp32 8192 115 / 114 -> 128 / 124; bf16 x fp32 w 4096 123 / 80 ->
     # 124 / 119, 8192 126 / 89 -> 111 / 120: no spills. Prediction: -5..-12 % where w is re-read from L2
-    # as many bytes as x (fp32 w).
+    # as many bytes as x (fp32 w). 2026-12-01: hold won every row (LN fp32 8192 0.2684 -> 0.2130, mixed 4096
+    # 0.2102 -> 0.1420), adopted.
     for op in ("ln", "rms"):
         for M, N, dt, pdt in ((8192, 8192, torch.float32, torch.float32), (16384, 4096, torch.bfloat16, torch.float32),
                               (8192, 8192, torch.bfloat16, torch.float32), (4096, 16384, torch.bfloat16, torch.bfloat16),

@@ -43,12 +43,18 @@ fixed order, 32-column x 128-row blocks):
   per thread (4 warps), 4 programs per SM. 3 passes.
 * ``2048 <= BLOCK_N <= 8192`` (``'bwd_pf_wide_max_block'``): the prefetching kernel, one row per block,
   8 elements per thread, 1 program per SM, two blocks ahead; at 4096 (``'bwd_pf_mid_block'``) 16
-  elements per thread and 2 programs per SM. 3 passes.
+  elements per thread and 2 programs per SM. 3 passes. Rows of more than 16 KB
+  (``'bwd_pf_wide_max_row_bytes'``: fp32 at 8192) and w wider than x (``'bwd_pf_wide_params'``) take the
+  plain kernel instead, each persistent program holding w in registers (``'bwd_hold_w'``).
 * ``BLOCK_N == 16384``, RMS only (``'bwd_max_block'``; ``'bwd_max_block_ln'`` = 8192 because the layer
-  norm's extra accumulator spills at 16K): the plain kernel, one row per program. 3 passes.
-* wider (layer norm from 16384, RMS from 32768): a row-sum kernel (reads x, dy) and a column-tiled
-  kernel (reads x, dy, writes dx, accumulates dw/db partials over a row group, walking the rows in the
-  reverse order so the tail of the first kernel's reads hit L2): 5 passes at worst.
+  norm's extra accumulator spills at 16K): the plain kernel, one row per program, w held. 3 passes.
+* wider, up to 65536 (16-bit inputs: 16384; ``'bwd_coop_max_block'``): ``_bwd_coop_kernel``, (row group,
+  chunk) programs in ticket order; per row each chunk program publishes its two row sums, waits until
+  the row's other programs have (acquire/release counters), and writes its dx slice from registers.
+  3 passes (fp32 2048x65536 LN 0.751 -> 0.565 ms against the column path).
+* wider still: a row-sum kernel (reads x, dy) and a column-tiled kernel (reads x, dy, writes dx,
+  accumulates dw/db partials over a row group, walking the rows in the reverse order so the tail of the
+  first kernel's reads hit L2): 5 passes at worst.
 
 The timings quoted above are bf16 (CUDA-graph replay, H200, 2026-11-30) unless marked fp32; earlier
 measurements of the default kernels: ``benchmarks/NOTES-layer_norm.md``.
