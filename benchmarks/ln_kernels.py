@@ -394,15 +394,9 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue  # the cooperative kernel there
             for lab, h in (("reload", 0), ("hold", 1)):
                 add("bwdholdw", lab, {"bwd_hold_w": h}, op, M, N, "bwd", pdt, dt)
-    # bwdpfhold: the prefetching one-row backward holding w (loaded once per persistent program) from
-    # 8192 or from 2048, against reloading it per row block. Registers (sm_90, LN bf16): 8192 128 either
-    # way, 4096 128 -> 169, 2048 128 -> 156. Prediction: 8192 16-bit -5..-15 % (the plain kernel's hold
-    # gave -2..-21 %), 2048 / 4096 slower (half the CTAs per SM).
-    for op in ("ln", "rms"):
-        for M, N, dt in ((8192, 8192, torch.bfloat16), (8192, 8192, torch.float16), (16384, 4096, torch.bfloat16),
-                         (32768, 2048, torch.bfloat16)):
-            for lab, lo in (("off", 1 << 30), ("from8k", 8192), ("from2k", 2048)):
-                add("bwdpfhold", lab, {"bwd_pf_hold_w_min_block": lo}, op, M, N, "bwd", dt, dt)
+    # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
+    # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
+    # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -446,7 +440,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwdpfhold"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix", "bwdholdw"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The last device call of session 6 (<= ~2.5 min): the layer-norm kernels' CUDA tests with the prefetching
-# backward holding w at 8192 (tentatively on), then `--groups bwdpfhold` (off / from 8192 / from 2048).
-#   run(command="bash benchmarks/next_h200.sh", timeout_s=200)
+# The first device call of the next session (<= ~4 min): `pytest -m cuda` and
+# `normkit check --impl normkit --device cuda` at the shipped defaults (session 6 ran the full CUDA tests
+# and conformance at 9334a74; the two later backward defaults ran the layer-norm CUDA tests only).
+#   run(command="bash benchmarks/next_h200.sh", timeout_s=400)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/normkit-next}
@@ -12,21 +13,12 @@ stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-stamp "layer-norm CUDA tests"
-timeout 90 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln_cuda.log" 2>&1
-echo "pytest rc=$?"; tail -1 "$W/pytest_ln_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_ln_cuda.log" | head -20
-stamp "bwdpfhold sweep"
-timeout 100 python3 benchmarks/ln_kernels.py --out "$W" --sweep --no-rows --groups bwdpfhold --sweep-budget 75 \
-    --budget 90 > "$W/ln_sweep.log" 2>&1
-echo "sweep rc=$?"; grep -E "chose|FAILED|out of time" "$W/ln_sweep.log" | cut -c1-300
-python3 - "$W/ln_sweep.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    d = json.loads(line)
-    if "label" in d:
-        print(d["group"], d["label"], d["op"], d["M"], d["N"], d.get("dtype", "")[6:], round(d["ms"], 4),
-              round(d["sol"] or 0, 3), d.get("err"))
-PY
+stamp "pytest -m cuda"
+timeout 220 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+stamp "conformance"
+timeout 100 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+    > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -12 "$W/check_cuda.txt"
 stamp "done"
 } 2>&1 | tee "$OUT/summary.log"
 tar czf "$OUT/next.tgz" -C "$OUT" next

@@ -791,23 +791,6 @@ def test_backward_holding_w(monkeypatch):
         assert [kw["HOLD_W"] for n, kw in seen if n == "_bwd_rows_kernel"] == [bool(hold)] * 4
 
 
-@interp
-@pytest.mark.parametrize("min_block", [128, 1 << 30])
-def test_prefetch_backward_holding_w(min_block, monkeypatch):
-    # bwd_pf_hold_w_min_block: the prefetching backward on one-row blocks holds w from this BLOCK_N on
-    monkeypatch.setitem(L._CFG, "multi_row_max", 16)
-    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 1 << 20)
-    monkeypatch.setitem(L._CFG, "bwd_pf_mid_block", 0)
-    monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_row_bytes", 0)
-    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w_min_block", min_block)
-    seen = _record_launches(monkeypatch)
-    for dtype, kind in ((torch.bfloat16, "same"), (torch.float32, "same"), (torch.float16, "none")):
-        seen.clear()
-        check_ln(37, 100, dtype, kind)
-        check_rms(37, 100, dtype, kind)
-        assert [kw["HOLD_W"] for n, kw in seen if n == "_bwd_rows_pf_kernel"] == [min_block <= 128] * 2
-
-
 def _coop_on(monkeypatch, chunk=1024):
     """The cooperative wide backward at interpreter sizes (rows past 64 wide). The interpreter runs
     programs one after another, so there it only ever runs with one chunk per row (chunk >= N); with

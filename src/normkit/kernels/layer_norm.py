@@ -197,10 +197,6 @@ _CFG = {
     # 0.2684 -> 0.2130 ms (Liger 0.2198), bf16 x / fp32 w LN 16384x4096 0.2102 -> 0.1420, 8192x8192 0.1581
     # -> 0.1547, RMS fp32 8192 0.2356 -> 0.2088, RMS bf16 4096x16384 0.1536 -> 0.1241; no row slower
     "bwd_hold_w": 1,
-    # the prefetching kernel holds w too from this BLOCK_N on (1 << 30: never). sm_90 registers unchanged
-    # at 8192 (16 warps, 128), up at 4096 (8 warps, LN bf16 128 -> 169: 1 CTA per SM instead of 2) and
-    # 2048 (128 -> 156). Not yet measured (sweep "bwdpfhold"): on tentatively for the CUDA tests
-    "bwd_pf_hold_w_min_block": 8192,
     "bwd_plain_progs_per_sm_wide_params": 2,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
@@ -602,8 +598,8 @@ def _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
     dx = dy
     if STORE_DX:
         if HAS_W:
-            if HOLD_W:  # loaded once by the program (in its own dtype: 16-bit w takes half the registers)
-                w = w_held.to(ACC)
+            if HOLD_W:  # loaded once by the program
+                w = w_held
             else:  # reloaded per row block (an L1/L2 hit): registers are the limit
                 w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
             wdy = dy * w[None, :]
@@ -656,7 +652,7 @@ def _bwd_rows_kernel(
     first = pid.to(tl.int64) * blocks_per_prog
     w_held = dw_acc
     if HOLD_W and HAS_W and STORE_DX:
-        w_held = tl.load(W + cols, mask=cmask, other=0.0)
+        w_held = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     for i in range(0, blocks_per_prog):
         rows = (first + i) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         xv, dyv, mean, rstd = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
@@ -678,7 +674,7 @@ def _bwd_rows_pf_kernel(
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
-    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, HOLD_W: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr,
 ):
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
@@ -693,9 +689,6 @@ def _bwd_rows_pf_kernel(
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     rows = pid.to(tl.int64) * blocks_per_prog * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-    w_held = dw_acc
-    if HOLD_W and HAS_W and STORE_DX:
-        w_held = tl.load(W + cols, mask=cmask, other=0.0)
     # stage a: the block computed next; stage b: the one after
     xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
                                             IS_RMS, ACC)
@@ -714,8 +707,10 @@ def _bwd_rows_pf_kernel(
         xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                                 tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
                                                 stride_dy, stride_x, IS_RMS, ACC)
-        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
-                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
+        # w reloaded per block: holding it lost here (sweep "bwdpfhold" 2026-12-01: LN bf16 / fp16
+        # 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms; RMS 2-3 % faster)
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, dw_acc, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, False, ACC)
         if STORE_DX:
             smask = (cur < M)[:, None] & cmask[None, :]
             tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
@@ -1187,14 +1182,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
-        if pf:
-            hold = not narrow and BLOCK_N >= _CFG["bwd_pf_hold_w_min_block"]
-        else:
-            hold = bool(_CFG["bwd_hold_w"]) and not narrow
+        hold = {} if pf else dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
         launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
-               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, HOLD_W=hold, **flags)
+               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
