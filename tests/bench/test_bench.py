@@ -115,6 +115,25 @@ def test_suite_expansion_and_filters():
     assert len(C.expand_suite(suite, ops=["group_norm"], shapes=["32x256x64x64/g32"])) == 4
 
 
+def test_shapes_outside_the_suite():
+    # a --shapes entry the suite lacks runs with the op's suite dtypes / layouts / modes where its rank
+    # fits; suite shapes keep their suite form; an entry that fits no selected op is an error, not 0 cases
+    suite = C.load_suite()
+    sel = C.expand_suite(suite, ops=["layer_norm", "rms_norm", "batch_norm"], shapes=["16384x5120", "32768x768"])
+    ln = [c for c in sel if c.op == "layer_norm"]
+    assert {c.shape for c in ln} == {(16384, 5120), (32768, 768)} and len(ln) == 2 * 4
+    assert len([c for c in sel if c.op == "rms_norm"]) == 2 * 3
+    bn = [c for c in sel if c.op == "batch_norm"]  # (N, C) is a batch-norm shape too: train and eval, 4 dtypes
+    assert {c.shape for c in bn} == {(16384, 5120), (32768, 768)} and len(bn) == 2 * 4 * 2
+    gn = C.expand_suite(suite, ops=["group_norm"], shapes=["8x64x32x32/g16", "8x64x32x32:8"])
+    assert {(c.shape, c.groups) for c in gn} == {((8, 64, 32, 32), 16), ((8, 64, 32, 32), 8)}
+    assert all(c.layout in ("contiguous", "channels_last") for c in gn) and len(gn) == 2 * 2 * 2
+    for bad in (["7x"], ["8x64x32x32/g6"], ["1x2x3x4x5x6"]):
+        ops = ["group_norm"] if "/g" in bad[0] else ["layer_norm"]
+        with pytest.raises(ValueError, match="no such input shape"):
+            C.expand_suite(suite, ops=ops, shapes=bad)
+
+
 def test_byte_accounting():
     case = C.Case("batch_norm", (256, 64, 56, 56), "bfloat16", "float32", "contiguous", "train")
     n = 256 * 64 * 56 * 56

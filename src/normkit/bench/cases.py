@@ -139,11 +139,14 @@ def load_suite(path: str | None = None) -> dict:
         return json.load(f)
 
 
-def _shape_matches(case: Case, wanted) -> bool:
+def _shape_matches(case: Case, wanted):
+    """True without a filter; else the first --shapes entry naming this case's shape (or None)."""
     if not wanted:
         return True
     labels = {case.shape_label, "x".join(str(d) for d in case.shape)}
-    return any(w.replace(",", "x").replace("*", "x") in labels for w in wanted)
+    if case.op == "group_norm":
+        labels.add(case.shape_label.replace("/g", ":"))
+    return next((w for w in wanted if w.replace(",", "x").replace("*", "x") in labels), None)
 
 
 def _dtype_matches(dtype: str, params: str, wanted) -> bool:
@@ -159,14 +162,57 @@ def _dtype_matches(dtype: str, params: str, wanted) -> bool:
     return False
 
 
+# ranks an ad-hoc --shapes entry may have per op (group norm: N x C x ..., with its groups)
+_RANKS = {"batch_norm": (2, 3, 4, 5), "layer_norm": (2, 3, 4), "rms_norm": (2, 3, 4), "group_norm": (3, 4, 5),
+          "instance_norm": (3, 4, 5)}
+
+
+def _parse_shape(text: str):
+    """'16384x5120' -> ([16384, 5120], 0); group norm's '32x256x64x64/g32' (or ':32') -> ([32, 256, 64, 64],
+    32). None if it is not such a shape."""
+    body = text.replace(",", "x").replace("*", "x").replace("/g", ":")
+    body, _, groups = body.partition(":")
+    try:
+        dims = [int(d) for d in body.split("x")]
+        g = int(groups) if groups else 0
+    except ValueError:
+        return None
+    if not dims or min(dims) < 1 or g < 0 or (groups and g < 1):
+        return None
+    return dims, g
+
+
+def _extra_shapes(op: str, suite_shapes, wanted) -> list:
+    """The --shapes entries the suite lacks for ``op`` that are valid input shapes of it (suite form: group
+    norm's groups last): they are benchmarked too, with the op's suite dtypes, layouts and modes."""
+    have = {tuple(s) for s in suite_shapes}
+    extra = []
+    for w in wanted or []:
+        parsed = _parse_shape(w)
+        if parsed is None:
+            continue
+        dims, g = parsed
+        if (g > 0) != (op == "group_norm") or len(dims) not in _RANKS[op] or (g and dims[1] % g):
+            continue
+        entry = dims + ([g] if g else [])
+        if tuple(entry) not in have:
+            extra.append(entry)
+            have.add(tuple(entry))
+    return extra
+
+
 def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, modes=None,
                  quick: bool = False, dtype_slots=None) -> list:
     """The suite's cases in suite order, narrowed by the filters (None = everything).
 
+    ``shapes``: suite shapes to keep; an entry the suite lacks for an op (``16384x5120``; group norm
+    ``32x256x64x64/g32``) is added to that op where its rank fits, with the op's suite dtypes, layouts
+    and modes. Entries that fit no selected op raise ValueError when nothing is left.
     ``dtype_slots``: positions in each op's suite dtype list to keep (0 = the op's first, headline dtype).
     Layouts apply to 4-D and 5-D inputs of batch/group/instance norm only: a (N, C) batch-norm shape is run
     once, as contiguous. Batch norm has train and eval modes; the other ops train (forward + backward)."""
     cases = []
+    used = set()
     for op in OPS:
         if ops and op not in ops:
             continue
@@ -174,6 +220,7 @@ def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, 
         if not spec:
             continue
         shapes_list = QUICK_SHAPES[op] if quick else spec["shapes"]
+        shapes_list = list(shapes_list) + _extra_shapes(op, shapes_list, shapes)
         op_layouts = spec.get("layouts", ["contiguous"])
         op_modes = spec.get("modes", ["train"])
         # dtype is the outer loop: the suite's first (headline) dtype of every op comes first, so a run cut
@@ -200,8 +247,15 @@ def expand_suite(suite: dict, ops=None, shapes=None, dtypes=None, layouts=None, 
                         if modes and mode not in modes:
                             continue
                         case = Case(op, shape, dtype, params, layout, mode, groups)
-                        if _shape_matches(case, shapes):
+                        hit = _shape_matches(case, shapes)
+                        if hit:
                             cases.append(case)
+                            used.add(hit)
+    unused = [w for w in shapes or [] if w not in used]
+    if unused and not cases:
+        raise ValueError(f"--shapes {' '.join(unused)}: no such input shape for {', '.join(ops or OPS)} "
+                         "(e.g. 16384x5120 for layer/RMS norm, 256x64x56x56 for batch norm, "
+                         "32x256x64x64/g32 for group norm with 32 groups)")
     return cases
 
 

@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when available")
     p.add_argument("--suite", default=None, help="suite JSON (default: the packaged copy of the public suite)")
     p.add_argument("--ops", nargs="+", default=None, help=f"subset of {','.join(C.OPS)}")
-    p.add_argument("--shapes", nargs="+", default=None, help="shapes like 256x64x56x56 (group norm: 32x256x64x64)")
+    p.add_argument("--shapes", nargs="+", default=None,
+                   help="suite shapes to keep, like 256x64x56x56 (group norm: 32x256x64x64/g32); a shape the suite "
+                        "lacks (e.g. 16384x5120) is benchmarked too, for each op whose input it can be")
     p.add_argument("--dtypes", nargs="+", default=None, help="input dtypes (bf16, fp32, ...) or pairs bf16:fp32")
     p.add_argument("--dtype-slots", nargs="+", default=None,
                    help="positions in each op's suite dtype list, e.g. 1,2,3 (0 = the op's first, headline "
