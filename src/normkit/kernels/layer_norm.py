@@ -182,7 +182,8 @@ _CFG = {
     # programs per SM of the plain backward rows kernel on one-row blocks (0: 32 // num_warps, i.e. 2 at
     # 16 warps, where registers allow one resident). Sweep "bwdplainpps", fp32 8192x8192 LN / RMS: 0 (2)
     # 0.2713 / 0.2350 ms, 1: 0.2539 / 0.2364, 2: 0.2660 / 0.2349. The RMS backward at 16384 (bf16 and
-    # fp32) takes this kernel too; there 1 is not measured yet
+    # fp32) takes this kernel too (with w held: bf16 4096x16384 0.1218 ms, Liger 0.1772); 1 against 2
+    # programs per SM is not compared there
     "bwd_plain_wide_progs_per_sm": 1,
     "bwd_pf_wide_ept": 8,
     "bwd_pf_wide_progs_per_sm": 1,
