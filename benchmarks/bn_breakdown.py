@@ -44,9 +44,29 @@ def copy_bandwidth():
     return bench_copy(Context(device="cuda", timer=Timer("cuda")), 1 << 30)
 
 
-def profile_layer(C, H, layout, iters, l2_bytes):
+def cuda_kernel_events(step, iters):
+    """``step(i)`` 3 times untimed, then ``iters`` times under torch.profiler: every CUDA kernel it ran,
+    as (name, start, device µs). Shared with ln_profile.py."""
     from torch.profiler import ProfilerActivity, profile
 
+    for i in range(3):
+        step(i)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(iters):
+            step(i)
+        torch.cuda.synchronize()
+    out = []
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            dur = getattr(evt, "device_time_total", None)
+            if dur is None:
+                dur = evt.cuda_time_total
+            out.append((evt.name, evt.time_range.start, dur))
+    return out
+
+
+def profile_layer(C, H, layout, iters, l2_bytes):
     N = 256
     nbytes = N * C * H * H * 2
     sets = max(1, min(8, -(-4 * l2_bytes // nbytes)))
@@ -63,20 +83,9 @@ def profile_layer(C, H, layout, iters, l2_bytes):
         y, m, s = KB.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
         KB.bn_backward(dy, x, w, m, s, True, (True, True, True))
 
-    for i in range(3):
-        step(i)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(iters):
-            step(i)
-        torch.cuda.synchronize()
     per = defaultdict(list)
-    for evt in prof.events():
-        if evt.device_type == torch.autograd.DeviceType.CUDA:
-            dur = getattr(evt, "device_time_total", None)
-            if dur is None:
-                dur = evt.cuda_time_total
-            per[evt.name].append((evt.time_range.start, dur))
+    for name, start, dur in cuda_kernel_events(step, iters):
+        per[name].append((start, dur))
     per = {k: [d for _, d in sorted(v)] for k, v in per.items()}  # launch order: fwd before bwd
     del data
     torch.cuda.empty_cache()

@@ -18,13 +18,12 @@ from collections import defaultdict
 import torch
 
 import normkit.functional as F
+from bn_breakdown import cuda_kernel_events  # same folder: run as `python benchmarks/ln_profile.py`
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def profile_case(op, M, N, dt, pdt, iters):
-    from torch.profiler import ProfilerActivity, profile
-
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sets = max(2, -(-4 * l2 // (M * N * dt.itemsize)))
     inputs = []
@@ -39,17 +38,9 @@ def profile_case(op, M, N, dt, pdt, iters):
         y = F.layer_norm(x, (N,), w, b, 1e-5) if op == "layer_norm" else F.rms_norm(x, (N,), w, 1e-6)
         torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], dy)
 
-    for i in range(3):
-        step(i)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(iters):
-            step(i)
-        torch.cuda.synchronize()
     per = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:90]] += e.device_time_total / iters
+    for name, _, dur in cuda_kernel_events(step, iters):
+        per[name[:90]] += dur / iters
     return dict(sorted(per.items(), key=lambda kv: -kv[1]))
 
 

@@ -875,13 +875,11 @@ def _bwd_coop_kernel(
             # .cg: other SMs wrote the sums during this launch, and L1 is not coherent
             sm = so < S
             c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
-            c2 = c1
-            if not IS_RMS:
-                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0, cache_modifier=".cg"),
-                            axis=0) / N
             if IS_RMS:
                 dx = (wdy - xhat * c1) * rstd
             else:
+                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0, cache_modifier=".cg"),
+                            axis=0) / N
                 dx = (wdy - xhat * c1 - c2) * rstd
             tl.store(DX + row * stride_dx + cols, dx, mask=cmask)
     if NEED_DW:
