@@ -13,7 +13,8 @@ from normkit import aten
 OPS = ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
        "_batch_norm_with_update", "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
        "cudnn_batch_norm", "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
-       "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm"]
+       "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm", "native_group_norm",
+       "native_group_norm_backward"]
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +60,32 @@ def test_unmodified_model_routes_through_normkit_and_matches():
     torch.testing.assert_close(net.bn.running_var, ref.bn.running_var)
     for (n, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_group_norm_routes_through_normkit_and_matches(channels_last):
+    torch.manual_seed(1)
+    gn, ref = torch.nn.GroupNorm(4, 12), torch.nn.GroupNorm(4, 12)
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+    ref.load_state_dict(gn.state_dict())
+    x = torch.randn(3, 12, 5, 6) * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    dy = torch.randn_like(x)
+    with normkit.enabled(_dispatch_key="CPU"):
+        y = gn(xa)
+        y.backward(dy)
+        counts = aten.call_counts()
+    assert counts.get("native_group_norm") == 1 and counts.get("native_group_norm_backward") == 1
+    yr = ref(xb)
+    yr.backward(dy)
+    torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gn.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gn.bias.grad, ref.bias.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_eval_backward_with_empty_saved_stats():

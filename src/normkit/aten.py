@@ -6,7 +6,7 @@ How it works
 backend key (``CUDA``) for every normalization op that eager PyTorch reaches on that device
 (``../shared/contract.md`` §13): the batch-norm family including ``cudnn_batch_norm`` /
 ``cudnn_batch_norm_backward`` (what fp32/fp16 ``F.batch_norm`` calls when cuDNN is on),
-``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``.  Because the kernels sit at the
+``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``, ``native_group_norm(_backward)``.  Because the kernels sit at the
 backend key, ATen's own autograd formulas still run above them and call normkit's backward ops.
 ``rms_norm`` itself is CompositeImplicitAutograd and never reaches ``_fused_rms_norm`` for a weight whose
 dtype differs from the input's (contract §13) nor on CPU, so it is also overridden at the Autograd key
@@ -139,6 +139,7 @@ def _table():
     bn = "batch_norm"
     ln = "layer_norm"
     rms = "rms_norm"
+    gn = "group_norm"
     return [
         ("native_batch_norm", ops.native_batch_norm, lambda x, w, b, rm, rv, *a: _takes(bn, x, w, b, rm, rv)),
         ("_native_batch_norm_legit", ops._native_batch_norm_legit,
@@ -164,6 +165,9 @@ def _table():
         ("_fused_rms_norm", ops._fused_rms_norm, lambda x, ns, w, *a: _takes(rms, x, w)),
         ("_fused_rms_norm_backward", ops._fused_rms_norm_backward,
          lambda g, x, ns, r, w, *a: _takes(rms, x, g, r, w)),
+        ("native_group_norm", ops.native_group_norm, lambda x, w, b, *a: _takes(gn, x, w, b)),
+        ("native_group_norm_backward", ops.native_group_norm_backward,
+         lambda g, x, m, r, w, *a: _takes(gn, x, g, m, r, w)),
     ]
 
 

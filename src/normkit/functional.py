@@ -7,8 +7,8 @@ one, eps sign, spatial size and group checks raise the same `ValueError`s, then 
 Batch, layer and RMS norm go through `normkit.ops.custom`'s autograd Functions (double backward too),
 which call the `torch.ops.normkit.*` custom ops inside `torch.compile` (fullgraph works) and the same
 implementations directly in eager; both are CUDA-graph capturable (no host synchronisation). Instance norm goes
-through the batch-norm op on the `(1, N*C, *)` view, as ATen does. Group norm runs `normkit.reference`
-(plain differentiable torch) for now.
+through the batch-norm op on the `(1, N*C, *)` view, as ATen does. Group norm goes through
+`normkit::group_norm` the same way.
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
 they run the Triton kernels through the interpreter.
@@ -139,39 +139,51 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5) -> Tensor:
-    """Like `torch.nn.functional.group_norm` (reference implementation, autograd through plain torch)."""
+    """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
     _checks.check_group_norm_functional(input, num_groups)
     n, c = input.shape[0], input.shape[1]
     hxw = 1
     for s in input.shape[2:]:
         hxw *= s
     _checks.check_group_norm(input, weight, bias, n, c, hxw, num_groups)
-    from normkit import reference
-
-    return reference.native_group_norm(input, weight, bias, n, c, hxw, num_groups, eps)[0]
+    return _ops().group_norm_autograd(input, int(num_groups), weight, bias, float(eps))[0]
 
 
 def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_var: Optional[Tensor] = None,
                   weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
-    """Like `torch.nn.functional.instance_norm`: batch norm on the `(1, N*C, *)` view (as ATen), running
-    statistics (when given) updated with the batch average of the per-instance statistics."""
+    """Like `torch.nn.functional.instance_norm`. With input statistics it is group norm with one group per
+    channel (the same arithmetic as ATen's batch norm on the `(1, N*C, *)` view, without repeating the
+    parameters), with fp32 saved statistics; running statistics, when given, move towards the batch
+    average of the per-instance mean and unbiased variance. With running statistics it is batch norm's
+    eval mode on the input itself."""
     if use_input_stats:
         _checks.verify_spatial_size(input.size())
     _require_float("instance_norm", "momentum", 7, momentum)
     _require_float("instance_norm", "eps", 8, eps)
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
     n, c = input.shape[0], input.shape[1]
-    x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
-    w = None if weight is None else weight.repeat(n)
-    b = None if bias is None else bias.repeat(n)
-    rm = None if running_mean is None else running_mean.repeat(n)
-    rv = None if running_var is None else running_var.repeat(n)
-    if x.numel() == 0:
+    if input.numel() == 0:
+        x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
+        w = None if weight is None else weight.repeat(n)
+        b = None if bias is None else bias.repeat(n)
         return _empty_batch_output(x, w, b).view(input.shape)
-    y, _, _ = _ops().batch_norm_autograd(x, w, b, rm, rv, bool(use_input_stats), float(momentum), float(eps))
-    if use_input_stats and running_mean is not None:
-        with torch.no_grad():
-            running_mean.copy_(rm.view(n, c).mean(0))
-            running_var.copy_(rv.view(n, c).mean(0))
-    return y.view(input.shape)
+    if not use_input_stats:
+        return _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, False, float(momentum),
+                                          float(eps))[0]
+    y, mean, rstd = _ops().group_norm_autograd(input, c, weight, bias, float(eps), True)
+    if running_mean is not None or running_var is not None:
+        _update_instance_running_stats(running_mean, running_var, mean, rstd, input.numel() // (n * c),
+                                       float(momentum), float(eps))
+    return y
+
+
+def _update_instance_running_stats(running_mean, running_var, mean, rstd, hxw, momentum, eps):
+    """running = (1 - momentum) * running + momentum * batch average of the per-(n, c) statistics; the
+    variance is the unbiased one, recovered from rstd in float64 (var = rstd^-2 - eps)."""
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(mean.mean(0).to(running_mean.dtype), alpha=momentum)
+        if running_var is not None:
+            var = (rstd.double().pow(-2) - eps).clamp_min(0) * (hxw / max(hxw - 1, 1))
+            running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)

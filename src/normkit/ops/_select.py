@@ -7,7 +7,7 @@ import importlib
 import torch
 
 _FAMILY_MODULE = {"batch_norm": "normkit.kernels.batch_norm", "layer_norm": "normkit.kernels.layer_norm",
-                  "rms_norm": "normkit.kernels.layer_norm"}
+                  "rms_norm": "normkit.kernels.layer_norm", "group_norm": "normkit.kernels.group_norm"}
 _modules: dict = {}
 
 

@@ -9,6 +9,7 @@ Custom ops (what `torch.compile` sees; fake implementations for tracing):
 * `normkit::layer_norm(x, normalized_shape, weight?, bias?, eps) -> (y, mean, rstd)` and `_backward`
 * `normkit::rms_norm(x, normalized_shape, weight?, eps) -> (y, rstd)` and `_backward`
 * `normkit::add_layer_norm(x, residual, ...) -> (y, x + residual, mean, rstd)`, `normkit::add_rms_norm`.
+* `normkit::group_norm(x, num_groups, weight?, bias?, eps, fp32_stats) -> (y, mean, rstd)` and `_backward`
 
 Backward ops return empty `(0,)` tensors for gradients masked out (custom ops cannot return None).
 
@@ -35,13 +36,15 @@ import torch
 from torch import Tensor
 
 from normkit.ops import batch_norm as _bn
+from normkit.ops import group_norm as _gn
 from normkit.ops import layer_norm as _ln
 from normkit.ops._select import reference
 from normkit.reference._common import acc_dtype
 
 __all__ = ["batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward", "rms_norm",
            "rms_norm_backward", "add_layer_norm", "add_rms_norm", "batch_norm_autograd", "layer_norm_autograd",
-           "rms_norm_autograd", "add_layer_norm_autograd", "add_rms_norm_autograd"]
+           "rms_norm_autograd", "add_layer_norm_autograd", "add_rms_norm_autograd", "group_norm",
+           "group_norm_backward", "group_norm_autograd"]
 
 
 def _compiling() -> bool:
@@ -528,3 +531,99 @@ add_rms_norm.register_autograd(lambda ctx, *grads: _AddRMSNormFn.backward(ctx, *
 def add_rms_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                           eps: float):
     return _AddRMSNormFn.apply(x, residual, normalized_shape, weight, eps)
+
+
+# ----------------------------------------------------------------------------------------------- group norm
+
+def _gn_dims(x: Tensor) -> Tuple[int, int, int]:
+    hxw = 1
+    for s in x.shape[2:]:
+        hxw *= s
+    return x.shape[0], x.shape[1], hxw
+
+
+def _gn_forward_impl(x, num_groups, weight, bias, eps, fp32_stats):
+    n, c, hxw = _gn_dims(x)
+    y, mean, rstd = _gn._group_norm_core(x, weight, bias, n, c, hxw, num_groups, eps, fp32_stats)
+    return _in_format(y, _fmt(x)), mean, rstd
+
+
+def _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask):
+    n, c, hxw = _gn_dims(x)
+    gi, gw, gb = _gn._group_norm_backward_core(grad, x, mean, rstd, weight, n, c, hxw, num_groups, mask)
+    return (_in_format(gi, _fmt(x)) if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None)
+
+
+@torch.library.custom_op("normkit::group_norm", mutates_args=())
+def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+               fp32_stats: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    n, c, hxw = _gn_dims(x)
+    _gn.checks().check_group_norm(x, weight, bias, n, c, hxw, num_groups)
+    return _gn_forward_impl(x, num_groups, weight, bias, eps, fp32_stats)
+
+
+@group_norm.register_fake
+def _(x, num_groups, weight, bias, eps, fp32_stats):
+    sdt = _gn.group_norm_stat_dtype(x, weight, bias, fp32_stats=fp32_stats)
+    return (torch.empty_like(x, memory_format=_fmt(x)), x.new_empty((x.shape[0], num_groups), dtype=sdt),
+            x.new_empty((x.shape[0], num_groups), dtype=sdt))
+
+
+@torch.library.custom_op("normkit::group_norm_backward", mutates_args=())
+def group_norm_backward(grad: Tensor, x: Tensor, num_groups: int, mean: Tensor, rstd: Tensor,
+                        weight: Optional[Tensor], mask: List[bool]) -> Tuple[Tensor, Tensor, Tensor]:
+    gi, gw, gb = _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask)
+    return _or_empty(gi, x), _or_empty(gw, x), _or_empty(gb, x)
+
+
+@group_norm_backward.register_fake
+def _(grad, x, num_groups, mean, rstd, weight, mask):
+    c = x.shape[1]
+    pdt = weight.dtype if weight is not None else x.dtype
+    gi = torch.empty_like(x, memory_format=_fmt(x)) if mask[0] else x.new_empty((0,))
+    gw = x.new_empty((c,), dtype=pdt) if mask[1] else x.new_empty((0,))
+    gb = x.new_empty((c,), dtype=pdt) if mask[2] else x.new_empty((0,))
+    return gi, gw, gb
+
+
+def _gn_grads(grad, x, num_groups, mean, rstd, weight, eps, mask):
+    if torch.is_grad_enabled():  # double backward: statistics recomputed from x, differentiable
+        ref = reference()
+        n, c, hxw = _gn_dims(x)
+        _, m, r = ref.native_group_norm(x, None, None, n, c, hxw, num_groups, eps)
+        return ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
+    if _via_custom_op(grad):
+        return group_norm_backward(grad, x, num_groups, mean, rstd, weight, mask)
+    return _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask)
+
+
+class _GroupNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, num_groups, weight, bias, eps, fp32_stats):
+        if _via_custom_op(x):
+            y, mean, rstd = group_norm(x, num_groups, weight, bias, eps, fp32_stats)
+        else:
+            y, mean, rstd = _gn_forward_impl(x, num_groups, weight, bias, eps, fp32_stats)
+        ctx.set_materialize_grads(False)  # as in _BatchNormFn
+        ctx.num_groups = num_groups
+        ctx.eps = eps
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.mark_non_differentiable(mean, rstd)
+        return y, mean, rstd
+
+    @staticmethod
+    def backward(ctx, grad, _gm, _gr):
+        x, weight, mean, rstd = ctx.saved_tensors
+        n = ctx.needs_input_grad
+        mask = [bool(n[0]), bool(n[2]) and weight is not None, bool(n[3])]
+        if grad is None or not any(mask):
+            return None, None, None, None, None, None
+        gi, gw, gb = _gn_grads(grad, x, ctx.num_groups, mean, rstd, weight, ctx.eps, mask)
+        return gi if mask[0] else None, None, gw if mask[1] else None, gb if mask[2] else None, None, None
+
+
+def group_norm_autograd(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor],
+                        eps: float, fp32_stats: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """Group norm with autograd and double backward (inputs already validated by the caller).
+    ``fp32_stats``: mean / rstd in fp32 whatever the contract's dtype (instance norm's saved statistics)."""
+    return _GroupNormFn.apply(x, num_groups, weight, bias, eps, fp32_stats)

@@ -1,15 +1,20 @@
 """Group norm, instance norm and the SyncBatchNorm primitives, with aten's names and signatures.
 
-These validate with `normkit._checks` and run `normkit.reference` for now (no Triton kernels yet).
+Group norm runs the Triton kernels (`normkit.kernels.group_norm`) where they handle the input (fp16 / bf16
+/ fp32 on CUDA, or on CPU under TRITON_INTERPRET=1; parameters in the input dtype or fp32), the reference
+otherwise. Outputs keep the input's suggested memory format. The others validate with `normkit._checks`
+and run `normkit.reference` (no kernels yet).
 """
 
 from __future__ import annotations
 
 from typing import List, Optional
 
+import torch
 from torch import Tensor
 
-from normkit.ops._select import checks, reference
+from normkit.ops._select import checks, kernels_for, params_ok, reference
+from normkit.reference._common import acc_dtype, param_dtype
 
 __all__ = [
     "native_group_norm",
@@ -24,18 +29,55 @@ __all__ = [
 ]
 
 
+def _gn_kernels(input: Tensor, N: int, C: int, *params):
+    """The kernel module when it handles this input (whose dims 0 and 1 are the caller's N and C), else None."""
+    mod = kernels_for("group_norm", input)
+    if mod is None or input.dim() < 2 or input.shape[0] != N or input.shape[1] != C:
+        return None
+    if not params_ok(input, *params) or not mod.supports(input, *params):
+        return None
+    return mod
+
+
+def group_norm_stat_dtype(input: Tensor, *params: Optional[Tensor], fp32_stats: bool = False) -> torch.dtype:
+    """mean / rstd dtype (contract §5): the input's, or its accumulation type when a parameter differs
+    (or when ``fp32_stats`` asks for it)."""
+    mixed = fp32_stats or any(p is not None and p.dtype != input.dtype for p in params)
+    return acc_dtype(input.dtype) if mixed else input.dtype
+
+
 def native_group_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], N: int, C: int,
                       HxW: int, group: int, eps: float):
     checks().check_group_norm(input, weight, bias, N, C, HxW, group)
-    return tuple(reference().native_group_norm(input, weight, bias, N, C, HxW, group, eps))
+    return _group_norm_core(input, weight, bias, N, C, HxW, group, eps)
+
+
+def _group_norm_core(input, weight, bias, N, C, HxW, group, eps, fp32_stats=False):
+    sdt = group_norm_stat_dtype(input, weight, bias, fp32_stats=fp32_stats)
+    mod = _gn_kernels(input, N, C, weight, bias)
+    if mod is None:
+        if sdt == input.dtype:
+            return tuple(reference().native_group_norm(input, weight, bias, N, C, HxW, group, eps))
+        # fp32 statistics unrounded: the reference on the input in its compute type (the same arithmetic)
+        y, mean, rstd = reference().native_group_norm(input.to(sdt), weight, bias, N, C, HxW, group, eps)
+        return y.to(input.dtype), mean.to(sdt), rstd.to(sdt)
+    return mod.gn_forward(input, weight, bias, group, eps, sdt)
 
 
 def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                                weight: Optional[Tensor], N: int, C: int, HxW: int, group: int,
                                output_mask: List[bool]):
     checks().check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
-    return tuple(reference().native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
-                                                        [bool(m) for m in output_mask]))
+    return _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+
+
+def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    mask = [bool(m) for m in output_mask]
+    mod = _gn_kernels(input, N, C, weight)
+    if mod is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape or not any(mask):
+        return tuple(reference().native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
+                                                            mask))
+    return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, param_dtype(weight, input))
 
 
 def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],

@@ -1,0 +1,486 @@
+"""Group norm kernels: statistics over each (n, group) block of C/G·HxW elements, weight and bias per channel.
+
+Every kernel sees the input as an (N, HxW, C) index space with strides (sN, sS, sC), so one kernel serves
+both layouts: a contiguous input has sS = 1 (a channel's plane is contiguous), a channels_last(_3d) input
+sC = 1 (a position's channels are contiguous). Triton specializes the stride that is 1, so the tile
+[BLOCK_S, BLOCK_C] is loaded with vector accesses along whichever axis is contiguous. Outputs keep the
+input's layout (its suggested memory format), as `normkit.reference` does.
+
+Forward (3 launches, no atomics, fixed grids: the same bits on every run):
+  1. partials: a program reduces (sample n, a block of whole groups or a slice of one group's channels,
+     a range of positions) to per-group (count, mean, M2). Sums run per channel about a per-channel shift
+     (the channel's mean over the program's first tile), so channels with different means cost no
+     precision; the channels of a group are merged with Chan's formula once per program.
+  2. combine: per (n, g), Chan's merge of the chunk partials in a fixed order; mean, rstd = 1/sqrt(var+eps)
+     (fp32, plus the contract's dtype when that is 16-bit).
+  3. apply: y = (x - mean) * (rstd * w) + b.
+Backward (4 launches):
+  1. partials: per (n, position range, channel): Σ dy and Σ dy·(x - mean).
+  2. per (n, g): the per-(n, c) sums over position ranges, and A = Σ w·Σdy, B = Σ w·Σdy(x - mean):
+     dx = rstd·w·dy - rstd·A/K - (x - mean)·rstd³·B/K.
+  3. per channel: dw = Σ_n rstd·Σdy(x - mean), db = Σ_n Σdy (fixed order over n).
+  4. apply dx.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from normkit.kernels import cdiv, next_pow2
+from normkit.kernels._launch import launch
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_I32_MAX = (1 << 31) - 1
+
+_CFG = {
+    # contiguous inputs (a channel's plane contiguous)
+    "tile": 4096,             # elements per program step (one [BLOCK_S, BLOCK_C] tile)
+    "warps": 8,
+    "target_programs": 1024,  # reduction programs per launch (fixed, so the bits do not depend on the GPU)
+    # channels_last inputs (a position's channels contiguous)
+    "cl_tile": 4096,
+    "cl_warps": 8,
+    "cl_max_block_c": 128,    # channels per tile at most (2026-12-01 sweep: 128 beat 256 on 4 of 5 bf16 rows)
+    "cl_target_programs": 1024,
+    "combine_rows": 16,       # (n, g) rows per combine program
+    "combine_block": 64,      # chunk partials per combine step
+}
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+@triton.jit
+def _split_pid(pid, n_s, n_c, CL: tl.constexpr):
+    """(n, s block, c block) of a flat program id: consecutive programs cover consecutive memory (channel
+    blocks fastest in channels_last, position blocks fastest otherwise)."""
+    if CL:
+        inner = n_c
+    else:
+        inner = n_s
+    outer_n = pid // (n_s * n_c)
+    rest = pid - outer_n * (n_s * n_c)
+    o = rest // inner
+    i = rest - o * inner
+    if CL:
+        sb = o
+        cb = i
+    else:
+        sb = i
+        cb = o
+    return outer_n, sb, cb
+
+
+@triton.jit
+def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
+    if I64:
+        return offs_s.to(tl.int64)[:, None] * sS + offs_c.to(tl.int64)[None, :] * sC
+    return offs_s[:, None] * sS + offs_c[None, :] * sC
+
+
+@triton.jit
+def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
+                         BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
+                         SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr):
+    n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
+    if SPLIT:  # a slice of one group's channels
+        g0 = cb // n_cc
+        cc = cb - g0 * n_cc
+        c_start = g0 * Cg + cc * BC
+        c_end = g0 * Cg + Cg
+    else:  # GB whole groups
+        g0 = cb * GB
+        cc = 0
+        c_start = g0 * Cg
+        c_end = tl.minimum(C, c_start + BC)
+    offs_c = c_start + tl.arange(0, BLOCK_C)
+    c_ok = offs_c < c_end
+    s_lo = sch * SCH
+    s_hi = tl.minimum(HW, s_lo + SCH)
+    base = X + n.to(tl.int64) * sN
+
+    # the first tile sets each channel's shift (its mean there); it is summed like every other tile
+    offs_s = s_lo + tl.arange(0, BLOCK_S)
+    m = (offs_s < s_hi)[:, None] & c_ok[None, :]
+    x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
+    n_first = tl.minimum(s_hi - s_lo, BLOCK_S).to(tl.float32)
+    shift = tl.sum(x, 0) / n_first
+    d = tl.where(m, x - shift[None, :], 0.0)
+    s1 = d
+    s2 = d * d
+    for s0 in range(s_lo + BLOCK_S, s_hi, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        m = (offs_s < s_hi)[:, None] & c_ok[None, :]
+        x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
+        d = tl.where(m, x - shift[None, :], 0.0)
+        s1 += d
+        s2 += d * d
+    cnt_c = (s_hi - s_lo).to(tl.float32)  # positions per channel
+    sum1 = tl.sum(s1, 0)
+    m2_c = tl.maximum(tl.sum(s2, 0) - sum1 * (sum1 / cnt_c), 0.0)
+
+    # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's
+    # first element (an exact fp32 value every program and the combine read): at an offset of 1000 an
+    # absolute fp32 mean carries 3e-5 of rounding, which the merges would turn into variance error.
+    lg = (offs_c - g0 * Cg) // Cg
+    gl = tl.arange(0, GBP)
+    g = g0 + gl
+    onehot = (lg[None, :] == gl[:, None]) & c_ok[None, :]
+    nch = tl.sum(onehot.to(tl.float32), 1)
+    g_ok = (nch > 0) & (g < G)
+    ref_g = tl.load(base + g.to(tl.int64) * Cg * sC, mask=g_ok, other=0.0).to(tl.float32)
+    ref_c = tl.sum(tl.where(onehot, ref_g[:, None], 0.0), 0)
+    mean_c = (shift - ref_c) + sum1 / cnt_c
+    cnt_g = nch * cnt_c
+    mean_g = tl.sum(tl.where(onehot, mean_c[None, :], 0.0), 1) / tl.maximum(nch, 1.0)
+    dev = mean_c[None, :] - mean_g[:, None]
+    m2_g = tl.sum(tl.where(onehot, m2_c[None, :] + cnt_c * dev * dev, 0.0), 1)
+
+    idx = ((n * G + g) * n_cc + cc) * n_sch + sch
+    tl.store(PART + idx, cnt_g, mask=g_ok)
+    tl.store(PART + TOT + idx, mean_g, mask=g_ok)
+    tl.store(PART + 2 * TOT + idx, m2_g, mask=g_ok)
+
+
+@triton.jit
+def _round_to(v, DT: tl.constexpr):
+    """fp32 -> DT rounded to nearest even. For bf16 done on the bits: Triton's interpreter (CPU CI)
+    truncates fp32 -> bf16 casts, and a saved bf16 mean 1 ulp off (4.0 at 1000) ruins the backward."""
+    if DT == tl.bfloat16:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return v.to(DT)
+
+
+@triton.jit
+def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH, G, Cg, sN, sC, eps,
+                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_OUT: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r_ok = rows < R
+    n = rows // G
+    ref = tl.load(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, mask=r_ok, other=0.0)
+    cnt = tl.zeros([BLOCK_R], tl.float32)
+    tot = tl.zeros([BLOCK_R], tl.float32)
+    for k0 in range(0, NCH, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        m = r_ok[:, None] & (ks < NCH)[None, :]
+        idx = rows[:, None] * NCH + ks[None, :]
+        ci = tl.load(PART + idx, mask=m, other=0.0)
+        mi = tl.load(PART + TOT + idx, mask=m, other=0.0)
+        cnt += tl.sum(ci, 1)
+        tot += tl.sum(ci * mi, 1)
+    mean = tot / tl.maximum(cnt, 1.0)
+    m2 = tl.zeros([BLOCK_R], tl.float32)
+    for k0 in range(0, NCH, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        m = r_ok[:, None] & (ks < NCH)[None, :]
+        idx = rows[:, None] * NCH + ks[None, :]
+        ci = tl.load(PART + idx, mask=m, other=0.0)
+        mi = tl.load(PART + TOT + idx, mask=m, other=0.0)
+        qi = tl.load(PART + 2 * TOT + idx, mask=m, other=0.0)
+        dm = mi - mean[:, None]
+        m2 += tl.sum(qi + ci * dm * dm, 1)
+    rstd = 1.0 / tl.sqrt_rn(m2 / tl.maximum(cnt, 1.0) + eps)
+    mean = ref.to(tl.float32) + mean
+    tl.store(MEAN32 + rows, mean, mask=r_ok)
+    tl.store(RSTD32 + rows, rstd, mask=r_ok)
+    if WRITE_OUT:  # the contract's 16-bit statistics (the output itself uses the fp32 ones)
+        tl.store(MEAN_OUT + rows, _round_to(mean, MEAN_OUT.dtype.element_ty), mask=r_ok)
+        tl.store(RSTD_OUT + rows, _round_to(rstd, RSTD_OUT.dtype.element_ty), mask=r_ok)
+
+
+@triton.jit
+def _fwd_apply_kernel(X, Y, W, B, MEAN32, RSTD32, HW, C, G, Cg, n_sb, n_cb, sN, sS, sC,
+                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                      CL: tl.constexpr, I64: tl.constexpr):
+    n, sb, cb = _split_pid(tl.program_id(0), n_sb, n_cb, CL)
+    offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = offs_c < C
+    stat = n * G + offs_c // Cg
+    mean = tl.load(MEAN32 + stat, mask=c_ok, other=0.0)
+    a = tl.load(RSTD32 + stat, mask=c_ok, other=0.0)
+    if HAS_W:
+        a = a * tl.load(W + offs_c, mask=c_ok, other=0.0).to(tl.float32)
+    offs_s = sb * BLOCK_S + tl.arange(0, BLOCK_S)
+    m = (offs_s < HW)[:, None] & c_ok[None, :]
+    off = n.to(tl.int64) * sN + _offsets(offs_s, offs_c, sS, sC, I64)
+    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    y = (x - mean[None, :]) * a[None, :]
+    if HAS_B:
+        y += tl.load(B + offs_c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + off, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _bwd_partials_kernel(DY, X, MEAN, PB, TOT, HW, C, G, Cg, n_sch, n_cb, SCH, sN, sS, sC,
+                         BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr):
+    n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
+    offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = offs_c < C
+    mean = tl.load(MEAN + n * G + offs_c // Cg, mask=c_ok, other=0.0).to(tl.float32)
+    s_lo = sch * SCH
+    s_hi = tl.minimum(HW, s_lo + SCH)
+    base = n.to(tl.int64) * sN
+    acc_dy = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    acc_dyx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    for s0 in range(s_lo, s_hi, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        m = (offs_s < s_hi)[:, None] & c_ok[None, :]
+        off = base + _offsets(offs_s, offs_c, sS, sC, I64)
+        dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
+        x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+        acc_dy += dy
+        acc_dyx += dy * tl.where(m, x - mean[None, :], 0.0)
+    out = (n * n_sch + sch) * C + offs_c
+    tl.store(PB + out, tl.sum(acc_dy, 0), mask=c_ok)
+    tl.store(PB + TOT + out, tl.sum(acc_dyx, 0), mask=c_ok)
+
+
+@triton.jit
+def _bwd_group_kernel(PB, TOT, W, RSTD, PQ, RB, R, N, G, Cg, C, n_sch, K,
+                      HAS_W: tl.constexpr, BLOCK_SCH: tl.constexpr, BLOCK_CG: tl.constexpr):
+    """Per (n, g): the channel sums over the position ranges, RB[n, c] = (Σdy, Σdy(x-mean)), and
+    P = rstd³·Σw·Σdy(x-mean)/K, Q = rstd·Σw·Σdy/K (dx = rstd·w·dy - Q - (x-mean)·P)."""
+    r = tl.program_id(0)
+    n = r // G
+    g = r - n * G
+    a = tl.zeros([BLOCK_CG], tl.float32)
+    b = tl.zeros([BLOCK_CG], tl.float32)
+    for c0 in range(0, Cg, BLOCK_CG):
+        cs = g * Cg + c0 + tl.arange(0, BLOCK_CG)
+        c_ok = (c0 + tl.arange(0, BLOCK_CG)) < Cg
+        sdy = tl.zeros([BLOCK_SCH, BLOCK_CG], tl.float32)
+        sdyx = tl.zeros([BLOCK_SCH, BLOCK_CG], tl.float32)
+        for s0 in range(0, n_sch, BLOCK_SCH):
+            ss = s0 + tl.arange(0, BLOCK_SCH)
+            m = (ss < n_sch)[:, None] & c_ok[None, :]
+            idx = (n * n_sch + ss)[:, None] * C + cs[None, :]
+            sdy += tl.load(PB + idx, mask=m, other=0.0)
+            sdyx += tl.load(PB + TOT + idx, mask=m, other=0.0)
+        cdy = tl.sum(sdy, 0)
+        cdyx = tl.sum(sdyx, 0)
+        tl.store(RB + n * C + cs, cdy, mask=c_ok)
+        tl.store(RB + N * C + n * C + cs, cdyx, mask=c_ok)
+        if HAS_W:
+            w = tl.load(W + cs, mask=c_ok, other=0.0).to(tl.float32)
+            a += cdy * w
+            b += cdyx * w
+        else:
+            a += cdy
+            b += cdyx
+    rstd = tl.load(RSTD + r).to(tl.float32)
+    tl.store(PQ + r, rstd * rstd * rstd * tl.sum(b, 0) / K)
+    tl.store(PQ + R + r, rstd * tl.sum(a, 0) / K)
+
+
+@triton.jit
+def _bwd_params_kernel(RB, RSTD, DW, DB, N, C, G, Cg,
+                       NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dw[c] = Σ_n rstd[n, g(c)]·Σdy(x-mean), db[c] = Σ_n Σdy, in a fixed order over n."""
+    offs_c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = offs_c < C
+    gc = offs_c // Cg
+    acc_w = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
+    acc_b = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        ns = n0 + tl.arange(0, BLOCK_N)
+        m = (ns < N)[:, None] & c_ok[None, :]
+        idx = ns[:, None] * C + offs_c[None, :]
+        if NEED_DW:
+            rstd = tl.load(RSTD + ns[:, None] * G + gc[None, :], mask=m, other=0.0).to(tl.float32)
+            acc_w += tl.load(RB + N * C + idx, mask=m, other=0.0) * rstd
+        if NEED_DB:
+            acc_b += tl.load(RB + idx, mask=m, other=0.0)
+    if NEED_DW:
+        tl.store(DW + offs_c, tl.sum(acc_w, 0).to(DW.dtype.element_ty), mask=c_ok)
+    if NEED_DB:
+        tl.store(DB + offs_c, tl.sum(acc_b, 0).to(DB.dtype.element_ty), mask=c_ok)
+
+
+@triton.jit
+def _bwd_apply_kernel(DY, X, DX, W, MEAN, RSTD, PQ, R, HW, C, G, Cg, n_sb, n_cb, sN, sS, sC,
+                      HAS_W: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                      CL: tl.constexpr, I64: tl.constexpr):
+    n, sb, cb = _split_pid(tl.program_id(0), n_sb, n_cb, CL)
+    offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = offs_c < C
+    stat = n * G + offs_c // Cg
+    mean = tl.load(MEAN + stat, mask=c_ok, other=0.0).to(tl.float32)
+    alpha = tl.load(RSTD + stat, mask=c_ok, other=0.0).to(tl.float32)
+    if HAS_W:
+        alpha = alpha * tl.load(W + offs_c, mask=c_ok, other=0.0).to(tl.float32)
+    p = tl.load(PQ + stat, mask=c_ok, other=0.0)
+    q = tl.load(PQ + R + stat, mask=c_ok, other=0.0)
+    offs_s = sb * BLOCK_S + tl.arange(0, BLOCK_S)
+    m = (offs_s < HW)[:, None] & c_ok[None, :]
+    off = n.to(tl.int64) * sN + _offsets(offs_s, offs_c, sS, sC, I64)
+    dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
+    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    dx = alpha[None, :] * dy - (x - mean[None, :]) * p[None, :] - q[None, :]
+    tl.store(DX + off, dx.to(DX.dtype.element_ty), mask=m)
+
+
+# ------------------------------------------------------------------------------------------------ host side
+
+def supports(x, *params) -> bool:
+    """Whether these kernels handle this input: fp16/bf16/fp32 with at least one element, on CUDA (or on CPU
+    under TRITON_INTERPRET=1); weight/bias (None allowed) 1-D of C elements, in the input dtype or fp32."""
+    from normkit.kernels import runs_kernels_on
+
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.dtype not in _DTYPES or x.numel() == 0:
+        return False
+    if not runs_kernels_on(x):
+        return False
+    for p in params:
+        if p is None:
+            continue
+        if p.device != x.device or p.dtype not in (x.dtype, torch.float32) or p.dim() != 1 or p.numel() != x.shape[1]:
+            return False
+    return True
+
+
+def memory_format(x: torch.Tensor):
+    """The layout group norm's output and grad_input keep: the input's suggested memory format."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    if x.dim() == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _dense(t: torch.Tensor, fmt) -> torch.Tensor:
+    return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
+
+
+class _Geometry:
+    """The (N, HxW, C) view of a dense tensor in layout ``fmt`` and the tile shape for it."""
+
+    def __init__(self, x: torch.Tensor, fmt, G: int):
+        N, C = x.shape[0], x.shape[1]
+        HW = x.numel() // (N * C)
+        self.N, self.C, self.HW, self.G, self.Cg = N, C, HW, G, C // G
+        # channels_last (or HxW = 1: a (N, C) matrix) -> channels contiguous; otherwise planes contiguous
+        self.cl = fmt != torch.contiguous_format or HW == 1
+        if self.cl:
+            self.sN, self.sS, self.sC = HW * C, C, 1
+        else:
+            self.sN, self.sS, self.sC = C * HW, 1, HW
+        self.i64 = C * HW > _I32_MAX
+        pre = "cl_" if self.cl else ""
+        tile = _CFG[pre + "tile"]
+        self.warps = _CFG[pre + "warps"]
+        self.target_programs = _CFG[pre + "target_programs"]
+        if self.cl:
+            self.block_c = min(next_pow2(C), _CFG["cl_max_block_c"])
+            self.block_s = max(1, min(tile // self.block_c, next_pow2(HW)))
+        else:
+            self.block_s = min(next_pow2(HW), tile)
+            self.block_c = max(1, min(tile // self.block_s, next_pow2(C)))
+
+    def chunks(self, programs_per_position_range: int):
+        """Position ranges (count, length) so that a reduction launch has ~target_programs programs."""
+        want = cdiv(self.target_programs, max(1, programs_per_position_range))
+        n = max(1, min(want, cdiv(self.HW, self.block_s)))
+        length = cdiv(cdiv(self.HW, n), self.block_s) * self.block_s
+        return cdiv(self.HW, length), length
+
+
+def _group_blocks(geo: _Geometry):
+    """Channel blocks of the forward statistics: whole groups (GB per block) or slices of one group."""
+    Cg, block_c = geo.Cg, geo.block_c
+    if Cg >= block_c:
+        n_cc = cdiv(Cg, block_c)
+        return dict(SPLIT=True, BC=block_c, GB=1, GBP=1, n_cc=n_cc, n_cb=geo.G * n_cc, BLOCK_C=block_c)
+    gb = min(geo.G, block_c // Cg)
+    return dict(SPLIT=False, BC=gb * Cg, GB=gb, GBP=next_pow2(gb), n_cc=1, n_cb=cdiv(geo.G, gb),
+                BLOCK_C=next_pow2(gb * Cg))
+
+
+def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: torch.dtype):
+    """`native_group_norm` on the kernels: (y in x's suggested layout, mean (N, G), rstd (N, G))."""
+    fmt = memory_format(x)
+    x = _dense(x, fmt)
+    geo = _Geometry(x, fmt, G)
+    N, C, HW = geo.N, geo.C, geo.HW
+    dev = x.device
+    blk = _group_blocks(geo)
+    n_sch, sch = geo.chunks(N * blk["n_cb"])
+    nch = blk["n_cc"] * n_sch
+    R = N * G
+    tot = R * nch
+    part = torch.empty(3 * tot, dtype=torch.float32, device=dev)
+    warps = geo.warps
+    launch(_fwd_partials_kernel, (N * n_sch * blk["n_cb"],), x, part, tot, HW, C, G, geo.Cg, n_sch, blk["n_cb"],
+           blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
+           BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
+           I64=geo.i64, num_warps=warps)
+
+    mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
+    rstd32 = torch.empty((N, G), dtype=torch.float32, device=dev)
+    low = stat_dtype != torch.float32
+    mean = torch.empty((N, G), dtype=stat_dtype, device=dev) if low else mean32
+    rstd = torch.empty((N, G), dtype=stat_dtype, device=dev) if low else rstd32
+    rows = _CFG["combine_rows"]
+    launch(_fwd_combine_kernel, (cdiv(R, rows),), part, tot, x, mean32, rstd32, mean, rstd, R, nch, G, geo.Cg,
+           geo.sN, geo.sC, float(eps),
+           BLOCK_R=rows, BLOCK_K=min(_CFG["combine_block"], next_pow2(nch)), WRITE_OUT=low, num_warps=4)
+
+    y = torch.empty_like(x)
+    n_sb, n_cb = cdiv(HW, geo.block_s), cdiv(C, geo.block_c)
+    launch(_fwd_apply_kernel, (N * n_sb * n_cb,), x, y, _arg(weight, x), _arg(bias, x), mean32, rstd32,
+           HW, C, G, geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None,
+           HAS_B=bias is not None, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
+           num_warps=warps)
+    return y, mean, rstd
+
+
+def _arg(p, x):
+    """A pointer argument for an absent parameter (never read: HAS_W / HAS_B are constexpr False)."""
+    return x if p is None else p
+
+
+def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight, G: int,
+                output_mask, param_dtype: torch.dtype):
+    """`native_group_norm_backward` on the kernels: (dx in x's suggested layout, dw, db); masked -> None."""
+    need_dx, need_dw, need_db = (bool(m) for m in output_mask)
+    fmt = memory_format(x)
+    x = _dense(x, fmt)
+    dy = _dense(dy, fmt)  # the kernels index dy with x's (N, HxW, C) strides
+    geo = _Geometry(x, fmt, G)
+    N, C, HW = geo.N, geo.C, geo.HW
+    dev = x.device
+    mean = mean.reshape(N, G).contiguous()
+    rstd = rstd.reshape(N, G).contiguous()
+    n_cb = cdiv(C, geo.block_c)
+    n_sch, sch = geo.chunks(N * n_cb)
+    tot = N * n_sch * C
+    pb = torch.empty(2 * tot, dtype=torch.float32, device=dev)
+    warps = geo.warps
+    launch(_bwd_partials_kernel, (N * n_sch * n_cb,), dy, x, mean, pb, tot, HW, C, G, geo.Cg, n_sch, n_cb, sch,
+           geo.sN, geo.sS, geo.sC, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
+           num_warps=warps)
+
+    R = N * G
+    pq = torch.empty(2 * R, dtype=torch.float32, device=dev)
+    rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
+    block_cg = min(next_pow2(geo.Cg), 64)
+    block_sch = max(1, min(next_pow2(n_sch), 2048 // block_cg))
+    launch(_bwd_group_kernel, (R,), pb, tot, _arg(weight, pb), rstd, pq, rb, R, N, G, geo.Cg, C, n_sch,
+           float(geo.Cg * HW), HAS_W=weight is not None, BLOCK_SCH=block_sch, BLOCK_CG=block_cg, num_warps=4)
+    dx = dw = db = None
+    if need_dw or need_db:
+        dw = torch.empty(C, dtype=param_dtype, device=dev) if need_dw else None
+        db = torch.empty(C, dtype=param_dtype, device=dev) if need_db else None
+        block_c = min(next_pow2(C), 64)
+        launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, geo.Cg,
+               NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c,
+               num_warps=4)
+    if need_dx:
+        dx = torch.empty_like(x)
+        n_sb = cdiv(HW, geo.block_s)
+        launch(_bwd_apply_kernel, (N * n_sb * n_cb,), dy, x, dx, _arg(weight, x), mean, rstd, pq, R, HW, C, G,
+               geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None, BLOCK_S=geo.block_s,
+               BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64, num_warps=warps)
+    return dx, dw, db
