@@ -41,7 +41,7 @@ _CFG = {
     "target_programs": 1024,  # reduction programs per launch (fixed, so the bits do not depend on the GPU)
     # channels_last inputs (a position's channels contiguous)
     "cl_tile": 4096,
-    "cl_warps": 8,
+    "cl_warps": 4,            # at 128 channels per tile; 8 below (2026-12-01 sweep: 4 won at C >= 128, lost at 64)
     "cl_max_block_c": 128,    # channels per tile at most (2026-12-01 sweep: 128 beat 256 on 4 of 5 bf16 rows)
     "cl_target_programs": 1024,
     "combine_rows": 16,       # (n, g) rows per combine program
@@ -375,6 +375,8 @@ class _Geometry:
         if self.cl:
             self.block_c = min(next_pow2(C), _CFG["cl_max_block_c"])
             self.block_s = max(1, min(tile // self.block_c, next_pow2(HW)))
+            if self.block_c < 128:
+                self.warps = 8
         else:
             self.block_s = min(next_pow2(HW), tile)
             self.block_c = max(1, min(tile // self.block_s, next_pow2(C)))
