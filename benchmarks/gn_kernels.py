@@ -27,9 +27,9 @@ from normkit.bench.timing import Timer  # noqa: E402
 from normkit.kernels import group_norm as K  # noqa: E402
 
 SHAPES = [((32, 256, 64, 64), 32), ((16, 512, 64, 64), 32), ((8, 128, 256, 256), 32), ((64, 1280, 16, 16), 32),
-          ((4, 64, 32, 128, 128), 8)]
+          ((4, 64, 32, 128, 128), 8), ((16, 64, 128, 128), 64)]
 DRY_SHAPES = [((2, 8, 6, 6), 4), ((2, 8, 3, 4, 4), 2)]
-VARIANTS = {  # names starting with "cl" change channels_last settings only: run on channels_last rows
+VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous) settings only
     "base": {},
     "tile2k": {"tile": 2048},
     "tile8k": {"tile": 8192},
@@ -41,6 +41,8 @@ VARIANTS = {  # names starting with "cl" change channels_last settings only: run
     "cl256": {"cl_max_block_c": 256},
     "clp512": {"cl_target_programs": 512},
     "cl8k": {"cl_tile": 8192},
+    "ncnowhole": {"whole_max": 0},
+    "ncwhole16k": {"whole_max": 16384},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20
@@ -126,7 +128,7 @@ def main():
                     [True, True, True]) for i in range(nbuf)])
                 del st, xcs, dycs
                 for v in names:
-                    if v.startswith("cl") and not cl:
+                    if (v.startswith("cl") and not cl) or (v.startswith("nc") and cl):
                         continue
                     K._CFG.clear()
                     K._CFG.update(base_cfg, **VARIANTS[v])

@@ -6,7 +6,9 @@ sC = 1 (a position's channels are contiguous). Triton specializes the stride tha
 [BLOCK_S, BLOCK_C] is loaded with vector accesses along whichever axis is contiguous. Outputs keep the
 input's layout (its suggested memory format), as `normkit.reference` does.
 
-Forward (3 launches, no atomics, fixed grids: the same bits on every run):
+Forward of a contiguous input whose groups are small enough (`whole_max` padded elements): one launch, a
+program per (n, g) holding the group in registers (x read once). Otherwise (3 launches, no atomics,
+fixed grids: the same bits on every run):
   1. partials: a program reduces (sample n, a block of whole groups or a slice of one group's channels,
      a range of positions) to per-group (count, mean, M2). Sums run per channel about a per-channel shift
      (the channel's mean over the program's first tile), so channels with different means cost no
@@ -44,6 +46,8 @@ _CFG = {
     "cl_warps": 4,            # at 128 channels per tile; 8 below (2026-12-01 sweep: 4 won at C >= 128, lost at 64)
     "cl_max_block_c": 128,    # channels per tile at most (2026-12-01 sweep: 128 beat 256 on 4 of 5 bf16 rows)
     "cl_target_programs": 1024,
+    "whole_max": 32768,       # contiguous groups of at most this many (padded) elements: one program each
+    "whole_min_groups": 264,  # ... when there are at least this many groups (2 per SM), else the split path
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -210,6 +214,36 @@ def _fwd_apply_kernel(X, Y, W, B, MEAN32, RSTD32, HW, C, G, Cg, n_sb, n_cb, sN, 
     y = (x - mean[None, :]) * a[None, :]
     if HAS_B:
         y += tl.load(B + offs_c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + off, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _fwd_whole_kernel(X, Y, W, B, MEAN_OUT, RSTD_OUT, HW, Cg, G, eps,
+                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Contiguous input, one program per (n, g) holding the whole group in registers: x is read once
+    (2 passes over memory instead of 3). Mean about the group's first element, variance two-pass."""
+    r = tl.program_id(0)
+    K = Cg * HW
+    base = r.to(tl.int64) * K
+    cs = tl.arange(0, BLOCK_CG)
+    ss = tl.arange(0, BLOCK_S)
+    m = (cs < Cg)[:, None] & (ss < HW)[None, :]
+    off = base + cs[:, None] * HW + ss[None, :]
+    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    ref = tl.load(X + base).to(tl.float32)
+    d = tl.where(m, x - ref, 0.0)
+    mean_d = tl.sum(tl.sum(d, 1), 0) / K
+    d = tl.where(m, d - mean_d, 0.0)
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(tl.sum(d * d, 1), 0) / K + eps)
+    tl.store(MEAN_OUT + r, _round_to(ref + mean_d, MEAN_OUT.dtype.element_ty))
+    tl.store(RSTD_OUT + r, _round_to(rstd, RSTD_OUT.dtype.element_ty))
+    c = (r % G) * Cg + cs
+    a = tl.full([BLOCK_CG], 1.0, tl.float32) * rstd
+    if HAS_W:
+        a = a * tl.load(W + c, mask=cs < Cg, other=0.0).to(tl.float32)
+    y = d * a[:, None]
+    if HAS_B:
+        y += tl.load(B + c, mask=cs < Cg, other=0.0).to(tl.float32)[:, None]
     tl.store(Y + off, y.to(Y.dtype.element_ty), mask=m)
 
 
@@ -407,6 +441,15 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     geo = _Geometry(x, fmt, G)
     N, C, HW = geo.N, geo.C, geo.HW
     dev = x.device
+    padded = next_pow2(geo.Cg) * next_pow2(HW)
+    if not geo.cl and padded <= _CFG["whole_max"] and N * G >= _CFG["whole_min_groups"]:
+        y = torch.empty_like(x)
+        mean = torch.empty((N, G), dtype=stat_dtype, device=dev)
+        rstd = torch.empty((N, G), dtype=stat_dtype, device=dev)
+        launch(_fwd_whole_kernel, (N * G,), x, y, _arg(weight, x), _arg(bias, x), mean, rstd, HW, geo.Cg, G,
+               float(eps), HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_CG=next_pow2(geo.Cg),
+               BLOCK_S=next_pow2(HW), num_warps=16 if padded >= 16384 else 8 if padded >= 4096 else 4)
+        return y, mean, rstd
     blk = _group_blocks(geo)
     n_sch, sch = geo.chunks(N * blk["n_cb"])
     nch = blk["n_cc"] * n_sch
