@@ -376,12 +376,11 @@ def supports(x, *params) -> bool:
 
 
 def memory_format(x: torch.Tensor):
-    """The layout group norm's output and grad_input keep: the input's suggested memory format."""
-    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-        return torch.channels_last
-    if x.dim() == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):
-        return torch.channels_last_3d
-    return torch.contiguous_format
+    """The layout group norm's output and grad_input keep: the input's suggested memory format (C++
+    ``suggest_memory_format``, which also calls a strided view with channels-last stride order channels_last)."""
+    from normkit.reference._common import suggest_memory_format
+
+    return suggest_memory_format(x)
 
 
 def _dense(t: torch.Tensor, fmt) -> torch.Tensor:
