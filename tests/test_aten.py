@@ -232,6 +232,39 @@ def test_cuda_resnet50_every_batch_norm_through_normkit(dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_group_norm_through_normkit_matches_eager(dtype, channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 16, 16, device="cuda", dtype=dtype) * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    gn = torch.nn.GroupNorm(8, 64, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+
+    def run():
+        inp = x.detach().clone().requires_grad_()
+        gn.zero_grad()
+        y = gn(inp)
+        y.float().square().sum().backward()
+        return y, inp.grad, gn.weight.grad.clone()
+
+    with normkit.enabled():
+        aten.reset_counts()
+        y, gx, gw = run()
+        counts = aten.call_counts()
+        assert aten.fallback_counts() == {}, aten.fallback_counts()
+    assert counts.get("native_group_norm") == 1 and counts.get("native_group_norm_backward") == 1, counts
+    y_r, gx_r, gw_r = run()
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y, y_r, **tol)
+    torch.testing.assert_close(gx, gx_r, **tol)
+    torch.testing.assert_close(gw.float(), gw_r.float(), rtol=tol["rtol"], atol=tol["atol"] * 50)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cuda_enable_matches_eager(dtype, channels_last):
