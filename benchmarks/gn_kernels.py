@@ -3,11 +3,13 @@ L2) of the suite's group_norm rows in both layouts, for `group_norm._CFG` varian
 eager, with the copy bandwidth measured in the same run.
 
     PYTHONPATH=src python benchmarks/gn_kernels.py [--out DIR] [--variants base,tile8k] [--budget S] [--dry]
+        [--profile]
 
 Bytes: forward = read x + write y; backward = read x + read dy + write dx. SOL = (bytes / time) / copy
 bandwidth. ATen's forward is `F.group_norm` (which copies a channels_last input to contiguous first); its
 backward is `native_group_norm_backward` on contiguous dy and x, as ATen's autograd calls it on CUDA (the
-copies of a channels_last pair counted). Writes gn_kernels.json under --out.
+copies of a channels_last pair counted). ``--profile`` adds, per row, the GPU µs of every kernel of one
+forward + backward (base settings, torch.profiler). Writes gn_kernels.json under --out.
 """
 
 import argparse
@@ -66,12 +68,30 @@ def layout(t, cl):
     return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
 
 
+def profile_row(xs, dys, w, b, G, dt, iters=10):
+    """GPU µs per forward + backward of each kernel (rotating the row's input sets)."""
+    from collections import defaultdict
+
+    from bn_breakdown import cuda_kernel_events  # same folder: run as `python benchmarks/gn_kernels.py`
+
+    def step(i):
+        x, dy = xs[i % len(xs)], dys[i % len(xs)]
+        _, mean, rstd = K.gn_forward(x, w, b, G, 1e-5, dt)
+        K.gn_backward(dy, x, mean, rstd, w, G, [True, True, True], dt)
+
+    per = defaultdict(float)
+    for name, _, dur in cuda_kernel_events(step, iters):
+        per[name] += dur / iters
+    return dict(per)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--variants", default="base")
     ap.add_argument("--budget", type=float, default=240.0)
     ap.add_argument("--dry", action="store_true", help="CPU interpreter, tiny shapes: checks the script")
+    ap.add_argument("--profile", action="store_true", help="per-kernel GPU time of each row (CUDA only)")
     args = ap.parse_args()
     dev = "cpu" if args.dry else "cuda"
     t_end = time.time() + args.budget
@@ -149,6 +169,9 @@ def main():
                           flush=True)
                 K._CFG.clear()
                 K._CFG.update(base_cfg)
+                if args.profile and dev == "cuda":
+                    row["profile_us"] = profile_row(xs, dys, w, b, G, dt)
+                    print("   ", "  ".join(f"{k} {v:.1f}" for k, v in row["profile_us"].items()), flush=True)
                 rows.append(row)
                 del xs, dys
                 if dev == "cuda":
