@@ -154,12 +154,14 @@ def test_cuda_graph_capture_group_norm(channels_last):
     graph.replay()
     torch.cuda.synchronize()
     gx, gw = x.grad.clone(), w.grad.clone()
-    xe = x.detach().clone().requires_grad_()
+    # eager reference in fp32 (ATen's CUDA group norm rejects a bf16 input with fp32 parameters)
+    xe = x.detach().float().requires_grad_()
     we, be = w.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
     ye = torch.nn.functional.instance_norm(torch.nn.functional.group_norm(xe, 8, we, be), weight=we, bias=be)
-    ye.float().square().sum().backward()
-    torch.testing.assert_close(gx.float(), xe.grad.float(), rtol=3e-2, atol=3e-2)
-    torch.testing.assert_close(gw, we.grad, rtol=3e-2, atol=3e-1)
+    ye.square().sum().backward()
+    scale = xe.grad.abs().max().item()
+    torch.testing.assert_close(gx.float(), xe.grad, rtol=3e-2, atol=3e-2 * max(1.0, scale))
+    torch.testing.assert_close(gw, we.grad, rtol=3e-2, atol=3e-2 * max(1.0, we.grad.abs().max().item()))
 
 
 @pytest.mark.cuda
