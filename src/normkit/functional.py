@@ -173,17 +173,8 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
                                           float(eps))[0]
     y, mean, rstd = _ops().group_norm_autograd(input, c, weight, bias, float(eps), True)
     if running_mean is not None or running_var is not None:
-        _update_instance_running_stats(running_mean, running_var, mean, rstd, input.numel() // (n * c),
-                                       float(momentum), float(eps))
+        from normkit.ops.group_norm import update_instance_running_stats
+
+        update_instance_running_stats(running_mean, running_var, mean, rstd, input.numel() // (n * c),
+                                      float(momentum), float(eps))
     return y
-
-
-def _update_instance_running_stats(running_mean, running_var, mean, rstd, hxw, momentum, eps):
-    """running = (1 - momentum) * running + momentum * batch average of the per-(n, c) statistics; the
-    variance is the unbiased one, recovered from rstd in float64 (var = rstd^-2 - eps)."""
-    with torch.no_grad():
-        if running_mean is not None:
-            running_mean.mul_(1 - momentum).add_(mean.mean(0).to(running_mean.dtype), alpha=momentum)
-        if running_var is not None:
-            var = (rstd.double().pow(-2) - eps).clamp_min(0) * (hxw / max(hxw - 1, 1))
-            running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)

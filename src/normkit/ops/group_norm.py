@@ -2,8 +2,9 @@
 
 Group norm runs the Triton kernels (`normkit.kernels.group_norm`) where they handle the input (fp16 / bf16
 / fp32 on CUDA, or on CPU under TRITON_INTERPRET=1; parameters in the input dtype or fp32), the reference
-otherwise. Outputs keep the input's suggested memory format. The others validate with `normkit._checks`
-and run `normkit.reference` (no kernels yet).
+otherwise; instance norm runs group norm with one group per channel (or batch norm's eval mode with
+running statistics). Outputs keep the input's suggested memory format. The SyncBatchNorm primitives
+validate with `normkit._checks` and run `normkit.reference` (no kernels yet).
 """
 
 from __future__ import annotations
@@ -83,9 +84,35 @@ def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, gr
 def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                   running_mean: Optional[Tensor], running_var: Optional[Tensor], use_input_stats: bool,
                   momentum: float, eps: float, cudnn_enabled: bool = False) -> Tensor:
+    """aten::instance_norm. With input statistics: group norm with one group per channel (fp32 statistics)
+    and the running statistics moved towards their batch average; otherwise batch norm's eval mode on the
+    input. The output keeps the input's suggested memory format."""
     checks().check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
-    return reference().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
-                                     eps, cudnn_enabled)
+    if input.numel() == 0:  # aten returns before normalizing: no running-stat update
+        return reference().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                                         eps, cudnn_enabled)
+    if not use_input_stats:
+        from normkit.ops import batch_norm as _bn
+
+        return _bn._forward_core(input, weight, bias, running_mean, running_var, False, momentum, eps)[0]
+    n, c = input.shape[0], input.shape[1]
+    hxw = input.numel() // (n * c)
+    y, mean, rstd = _group_norm_core(input, weight, bias, n, c, hxw, c, eps, fp32_stats=True)
+    update_instance_running_stats(running_mean, running_var, mean, rstd, hxw, momentum, eps)
+    return y
+
+
+def update_instance_running_stats(running_mean: Optional[Tensor], running_var: Optional[Tensor], mean: Tensor,
+                                  rstd: Tensor, hxw: int, momentum: float, eps: float) -> None:
+    """running = (1 - momentum) * running + momentum * batch average of the per-(n, c) statistics (what
+    ATen's batch norm on the (1, N*C, *) view leaves after averaging over N); the variance is the unbiased
+    one, recovered from rstd in float64 (var = rstd^-2 - eps)."""
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(mean.mean(0).to(running_mean.dtype), alpha=momentum)
+        if running_var is not None:
+            var = (rstd.double().pow(-2) - eps).clamp_min(0) * (hxw / max(hxw - 1, 1))
+            running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)
 
 
 def batch_norm_stats(input: Tensor, eps: float):
