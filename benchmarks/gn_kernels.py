@@ -45,6 +45,9 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     "cl8k": {"cl_tile": 8192},
     "ncnowhole": {"whole_max": 0},
     "ncwhole16k": {"whole_max": 16384},
+    "shiftel": {"fwd_shift_element": 1},
+    "cg1": {"fwd_one_channel_groups": 1},
+    "shiftelcg1": {"fwd_shift_element": 1, "fwd_one_channel_groups": 1},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20

@@ -681,6 +681,42 @@ CUDA_CASES = [  # (shape, G, dtype, layout, param kind)
 ]
 
 
+@interp
+@pytest.mark.parametrize("fmt", [CONTIG, CL])
+@pytest.mark.parametrize("small", [False, True])
+def test_prepared_one_channel_groups_same_bits(fmt, small, monkeypatch):
+    # fwd_one_channel_groups (off by default): with C/G = 1 the channel -> group merge is skipped; the
+    # statistics and output must be the same bits as through the merge
+    if small:
+        _set_cfg(monkeypatch, SMALL_CFG)
+    monkeypatch.setitem(K._CFG, "whole_max", 0)
+    x = make_x((3, 24, 7, 9), BF16, fmt, 410)
+    w, b = make_params(24, F32, "same", 410)
+    base = K.gn_forward(x, w, b, 24, 1e-5, F32)
+    monkeypatch.setitem(K._CFG, "fwd_one_channel_groups", 1)
+    seen = _record_launches(monkeypatch)
+    fast = K.gn_forward(x, w, b, 24, 1e-5, F32)
+    assert any(kw.get("CG1") for name, _, _, kw in seen if name == "_fwd_partials_kernel"), seen
+    for a, e in zip(fast, base):
+        assert torch.equal(a, e)
+    check_gn(x, 24, w, b, seed=410, tag="one channel a group")
+
+
+@interp
+@pytest.mark.parametrize("fmt", [CONTIG, CL])
+@pytest.mark.parametrize("small", [False, True])
+def test_prepared_shift_by_first_element(fmt, small, monkeypatch):
+    # fwd_shift_element (off by default): each channel summed about its first element in the range
+    if small:
+        _set_cfg(monkeypatch, SMALL_CFG)
+    monkeypatch.setitem(K._CFG, "whole_max", 0)
+    monkeypatch.setitem(K._CFG, "fwd_shift_element", 1)
+    for G, dtype, kind, offset in ((4, F32, "same", 0.0), (8, BF16, "fp32", 0.0), (4, F32, "same", 1000.0),
+                                   (24, F16, "none", 0.0)):
+        x = make_x((3, 24, 7, 9), dtype, fmt, 420 + G, offset=offset)
+        check_gn(x, G, *make_params(24, dtype, kind, 420), seed=420, tag=f"shift by element G={G} +{offset}")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", range(len(CUDA_CASES)))
 def test_cuda_shapes(case):

@@ -48,6 +48,9 @@ _CFG = {
     "cl_target_programs": 1024,
     "whole_max": 32768,       # contiguous groups of at most this many (padded) elements: one program each
     "whole_min_groups": 264,  # ... when there are at least this many groups (2 per SM), else the split path
+    # prepared 2026-12-01 (interpreter-tested, not yet measured on a GPU; see NOTES-group_norm.md "Next"):
+    "fwd_shift_element": 0,       # forward partials shift by each channel's first element, not the first tile's mean
+    "fwd_one_channel_groups": 0,  # forward partials skip the channel -> group merge when Cg == 1 (same bits)
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -86,7 +89,8 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 @triton.jit
 def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
-                         SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr):
+                         SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
+                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False):
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     if SPLIT:  # a slice of one group's channels
         g0 = cb // n_cc
@@ -104,16 +108,26 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     s_hi = tl.minimum(HW, s_lo + SCH)
     base = X + n.to(tl.int64) * sN
 
-    # the first tile sets each channel's shift (its mean there); it is summed like every other tile
-    offs_s = s_lo + tl.arange(0, BLOCK_S)
-    m = (offs_s < s_hi)[:, None] & c_ok[None, :]
-    x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
-    n_first = tl.minimum(s_hi - s_lo, BLOCK_S).to(tl.float32)
-    shift = tl.sum(x, 0) / n_first
-    d = tl.where(m, x - shift[None, :], 0.0)
-    s1 = d
-    s2 = d * d
-    for s0 in range(s_lo + BLOCK_S, s_hi, BLOCK_S):
+    if SHIFT_ELEM:
+        # each channel's shift is its first element in the range: no reduction before the loop, so the
+        # program goes straight into its loads (prepared 2026-12-01, not yet measured)
+        shift = tl.load(base + _offsets(s_lo + tl.arange(0, 1), offs_c, sS, sC, I64), mask=c_ok[None, :],
+                        other=0.0).to(tl.float32).reshape([BLOCK_C])
+        s1 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+        s2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+        s_next = s_lo
+    else:
+        # the first tile sets each channel's shift (its mean there); it is summed like every other tile
+        offs_s = s_lo + tl.arange(0, BLOCK_S)
+        m = (offs_s < s_hi)[:, None] & c_ok[None, :]
+        x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
+        n_first = tl.minimum(s_hi - s_lo, BLOCK_S).to(tl.float32)
+        shift = tl.sum(x, 0) / n_first
+        d = tl.where(m, x - shift[None, :], 0.0)
+        s1 = d
+        s2 = d * d
+        s_next = s_lo + BLOCK_S
+    for s0 in range(s_next, s_hi, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         m = (offs_s < s_hi)[:, None] & c_ok[None, :]
         x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
@@ -127,19 +141,27 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's
     # first element (an exact fp32 value every program and the combine read): at an offset of 1000 an
     # absolute fp32 mean carries 3e-5 of rounding, which the merges would turn into variance error.
-    lg = (offs_c - g0 * Cg) // Cg
-    gl = tl.arange(0, GBP)
-    g = g0 + gl
-    onehot = (lg[None, :] == gl[:, None]) & c_ok[None, :]
-    nch = tl.sum(onehot.to(tl.float32), 1)
-    g_ok = (nch > 0) & (g < G)
-    ref_g = tl.load(base + g.to(tl.int64) * Cg * sC, mask=g_ok, other=0.0).to(tl.float32)
-    ref_c = tl.sum(tl.where(onehot, ref_g[:, None], 0.0), 0)
-    mean_c = (shift - ref_c) + sum1 / cnt_c
-    cnt_g = nch * cnt_c
-    mean_g = tl.sum(tl.where(onehot, mean_c[None, :], 0.0), 1) / tl.maximum(nch, 1.0)
-    dev = mean_c[None, :] - mean_g[:, None]
-    m2_g = tl.sum(tl.where(onehot, m2_c[None, :] + cnt_c * dev * dev, 0.0), 1)
+    if CG1:  # one channel per group (instance norm): the channel statistics are the group's, same values
+        g = offs_c
+        g_ok = c_ok
+        ref_g = tl.load(base + offs_c.to(tl.int64) * sC, mask=c_ok, other=0.0).to(tl.float32)
+        cnt_g = tl.where(c_ok, cnt_c, 0.0)
+        mean_g = (shift - ref_g) + sum1 / cnt_c
+        m2_g = m2_c
+    else:
+        lg = (offs_c - g0 * Cg) // Cg
+        gl = tl.arange(0, GBP)
+        g = g0 + gl
+        onehot = (lg[None, :] == gl[:, None]) & c_ok[None, :]
+        nch = tl.sum(onehot.to(tl.float32), 1)
+        g_ok = (nch > 0) & (g < G)
+        ref_g = tl.load(base + g.to(tl.int64) * Cg * sC, mask=g_ok, other=0.0).to(tl.float32)
+        ref_c = tl.sum(tl.where(onehot, ref_g[:, None], 0.0), 0)
+        mean_c = (shift - ref_c) + sum1 / cnt_c
+        cnt_g = nch * cnt_c
+        mean_g = tl.sum(tl.where(onehot, mean_c[None, :], 0.0), 1) / tl.maximum(nch, 1.0)
+        dev = mean_c[None, :] - mean_g[:, None]
+        m2_g = tl.sum(tl.where(onehot, m2_c[None, :] + cnt_c * dev * dev, 0.0), 1)
 
     idx = ((n * G + g) * n_cc + cc) * n_sch + sch
     tl.store(PART + idx, cnt_g, mask=g_ok)
@@ -459,7 +481,9 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     launch(_fwd_partials_kernel, (N * n_sch * blk["n_cb"],), x, part, tot, HW, C, G, geo.Cg, n_sch, blk["n_cb"],
            blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
-           I64=geo.i64, num_warps=warps)
+           I64=geo.i64, SHIFT_ELEM=bool(_CFG["fwd_shift_element"]),
+           CG1=bool(_CFG["fwd_one_channel_groups"]) and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"],
+           num_warps=warps)
 
     mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
     rstd32 = torch.empty((N, G), dtype=torch.float32, device=dev)
