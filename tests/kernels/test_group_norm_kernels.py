@@ -717,6 +717,42 @@ def test_prepared_shift_by_first_element(fmt, small, monkeypatch):
         check_gn(x, G, *make_params(24, dtype, kind, 420), seed=420, tag=f"shift by element G={G} +{offset}")
 
 
+@interp
+@pytest.mark.parametrize("small", [False, True])
+def test_prepared_partials_align_divides_every_block(small, monkeypatch):
+    # fwd_partials_align (off by default) hands Triton `tl.multiple_of` hints the interpreter ignores, so
+    # the hint's premise is checked here: it divides every channel block's start and end, and C
+    if small:
+        _set_cfg(monkeypatch, SMALL_CFG)
+    monkeypatch.setitem(K._CFG, "fwd_partials_align", 1)
+    hinted = 0
+    for C in (1, 3, 16, 24, 32, 48, 64, 96, 128, 160, 256, 320, 512, 640, 1280, 2048):
+        for G in range(1, C + 1):
+            if C % G:
+                continue
+            x = torch.empty((2, C, 3, 3)).contiguous(memory_format=CL)
+            geo = K._Geometry(x, CL, G)
+            blk = K._group_blocks(geo)
+            a = K._partials_align(geo, blk)
+            assert a & (a - 1) == 0 and C % a == 0, (C, G, a)
+            hinted += a > 1
+            Cg = C // G
+            if blk["SPLIT"]:
+                spans = [(g * Cg + cc * blk["BC"], g * Cg + Cg) for g in range(G) for cc in range(blk["n_cc"])]
+            else:
+                spans = [(cb * blk["BC"], min(C, cb * blk["BC"] + blk["BC"])) for cb in range(blk["n_cb"])]
+            for start, end in spans:
+                assert start % a == 0 and end % a == 0, (C, G, a, start, end)
+    assert hinted > 0
+    # and the hint changes no value: the same bits with and without it
+    x = make_x((2, 48, 5, 6), BF16, CL, 430)
+    w, b = make_params(48, BF16, "same", 430)
+    with_hint = K.gn_forward(x, w, b, 6, 1e-5, BF16)
+    monkeypatch.setitem(K._CFG, "fwd_partials_align", 0)
+    for a_, e in zip(with_hint, K.gn_forward(x, w, b, 6, 1e-5, BF16)):
+        assert torch.equal(a_, e)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", range(len(CUDA_CASES)))
 def test_cuda_shapes(case):

@@ -51,6 +51,7 @@ _CFG = {
     # prepared 2026-12-01 (interpreter-tested, not yet measured on a GPU; see NOTES-group_norm.md "Next"):
     "fwd_shift_element": 0,       # forward partials shift by each channel's first element, not the first tile's mean
     "fwd_one_channel_groups": 0,  # forward partials skip the channel -> group merge when Cg == 1 (same bits)
+    "fwd_partials_align": 0,      # channels_last forward partials tell Triton their channel offsets' alignment
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -90,7 +91,7 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
                          SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
-                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False):
+                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1):
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     if SPLIT:  # a slice of one group's channels
         g0 = cb // n_cc
@@ -100,8 +101,13 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     else:  # GB whole groups
         g0 = cb * GB
         cc = 0
-        c_start = g0 * Cg
+        c_start = cb * BC
         c_end = tl.minimum(C, c_start + BC)
+    if ALIGN > 1:
+        # the host proved both multiples of ALIGN: channels_last tiles then load ALIGN-element vectors
+        # (without it Triton sees an unknown channel offset and loads element by element)
+        c_start = tl.multiple_of(c_start, ALIGN)
+        c_end = tl.multiple_of(c_end, ALIGN)
     offs_c = c_start + tl.arange(0, BLOCK_C)
     c_ok = offs_c < c_end
     s_lo = sch * SCH
@@ -455,6 +461,25 @@ def _group_blocks(geo: _Geometry):
                 BLOCK_C=next_pow2(gb * Cg))
 
 
+def _pow2_factor(v: int, cap: int = 16) -> int:
+    """The largest power of two dividing v, at most cap."""
+    f = 1
+    while f < cap and v % (2 * f) == 0:
+        f *= 2
+    return f
+
+
+def _partials_align(geo: _Geometry, blk: dict) -> int:
+    """A power of two that divides every channel-block start and end of the forward partials (1: no
+    hint). Only channels_last needs it (its channels are the contiguous axis), and only where Triton
+    already knows the row stride C is a multiple of 16."""
+    if not (_CFG["fwd_partials_align"] and geo.cl and geo.C % 16 == 0):
+        return 1
+    if blk["SPLIT"]:  # starts g * Cg + cc * BLOCK_C, ends g * Cg + Cg
+        return min(_pow2_factor(geo.Cg), blk["BLOCK_C"])
+    return _pow2_factor(blk["BC"])  # starts cb * BC, ends min(C, start + BC)
+
+
 def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: torch.dtype):
     """`native_group_norm` on the kernels: (y in x's suggested layout, mean (N, G), rstd (N, G))."""
     fmt = memory_format(x)
@@ -481,7 +506,7 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     launch(_fwd_partials_kernel, (N * n_sch * blk["n_cb"],), x, part, tot, HW, C, G, geo.Cg, n_sch, blk["n_cb"],
            blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
-           I64=geo.i64, SHIFT_ELEM=bool(_CFG["fwd_shift_element"]),
+           I64=geo.i64, SHIFT_ELEM=bool(_CFG["fwd_shift_element"]), ALIGN=_partials_align(geo, blk),
            CG1=bool(_CFG["fwd_one_channel_groups"]) and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"],
            num_warps=warps)
 
