@@ -101,11 +101,14 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     else:  # GB whole groups
         g0 = cb * GB
         cc = 0
-        c_start = cb * BC
+        if ALIGN > 1:  # the same value; as cb * BC Triton sees its divisibility when BC % 16 == 0
+            c_start = cb * BC
+        else:
+            c_start = g0 * Cg
         c_end = tl.minimum(C, c_start + BC)
     if ALIGN > 1:
         # the host proved both multiples of ALIGN: channels_last tiles then load ALIGN-element vectors
-        # (without it Triton sees an unknown channel offset and loads element by element)
+        # (as g0 * Cg Triton sees an unknown channel offset and loads element by element)
         c_start = tl.multiple_of(c_start, ALIGN)
         c_end = tl.multiple_of(c_end, ALIGN)
     offs_c = c_start + tl.arange(0, BLOCK_C)
