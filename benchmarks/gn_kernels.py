@@ -50,6 +50,7 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     "shiftelcg1": {"fwd_shift_element": 1, "fwd_one_channel_groups": 1},
     "clalign": {"fwd_partials_align": 1},
     "clalignall": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1},
+    "ncbwdwhole": {"bwd_whole_max": 16384},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20

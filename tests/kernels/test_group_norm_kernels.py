@@ -753,6 +753,28 @@ def test_prepared_partials_align_divides_every_block(small, monkeypatch):
         assert torch.equal(a_, e)
 
 
+@interp
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_whole_group_backward(dtype, monkeypatch):
+    # bwd_whole_max (off by default): a program per contiguous group computes dx and the per-(n, c) sums
+    monkeypatch.setitem(K._CFG, "bwd_whole_max", 1 << 15)
+    monkeypatch.setitem(K._CFG, "whole_min_groups", 1)
+    seen = _record_launches(monkeypatch)
+    for shape, G, kind in (((2, 40, 5, 7), 4, "same"), ((3, 24, 9), 24, "fp32"), ((2, 8, 3, 4, 5), 2, "none"),
+                           ((2, 12, 6, 6), 3, "w_only")):
+        x = make_x(shape, dtype, CONTIG, 440 + G)
+        w, b = make_params(shape[1], dtype, kind, 440)
+        seen.clear()
+        check_gn(x, G, w, b, seed=440 + G, tag=f"whole backward {kind}")
+        names = [name for name, *_ in seen]
+        assert "_bwd_whole_kernel" in names and "_bwd_partials_kernel" not in names, names
+    # +1000 offset in fp32, and the masks
+    x = make_x((2, 24, 6, 10), F32, CONTIG, 450, offset=1000.0)
+    check_gn(x, 3, *make_params(24, F32, "same", 450), seed=450, tag="whole backward offset")
+    for mask in ((True, False, False), (True, True, False), (False, True, True)):
+        check_gn(x, 3, *make_params(24, F32, "same", 451), mask=mask, seed=451, tag=f"whole backward {mask}")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", range(len(CUDA_CASES)))
 def test_cuda_shapes(case):

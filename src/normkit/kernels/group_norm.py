@@ -16,7 +16,7 @@ fixed grids: the same bits on every run):
   2. combine: per (n, g), Chan's merge of the chunk partials in a fixed order; mean, rstd = 1/sqrt(var+eps)
      (fp32, plus the contract's dtype when that is 16-bit).
   3. apply: y = (x - mean) * (rstd * w) + b.
-Backward (4 launches):
+Backward (4 launches; prepared, off: 2 for small contiguous groups, `bwd_whole_max`):
   1. partials: per (n, position range, channel): Σ dy and Σ dy·(x - mean).
   2. per (n, g): the per-(n, c) sums over position ranges, and A = Σ w·Σdy, B = Σ w·Σdy(x - mean):
      dx = rstd·w·dy - rstd·A/K - (x - mean)·rstd³·B/K.
@@ -52,6 +52,7 @@ _CFG = {
     "fwd_shift_element": 0,       # forward partials shift by each channel's first element, not the first tile's mean
     "fwd_one_channel_groups": 0,  # forward partials skip the channel -> group merge when Cg == 1 (same bits)
     "fwd_partials_align": 0,      # channels_last forward partials tell Triton their channel offsets' alignment
+    "bwd_whole_max": 0,           # backward of contiguous groups of <= this many padded elements in one program
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -276,6 +277,41 @@ def _fwd_whole_kernel(X, Y, W, B, MEAN_OUT, RSTD_OUT, HW, Cg, G, eps,
     if HAS_B:
         y += tl.load(B + c, mask=cs < Cg, other=0.0).to(tl.float32)[:, None]
     tl.store(Y + off, y.to(Y.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _bwd_whole_kernel(DY, X, DX, W, MEAN, RSTD, RB, N, C, HW, Cg, G,
+                      HAS_W: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Contiguous input, one program per (n, g) holding the group's x and dy in registers: dx, and the
+    per-(n, c) sums RB[n, c] = (Σdy, Σdy(x - mean)) for dw / db (x and dy read once: 3 passes, not 5)."""
+    r = tl.program_id(0)
+    n = r // G
+    g = r - n * G
+    K = Cg * HW
+    base = r.to(tl.int64) * K
+    cs = tl.arange(0, BLOCK_CG)
+    ss = tl.arange(0, BLOCK_S)
+    c_ok = cs < Cg
+    m = c_ok[:, None] & (ss < HW)[None, :]
+    off = base + cs[:, None] * HW + ss[None, :]
+    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
+    mean = tl.load(MEAN + r).to(tl.float32)
+    rstd = tl.load(RSTD + r).to(tl.float32)
+    xc = tl.where(m, x - mean, 0.0)
+    sdy = tl.sum(dy, 1)
+    sdyx = tl.sum(dy * xc, 1)
+    c = g * Cg + cs
+    tl.store(RB + n * C + c, sdy, mask=c_ok)
+    tl.store(RB + N * C + n * C + c, sdyx, mask=c_ok)
+    if HAS_W:
+        w = tl.load(W + c, mask=c_ok, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(c_ok, 1.0, 0.0)
+    p = rstd * rstd * rstd * tl.sum(w * sdyx, 0) / K
+    q = rstd * tl.sum(w * sdy, 0) / K
+    dx = (rstd * w)[:, None] * dy - xc * p - q
+    tl.store(DX + off, dx.to(DX.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -537,6 +573,18 @@ def _arg(p, x):
     return x if p is None else p
 
 
+def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev):
+    """dw, db (None where not asked for) from the per-(n, c) sums RB."""
+    if not (need_dw or need_db):
+        return None, None
+    dw = torch.empty(C, dtype=param_dtype, device=dev) if need_dw else None
+    db = torch.empty(C, dtype=param_dtype, device=dev) if need_db else None
+    block_c = min(next_pow2(C), 64)
+    launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, Cg,
+           NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c, num_warps=4)
+    return dw, db
+
+
 def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight, G: int,
                 output_mask, param_dtype: torch.dtype):
     """`native_group_norm_backward` on the kernels: (dx in x's suggested layout, dw, db); masked -> None."""
@@ -549,6 +597,15 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     dev = x.device
     mean = mean.reshape(N, G).contiguous()
     rstd = rstd.reshape(N, G).contiguous()
+    padded = next_pow2(geo.Cg) * next_pow2(HW)
+    if need_dx and not geo.cl and padded <= _CFG["bwd_whole_max"] and N * G >= _CFG["whole_min_groups"]:
+        rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
+        dx = torch.empty_like(x)
+        launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
+               HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW),
+               num_warps=16 if padded >= 16384 else 8 if padded >= 4096 else 4)
+        dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev)
+        return dx, dw, db
     n_cb = cdiv(C, geo.block_c)
     n_sch, sch = geo.chunks(N * n_cb)
     tot = N * n_sch * C
@@ -565,14 +622,8 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     block_sch = max(1, min(next_pow2(n_sch), 2048 // block_cg))
     launch(_bwd_group_kernel, (R,), pb, tot, _arg(weight, pb), rstd, pq, rb, R, N, G, geo.Cg, C, n_sch,
            float(geo.Cg * HW), HAS_W=weight is not None, BLOCK_SCH=block_sch, BLOCK_CG=block_cg, num_warps=4)
-    dx = dw = db = None
-    if need_dw or need_db:
-        dw = torch.empty(C, dtype=param_dtype, device=dev) if need_dw else None
-        db = torch.empty(C, dtype=param_dtype, device=dev) if need_db else None
-        block_c = min(next_pow2(C), 64)
-        launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, geo.Cg,
-               NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c,
-               num_warps=4)
+    dx = None
+    dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev)
     if need_dx:
         dx = torch.empty_like(x)
         n_sb = cdiv(HW, geo.block_s)
