@@ -90,6 +90,10 @@ VARIANTS = {
     # short unaligned planes: the flat 16-byte elementwise pass off, or on for 14x14 forward / eval too
     "noflat": {"ew_flat_max_plane": 0, "ew_flat_max_plane_bwd": 0},
     "flat256": {"ew_flat_max_plane": 256},
+    # combine kernels with smaller [BP, BCC] tiles: at 4096 the forward combine needs 250-254 registers
+    # (fp64 sums; 2 programs of 4 warps a SM), at 1024 72-80 (offline_audit.py, 2026-12-01)
+    "comb2k": {"combine_elems": 2048},
+    "comb1k": {"combine_elems": 1024},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -104,9 +108,11 @@ VARIANT_SCOPE = {
     "pf05": ("ncs", ("fwd", "bwd")),
     "noflat": ("ncs", ("fwd", "bwd", "eval")),
     "flat256": ("ncs", ("fwd", "eval")),
+    "comb2k": ("any", ("fwd", "bwd")),
+    "comb1k": ("any", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256")
+FP32_VARIANTS = ("noflat", "flat256", "comb1k")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
