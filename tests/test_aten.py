@@ -14,7 +14,7 @@ OPS = ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legi
        "_batch_norm_with_update", "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
        "cudnn_batch_norm", "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
        "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm", "native_group_norm",
-       "native_group_norm_backward"]
+       "native_group_norm_backward", "instance_norm"]
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +86,37 @@ def test_group_norm_routes_through_normkit_and_matches(channels_last):
     torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gn.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(gn.bias.grad, ref.bias.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("track", [False, True])
+def test_instance_norm_routes_through_normkit_and_matches(track):
+    torch.manual_seed(2)
+    m = torch.nn.InstanceNorm2d(6, affine=True, track_running_stats=track)
+    ref = torch.nn.InstanceNorm2d(6, affine=True, track_running_stats=track)
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(3, 6, 5, 7) * 2 + 1
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    dy = torch.randn_like(x)
+    with normkit.enabled(_dispatch_key="CPU"):
+        y = m(xa)
+        y.backward(dy)
+        counts = aten.call_counts()
+        m.eval()
+        y_eval = m(x)
+    assert counts.get("instance_norm") == 1, counts
+    yr = ref(xb)
+    yr.backward(dy)
+    ref.eval()
+    torch.testing.assert_close(y, yr, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y_eval, ref(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(m.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-4)
+    if track:
+        torch.testing.assert_close(m.running_mean, ref.running_mean)
+        torch.testing.assert_close(m.running_var, ref.running_var)
 
 
 def test_eval_backward_with_empty_saved_stats():
@@ -265,6 +296,38 @@ def test_cuda_group_norm_through_normkit_matches_eager(dtype, channels_last):
     scale = gx_r.abs().max().item()
     torch.testing.assert_close(gx, gx_r, rtol=tol["rtol"], atol=tol["atol"] * max(1.0, scale))
     torch.testing.assert_close(gw.float(), gw_r.float(), rtol=tol["rtol"], atol=tol["atol"] * 50)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_instance_norm_through_normkit_matches_eager(channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 24, 24, device="cuda") * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    m = torch.nn.InstanceNorm2d(32, affine=True, track_running_stats=True, device="cuda")
+    ref = torch.nn.InstanceNorm2d(32, affine=True, track_running_stats=True, device="cuda")
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    ref.load_state_dict(m.state_dict())
+
+    def run(mod):
+        inp = x.detach().clone().requires_grad_()
+        y = mod(inp)
+        y.square().sum().backward()
+        return y, inp.grad
+
+    with normkit.enabled():
+        aten.reset_counts()
+        y, gx = run(m)
+        counts = aten.call_counts()
+        assert aten.fallback_counts() == {}, aten.fallback_counts()
+    assert counts.get("instance_norm") == 1, counts
+    y_r, gx_r = run(ref)
+    torch.testing.assert_close(y, y_r, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gx, gx_r, rtol=1e-4, atol=1e-4 * max(1.0, gx_r.abs().max().item()))
+    torch.testing.assert_close(m.running_var, ref.running_var, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.cuda

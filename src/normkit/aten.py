@@ -10,7 +10,9 @@ backend key (``CUDA``) for every normalization op that eager PyTorch reaches on 
 backend key, ATen's own autograd formulas still run above them and call normkit's backward ops.
 ``rms_norm`` itself is CompositeImplicitAutograd and never reaches ``_fused_rms_norm`` for a weight whose
 dtype differs from the input's (contract §13) nor on CPU, so it is also overridden at the Autograd key
-of the device (``AutogradCUDA``), routed to ``normkit.rms_norm`` (normkit's autograd).
+of the device (``AutogradCUDA``), routed to ``normkit.rms_norm`` (normkit's autograd). ``instance_norm``
+(also CompositeImplicitAutograd, batch norm on the (1, N*C, *) view underneath) is overridden there
+too, routed to ``normkit.instance_norm`` (group norm with one group per channel).
 
 Per-input fallback
 ------------------
@@ -241,6 +243,28 @@ def _make_rms_norm_autograd(original):
     return kernel
 
 
+def _make_instance_norm_autograd(original):
+    """`aten::instance_norm` is CompositeImplicitAutograd: it reaches batch norm on the (1, N*C, *) view,
+    which leaves the batch-norm kernels too little parallelism. Overriding it at the Autograd key routes
+    it through `normkit.instance_norm` (group norm with one group per channel, its own autograd)."""
+
+    def kernel(keyset, x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
+               cudnn_enabled):
+        if _active and not _busy() and _takes("group_norm", x, weight, bias, running_mean, running_var):
+            from normkit import _checks, functional
+
+            _counts["instance_norm"] += 1
+            with _inside():
+                _checks.check_instance_norm(x, weight, bias, running_mean, running_var, use_input_stats)
+                return functional._instance_norm_checked(x, running_mean, running_var, weight, bias,
+                                                         bool(use_input_stats), float(momentum), float(eps))
+        _fallbacks["instance_norm"] += 1
+        return original.call_boxed(keyset, x, weight, bias, running_mean, running_var, use_input_stats, momentum,
+                                   eps, cudnn_enabled)
+
+    return kernel
+
+
 def _register(lib, name, kernel, key, original) -> None:
     if original is not None:
         lib.impl(name, kernel, key, with_keyset=True)
@@ -299,10 +323,11 @@ def enable(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUD
                 _register(lib, name, _make_kernel(name, impl, takes, original), _dispatch_key, original)
                 registered.append((name, original))
             autograd_key = "Autograd" + _dispatch_key
-            original = _lookup_original("rms_norm", autograd_key)
-            if original is not None:
-                lib.impl("rms_norm", _make_rms_norm_autograd(original), autograd_key, with_keyset=True)
-                registered.append(("rms_norm", original))
+            for name, make in (("rms_norm", _make_rms_norm_autograd), ("instance_norm", _make_instance_norm_autograd)):
+                original = _lookup_original(name, autograd_key)
+                if original is not None:
+                    lib.impl(name, make(original), autograd_key, with_keyset=True)
+                    registered.append((name, original))
         _lib = lib
         _registered[:] = registered
         _active = True

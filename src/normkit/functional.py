@@ -162,6 +162,11 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
     _require_float("instance_norm", "momentum", 7, momentum)
     _require_float("instance_norm", "eps", 8, eps)
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
+    return _instance_norm_checked(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+
+
+def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps):
+    """instance_norm after its checks (also what `enable()` routes `aten::instance_norm` to)."""
     n, c = input.shape[0], input.shape[1]
     if input.numel() == 0:
         x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
