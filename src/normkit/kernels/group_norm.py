@@ -191,6 +191,20 @@ def _round_to(v, DT: tl.constexpr):
 
 
 @triton.jit
+def _chunk_partials(PART, TOT, rows, r_ok, k0, NCH, BLOCK_K: tl.constexpr, WITH_M2: tl.constexpr):
+    """(count, mean, M2 or 0) of chunks k0 .. k0 + BLOCK_K of each row: [BLOCK_R, BLOCK_K] each."""
+    ks = k0 + tl.arange(0, BLOCK_K)
+    m = r_ok[:, None] & (ks < NCH)[None, :]
+    idx = rows[:, None] * NCH + ks[None, :]
+    ci = tl.load(PART + idx, mask=m, other=0.0)
+    mi = tl.load(PART + TOT + idx, mask=m, other=0.0)
+    qi = tl.zeros_like(ci)
+    if WITH_M2:
+        qi = tl.load(PART + 2 * TOT + idx, mask=m, other=0.0)
+    return ci, mi, qi
+
+
+@triton.jit
 def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH, G, Cg, sN, sC, eps,
                         BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_OUT: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -200,22 +214,13 @@ def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH
     cnt = tl.zeros([BLOCK_R], tl.float32)
     tot = tl.zeros([BLOCK_R], tl.float32)
     for k0 in range(0, NCH, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        m = r_ok[:, None] & (ks < NCH)[None, :]
-        idx = rows[:, None] * NCH + ks[None, :]
-        ci = tl.load(PART + idx, mask=m, other=0.0)
-        mi = tl.load(PART + TOT + idx, mask=m, other=0.0)
+        ci, mi, _ = _chunk_partials(PART, TOT, rows, r_ok, k0, NCH, BLOCK_K, False)
         cnt += tl.sum(ci, 1)
         tot += tl.sum(ci * mi, 1)
     mean = tot / tl.maximum(cnt, 1.0)
     m2 = tl.zeros([BLOCK_R], tl.float32)
     for k0 in range(0, NCH, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        m = r_ok[:, None] & (ks < NCH)[None, :]
-        idx = rows[:, None] * NCH + ks[None, :]
-        ci = tl.load(PART + idx, mask=m, other=0.0)
-        mi = tl.load(PART + TOT + idx, mask=m, other=0.0)
-        qi = tl.load(PART + 2 * TOT + idx, mask=m, other=0.0)
+        ci, mi, qi = _chunk_partials(PART, TOT, rows, r_ok, k0, NCH, BLOCK_K, True)
         dm = mi - mean[:, None]
         m2 += tl.sum(qi + ci * dm * dm, 1)
     rstd = 1.0 / tl.sqrt_rn(m2 / tl.maximum(cnt, 1.0) + eps)
