@@ -8,11 +8,6 @@ import json
 import platform
 import sys
 
-_KERNEL_MODULES = {
-    "batch_norm": "normkit.kernels.batch_norm",
-    "layer_norm": "normkit.kernels.layer_norm",
-    "rms_norm": "normkit.kernels.layer_norm",
-}
 
 
 def collect() -> dict:
@@ -42,7 +37,9 @@ def collect() -> dict:
     info["cuda"] = {"available": cuda, "torch_cuda": torch.version.cuda, "devices": devices}
     info["triton_interpreter"] = kernels.interpreting()
     kinfo = {}
-    for family, modname in _KERNEL_MODULES.items():
+    from normkit.ops._select import _FAMILY_MODULE
+
+    for family, modname in _FAMILY_MODULE.items():
         if not kernels.available():
             kinfo[family] = "unavailable (triton does not import)"
             continue
@@ -57,8 +54,7 @@ def collect() -> dict:
             kinfo[family] = "triton (interpreter, cpu)"
         else:
             kinfo[family] = "importable; cpu tensors run the reference (set TRITON_INTERPRET=1 for the kernels)"
-    kinfo["group_norm"] = "reference (no kernel yet)"
-    kinfo["instance_norm"] = "through batch_norm"
+    kinfo["instance_norm"] = "through group_norm (input statistics) / batch_norm (running statistics)"
     info["kernels"] = kinfo
     info["enable"] = {"active": aten.is_enabled(), "ops": aten.registered_ops()}
     info["get_kernel_fallback"] = hasattr(torch.library, "get_kernel")
