@@ -6,7 +6,8 @@
 #      (VARIANTS, default base) against ATen eager, with per-kernel GPU times (PROFILE=--profile; "" drops it).
 #   run(command="bash benchmarks/gn_h200.sh", carry=[".whl"], timeout_s=560)
 # Next session (the forward-partials variants prepared 2026-12-01, NOTES-group_norm.md "Next"):
-#   run(command="VARIANTS=base,clalign,clalignall,shiftel,cg1,ncbwdwhole bash benchmarks/gn_h200.sh", carry=[".whl"], timeout_s=580)
+#   (or `PART=1 bash benchmarks/next_h200.sh`, which also runs `pytest -m cuda`)
+#   run(command="SKIP_TESTS=1 VARIANTS=base,clalignall,all4,shiftelu2,unroll2,ncbwdwhole bash benchmarks/gn_h200.sh", carry=[".whl"], timeout_s=580)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/normkit-gn}

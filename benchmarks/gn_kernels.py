@@ -51,6 +51,10 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     "clalign": {"fwd_partials_align": 1},
     "clalignall": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1},
     "ncbwdwhole": {"bwd_whole_max": 16384},
+    "unroll2": {"fwd_partials_unroll": 2},
+    "shiftelu2": {"fwd_shift_element": 1, "fwd_partials_unroll": 2},
+    "all4": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1,
+             "fwd_partials_unroll": 2},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20

@@ -775,6 +775,24 @@ def test_prepared_whole_group_backward(dtype, monkeypatch):
         check_gn(x, 3, *make_params(24, F32, "same", 451), mask=mask, seed=451, tag=f"whole backward {mask}")
 
 
+@interp
+@pytest.mark.parametrize("fmt", [CONTIG, CL])
+@pytest.mark.parametrize("shift_element", [0, 1])
+def test_prepared_partials_unroll_same_bits(fmt, shift_element, monkeypatch):
+    # fwd_partials_unroll = 2 (off by default): two tiles loaded per step, summed in the same order
+    _set_cfg(monkeypatch, SMALL_CFG)
+    monkeypatch.setitem(K._CFG, "fwd_shift_element", shift_element)
+    for shape, G in (((2, 24, 7, 9), 4), ((3, 8, 5, 13), 2), ((2, 40, 4, 4), 8)):
+        x = make_x(shape, BF16, fmt, 460)
+        w, b = make_params(shape[1], BF16, "fp32", 460)
+        monkeypatch.setitem(K._CFG, "fwd_partials_unroll", 1)
+        base = K.gn_forward(x, w, b, G, 1e-5, F32)
+        monkeypatch.setitem(K._CFG, "fwd_partials_unroll", 2)
+        for a, e in zip(K.gn_forward(x, w, b, G, 1e-5, F32), base):
+            assert torch.equal(a, e), (shape, G)
+        check_gn(x, G, w, b, seed=460, tag="unroll 2")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", range(len(CUDA_CASES)))
 def test_cuda_shapes(case):

@@ -53,6 +53,7 @@ _CFG = {
     "fwd_one_channel_groups": 0,  # forward partials skip the channel -> group merge when Cg == 1 (same bits)
     "fwd_partials_align": 0,      # channels_last forward partials tell Triton their channel offsets' alignment
     "bwd_whole_max": 0,           # backward of contiguous groups of <= this many padded elements in one program
+    "fwd_partials_unroll": 1,     # forward partials: tiles loaded per loop step (2: the next tile in flight)
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -92,7 +93,8 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
                          SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
-                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1):
+                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1,
+                         UNROLL: tl.constexpr = 1):
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     if SPLIT:  # a slice of one group's channels
         g0 = cb // n_cc
@@ -137,13 +139,21 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         s1 = d
         s2 = d * d
         s_next = s_lo + BLOCK_S
-    for s0 in range(s_next, s_hi, BLOCK_S):
+    for s0 in range(s_next, s_hi, BLOCK_S * UNROLL):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         m = (offs_s < s_hi)[:, None] & c_ok[None, :]
-        x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
-        d = tl.where(m, x - shift[None, :], 0.0)
+        xa = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0)
+        if UNROLL == 2:  # the second tile's loads issue before the first tile is summed (same order of sums)
+            offs_s2 = offs_s + BLOCK_S
+            m2 = (offs_s2 < s_hi)[:, None] & c_ok[None, :]
+            xb = tl.load(base + _offsets(offs_s2, offs_c, sS, sC, I64), mask=m2, other=0.0)
+        d = tl.where(m, xa.to(tl.float32) - shift[None, :], 0.0)
         s1 += d
         s2 += d * d
+        if UNROLL == 2:
+            d = tl.where(m2, xb.to(tl.float32) - shift[None, :], 0.0)
+            s1 += d
+            s2 += d * d
     cnt_c = (s_hi - s_lo).to(tl.float32)  # positions per channel
     sum1 = tl.sum(s1, 0)
     m2_c = tl.maximum(tl.sum(s2, 0) - sum1 * (sum1 / cnt_c), 0.0)
@@ -552,6 +562,7 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
            I64=geo.i64, SHIFT_ELEM=bool(_CFG["fwd_shift_element"]), ALIGN=_partials_align(geo, blk),
            CG1=bool(_CFG["fwd_one_channel_groups"]) and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"],
+           UNROLL=_CFG["fwd_partials_unroll"],
            num_warps=warps)
 
     mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
