@@ -51,6 +51,9 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     "clalign": {"fwd_partials_align": 1},
     "clalignall": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1},
     "ncbwdwhole": {"bwd_whole_max": 16384},
+    # contiguous planes of 4096+ positions: tiles of [1024 x 4] instead of [4096 x 1], so a statistics
+    # program covers 4 channels (4 tiles) where it covered one tile (16x512x64x64: 8192 -> 2048 programs)
+    "ncbs1k": {"max_block_s": 1024},
     "unroll2": {"fwd_partials_unroll": 2},
     "shiftelu2": {"fwd_shift_element": 1, "fwd_partials_unroll": 2},
     "all4": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1,

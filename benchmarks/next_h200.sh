@@ -4,7 +4,7 @@
 #   run(command="PART=2 bash benchmarks/next_h200.sh", carry=[".whl"], timeout_s=580)
 # PART=1: `pytest -m cuda` (four group-norm CUDA tests were fixed after session 7's last GPU run and have
 #         not run since, nor the instance_norm override of enable()), and the group-norm variants prepared
-#         in session 7 (NOTES-group_norm.md "Next": clalignall, all4, shiftelu2, unroll2, ncbwdwhole)
+#         in session 7 (NOTES-group_norm.md "Next": clalignall, all4, shiftelu2, unroll2, ncbwdwhole, ncbs1k)
 #         against base.
 # PART=2: conformance on CUDA, batch norm's combine-tile variants (comb1k, comb2k; NOTES-batch_norm.md session 7) on the
 #         small resnet50 layers and the 7x7 / 14x14 suite rows, and layer / RMS norm at hidden sizes
@@ -26,7 +26,7 @@ if [ "$PART" = 1 ]; then
     timeout 300 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
     stamp "group-norm variants"
-    timeout 230 python3 benchmarks/gn_kernels.py --out "$W" --variants base,clalignall,all4,shiftelu2,unroll2,ncbwdwhole \
+    timeout 230 python3 benchmarks/gn_kernels.py --out "$W" --variants base,clalignall,all4,shiftelu2,unroll2,ncbwdwhole,ncbs1k \
         --budget 210 > "$W/gn_kernels.log" 2>&1; echo "sweep rc=$?"; cut -c1-200 "$W/gn_kernels.log"
 else
     stamp "conformance"

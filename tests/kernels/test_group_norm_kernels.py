@@ -793,6 +793,21 @@ def test_prepared_partials_unroll_same_bits(fmt, shift_element, monkeypatch):
         check_gn(x, G, w, b, seed=460, tag="unroll 2")
 
 
+@interp
+@pytest.mark.parametrize("small", [False, True])
+def test_prepared_max_block_s(small, monkeypatch):
+    # max_block_s below the plane (off by default at 4096): several channels a tile on contiguous input
+    if small:
+        _set_cfg(monkeypatch, SMALL_CFG)
+    monkeypatch.setitem(K._CFG, "whole_max", 0)
+    monkeypatch.setitem(K._CFG, "max_block_s", 16)
+    for shape, G, dtype in (((2, 24, 7, 9), 4, F32), ((3, 40, 6, 6), 8, BF16), ((2, 12, 5, 5, 3), 3, F16)):
+        x = make_x(shape, dtype, CONTIG, 470)
+        geo = K._Geometry(x, CONTIG, G)
+        assert geo.block_s == 16 and geo.block_c > 1
+        check_gn(x, G, *make_params(shape[1], dtype, "same", 470), seed=470, tag="max_block_s 16")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", range(len(CUDA_CASES)))
 def test_cuda_shapes(case):

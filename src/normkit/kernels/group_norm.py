@@ -41,6 +41,7 @@ _CFG = {
     "tile": 4096,             # elements per program step (one [BLOCK_S, BLOCK_C] tile)
     "warps": 8,
     "target_programs": 1024,  # reduction programs per launch (fixed, so the bits do not depend on the GPU)
+    "max_block_s": 4096,      # positions per tile at most (below the tile: several channels a tile and program)
     # channels_last inputs (a position's channels contiguous)
     "cl_tile": 4096,
     "cl_warps": 4,            # at 128 channels per tile; 8 below (2026-12-01 sweep: 4 won at C >= 128, lost at 64)
@@ -493,7 +494,7 @@ class _Geometry:
             if self.block_c < 128:
                 self.warps = 8
         else:
-            self.block_s = min(next_pow2(HW), tile)
+            self.block_s = min(next_pow2(HW), tile, _CFG["max_block_s"])
             self.block_c = max(1, min(tile // self.block_s, next_pow2(C)))
 
     def chunks(self, programs_per_position_range: int):
