@@ -18,14 +18,13 @@ if not torch.cuda.is_available():
 
 import itertools  # noqa: E402
 import zlib  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
 triton = pytest.importorskip("triton")
 
 from normkit.kernels import batch_norm as B  # noqa: E402
+from interp_rerun import rerun_cpu_checks  # noqa: E402
 
 INTERPRETED = type(B._bn_ew_rows_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(
@@ -399,14 +398,7 @@ def test_supports():
 
 
 def test_cpu_checks_in_subprocess():
-    """When this process imported the kernels compiled (another module imported triton first
-    without the interpreter), run this file's CPU checks in a fresh interpreter process."""
-    if INTERPRETED or torch.cuda.is_available() or os.environ.get("NORMKIT_BN_SUBPROCESS"):
-        pytest.skip("the interpreter checks ran in this process")
-    env = dict(os.environ, TRITON_INTERPRET="1", NORMKIT_BN_SUBPROCESS="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__],
-                       env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    rerun_cpu_checks(__file__, INTERPRETED)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,14 +17,13 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 import itertools  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
 triton = pytest.importorskip("triton")
 
 from normkit.kernels import group_norm as K  # noqa: E402
+from interp_rerun import rerun_cpu_checks  # noqa: E402
 
 INTERPRETED = type(K._fwd_partials_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
@@ -643,18 +642,7 @@ def test_supports():
 
 
 def test_cpu_checks_in_subprocess():
-    """When the kernels were imported compiled (another module imported them first without
-    TRITON_INTERPRET=1), rerun this file's CPU checks in a fresh interpreter process."""
-    if INTERPRETED:
-        pytest.skip("already running under the interpreter")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present: the cuda-marked tests cover the compiled kernels")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not cuda", "-p", "no:cacheprovider", __file__],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    rerun_cpu_checks(__file__, INTERPRETED)
 
 
 # ------------------------------------------------------------------------------------------------
