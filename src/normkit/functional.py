@@ -6,9 +6,9 @@ one, eps sign, spatial size and group checks raise the same `ValueError`s, then 
 
 Batch, layer and RMS norm go through `normkit.ops.custom`'s autograd Functions (double backward too),
 which call the `torch.ops.normkit.*` custom ops inside `torch.compile` (fullgraph works) and the same
-implementations directly in eager; both are CUDA-graph capturable (no host synchronisation). Instance norm goes
-through the batch-norm op on the `(1, N*C, *)` view, as ATen does. Group norm goes through
-`normkit::group_norm` the same way.
+implementations directly in eager; both are CUDA-graph capturable (no host synchronisation). Group norm goes
+through `normkit::group_norm` the same way; instance norm through it too, with one group per channel (or
+through batch norm's eval mode when it uses running statistics).
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
 they run the Triton kernels through the interpreter.
@@ -16,6 +16,7 @@ they run the Triton kernels through the interpreter.
 
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -141,11 +142,8 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, 
                eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
     _checks.check_group_norm_functional(input, num_groups)
-    n, c = input.shape[0], input.shape[1]
-    hxw = 1
-    for s in input.shape[2:]:
-        hxw *= s
-    _checks.check_group_norm(input, weight, bias, n, c, hxw, num_groups)
+    _checks.check_group_norm(input, weight, bias, input.shape[0], input.shape[1], math.prod(input.shape[2:]),
+                             num_groups)
     return _ops().group_norm_autograd(input, int(num_groups), weight, bias, float(eps))[0]
 
 

@@ -9,7 +9,6 @@ import platform
 import sys
 
 
-
 def collect() -> dict:
     import torch
 

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
 from normkit.kernels._launch import launch
+from normkit.reference._common import suggest_memory_format
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _I32_MAX = (1 << 31) - 1
@@ -461,8 +462,6 @@ def supports(x, *params) -> bool:
 def memory_format(x: torch.Tensor):
     """The layout group norm's output and grad_input keep: the input's suggested memory format (C++
     ``suggest_memory_format``, which also calls a strided view with channels-last stride order channels_last)."""
-    from normkit.reference._common import suggest_memory_format
-
     return suggest_memory_format(x)
 
 
@@ -516,6 +515,15 @@ def _group_blocks(geo: _Geometry):
                 BLOCK_C=next_pow2(gb * Cg))
 
 
+def _whole_group_warps(geo: _Geometry, max_elems: int) -> int:
+    """Warps of the one-program-per-group kernels for this input, or 0 where they do not apply: contiguous
+    planes, groups of at most ``max_elems`` padded elements, and enough groups to fill the GPU."""
+    padded = next_pow2(geo.Cg) * next_pow2(geo.HW)
+    if geo.cl or padded > max_elems or geo.N * geo.G < _CFG["whole_min_groups"]:
+        return 0
+    return 16 if padded >= 16384 else 8 if padded >= 4096 else 4
+
+
 def _pow2_factor(v: int, cap: int = 16) -> int:
     """The largest power of two dividing v, at most cap."""
     f = 1
@@ -542,14 +550,14 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     geo = _Geometry(x, fmt, G)
     N, C, HW = geo.N, geo.C, geo.HW
     dev = x.device
-    padded = next_pow2(geo.Cg) * next_pow2(HW)
-    if not geo.cl and padded <= _CFG["whole_max"] and N * G >= _CFG["whole_min_groups"]:
+    whole_warps = _whole_group_warps(geo, _CFG["whole_max"])
+    if whole_warps:
         y = torch.empty_like(x)
         mean = torch.empty((N, G), dtype=stat_dtype, device=dev)
         rstd = torch.empty((N, G), dtype=stat_dtype, device=dev)
         launch(_fwd_whole_kernel, (N * G,), x, y, _arg(weight, x), _arg(bias, x), mean, rstd, HW, geo.Cg, G,
                float(eps), HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_CG=next_pow2(geo.Cg),
-               BLOCK_S=next_pow2(HW), num_warps=16 if padded >= 16384 else 8 if padded >= 4096 else 4)
+               BLOCK_S=next_pow2(HW), num_warps=whole_warps)
         return y, mean, rstd
     blk = _group_blocks(geo)
     n_sch, sch = geo.chunks(N * blk["n_cb"])
@@ -614,13 +622,12 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     dev = x.device
     mean = mean.reshape(N, G).contiguous()
     rstd = rstd.reshape(N, G).contiguous()
-    padded = next_pow2(geo.Cg) * next_pow2(HW)
-    if need_dx and not geo.cl and padded <= _CFG["bwd_whole_max"] and N * G >= _CFG["whole_min_groups"]:
+    whole_warps = _whole_group_warps(geo, _CFG["bwd_whole_max"]) if need_dx else 0
+    if whole_warps:
         rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
         dx = torch.empty_like(x)
         launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
-               HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW),
-               num_warps=16 if padded >= 16384 else 8 if padded >= 4096 else 4)
+               HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps)
         dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev)
         return dx, dw, db
     n_cb = cdiv(C, geo.block_c)

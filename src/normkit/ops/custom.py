@@ -30,6 +30,7 @@ No `from __future__ import annotations` here: `custom_op` infers schemas from th
 decoration time on torch 2.4.
 """
 
+import math
 from typing import List, Optional, Tuple
 
 import torch
@@ -536,10 +537,8 @@ def add_rms_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[in
 # ----------------------------------------------------------------------------------------------- group norm
 
 def _gn_dims(x: Tensor) -> Tuple[int, int, int]:
-    hxw = 1
-    for s in x.shape[2:]:
-        hxw *= s
-    return x.shape[0], x.shape[1], hxw
+    """(N, C, HxW) as aten's group_norm passes them."""
+    return x.shape[0], x.shape[1], math.prod(x.shape[2:])
 
 
 def _gn_forward_impl(x, num_groups, weight, bias, eps, fp32_stats):
