@@ -394,6 +394,16 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue  # the cooperative kernel there
             for lab, h in (("reload", 0), ("hold", 1)):
                 add("bwdholdw", lab, {"bwd_hold_w": h}, op, M, N, "bwd", pdt, dt)
+    # bwdpdl (session 8): the dw/db reduction launched with programmatic dependent launch (its launch
+    # latency overlaps the backward kernel's tail). Prediction: -2..-4 us per backward, i.e. -4..-8 % on
+    # the narrow rows (16384x1024 / 32768x768 bf16, 0.045 / 0.074 ms), within noise at >= 0.2 ms.
+    # Measured: -2.5..-7 % up to 1024 wide (adopted there, pdl_max_block), +0.4..+2.2 % at 4096-16384.
+    for op in ("ln", "rms"):
+        for M, N, dt in ((32768, 768, torch.bfloat16), (16384, 1024, torch.bfloat16), (16384, 1024, torch.float32),
+                         (16384, 4096, torch.bfloat16), (8192, 8192, torch.bfloat16), (4096, 16384, torch.bfloat16),
+                         (2048, 65536, torch.bfloat16)):
+            for lab, v in (("off", 0), ("pdl", 1 << 30)):
+                add("bwdpdl", lab, {"pdl_max_block": v}, op, M, N, "bwd", dt, dt)
     # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
     # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
     # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.

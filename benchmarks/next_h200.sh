@@ -6,10 +6,10 @@
 #         not run since, nor the instance_norm override of enable()), and the group-norm variants prepared
 #         in session 7 (NOTES-group_norm.md "Next": clalignall, all4, shiftelu2, unroll2, ncbwdwhole, ncbs1k)
 #         against base.
-# PART=2: conformance on CUDA, batch norm's combine-tile variants (comb1k, comb2k; NOTES-batch_norm.md session 7) on the
-#         small resnet50 layers and the 7x7 / 14x14 suite rows, and layer / RMS norm at hidden sizes
-#         the suite lacks (2048, 3072, 5120, 12288) in every dtype against ATen and Liger (session 6
-#         timed LN bf16 32768x2048 backward at 0.49 SOL: that configuration is untuned).
+# PART=2: the CUDA tests of programmatic dependent launch, conformance on CUDA, batch norm's combine-tile
+#         variants (comb1k, comb2k; NOTES-batch_norm.md session 7) and programmatic dependent launch (pdl,
+#         pdlcomb1k) on the small resnet50 layers and suite rows, and the layer / RMS backward's dw/db
+#         reduction with programmatic dependent launch (ln_kernels.py group bwdpdl).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -29,20 +29,19 @@ if [ "$PART" = 1 ]; then
     timeout 230 python3 benchmarks/gn_kernels.py --out "$W" --variants base,clalignall,all4,shiftelu2,unroll2,ncbwdwhole,ncbs1k \
         --budget 210 > "$W/gn_kernels.log" 2>&1; echo "sweep rc=$?"; cut -c1-200 "$W/gn_kernels.log"
 else
+    stamp "pytest -m cuda -k pdl (programmatic dependent launch: same bits, CUDA graphs)"
+    timeout 120 python3 -m pytest -q -m cuda -k "pdl or graph" tests > "$W/pytest_pdl.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_pdl.log"; grep -E "^FAILED|^E  " "$W/pytest_pdl.log" | head -20
     stamp "conformance"
     timeout 110 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
-    stamp "batch-norm combine variants"
-    timeout 170 python3 benchmarks/bn_kernels.py --out "$W" --budget 140 --only-variants comb1k,comb2k \
-        --shapes 256x2048x7x7,256x1024x14x14,256x512x7x7,256x256x14x14,256x128x28x28,256x64x56x56 --modes fwd,bwd \
-        > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -40 "$W/bn_kernels.log"
-    stamp "layer / RMS hidden sizes outside the suite"
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    timeout 150 python3 -m normkit bench --ops layer_norm rms_norm --shapes 32768x2048 16384x3072 16384x5120 8192x12288 \
-        --all-dtypes --peers aten liger --budget 130 --json "$W/bench.json" --out "$W" --no-progress > "$W/bench.log" 2>&1
-    echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/summary.md" | head -30
+    stamp "batch-norm combine tiles and programmatic dependent launch"
+    timeout 200 python3 benchmarks/bn_kernels.py --out "$W" --budget 170 --only-variants comb1k,comb2k,pdl,pdlcomb1k \
+        --shapes 256x2048x7x7,256x1024x14x14,256x64x56x56,65536x1024,256x512x7x7,256x256x14x14,256x128x28x28,256x512x28x28 --modes fwd,bwd \
+        > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -60 "$W/bn_kernels.log" | cut -c1-220
+    stamp "layer / RMS backward: dw/db reduction with programmatic dependent launch"
+    timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdpdl --sweep-budget 100 --no-rows \
+        > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"; grep -E "sweep bwdpdl|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -40
 fi
 stamp "done"
 } 2>&1 | tee "$OUT/summary$PART.log"

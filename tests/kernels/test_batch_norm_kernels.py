@@ -41,7 +41,8 @@ TOL_STAT = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 1e-6, torc
 # channel blocks and ragged edges even on small shapes
 TINY = {"red_tile_bytes": 128, "red_tile_bytes_fwd_fp32": 128, "target_programs_rows_fwd_fp32": 5,
         "red_tile_bytes_ncs_fwd": 128, "red_tile_bytes_ncs_bwd": 64,
-        "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6, "min_rows": 2, "combine_elems": 16}
+        "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6, "min_rows": 2, "combine_elems": 16,
+        "combine_elems_bwd": 16}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -479,6 +480,50 @@ def test_cuda_deterministic_and_eval_layouts():
     y1 = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
     y2 = B.bn_forward_eval(x.contiguous(memory_format=torch.channels_last), w, b, rm, rv, 1e-5)
     assert torch.equal(y1, y2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,layout,dtype", [
+    ((64, 256, 28, 28), "cl", torch.bfloat16),     # rows view
+    ((64, 256, 28, 28), "contig", torch.float32),  # ncs, S a multiple of 16
+    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass
+    ((64, 128, 14, 14), "contig", torch.float16),  # ncs, 14x14
+    ((4096, 96), "contig", torch.float32),          # 2-D
+])
+def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
+    """Programmatic dependent launch changes when kernels start, never what they compute: every output
+    of the training forward and backward (and inside a captured CUDA graph) has the same bits with and
+    without it, and matches the float64 reference."""
+    x = torch.randn(shape, device="cuda", dtype=dtype) + 3
+    if layout == "cl":
+        x = x.contiguous(memory_format=torch.channels_last)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    dy = torch.randn_like(x)
+    rm0, rv0 = torch.randn(C, device="cuda"), torch.rand(C, device="cuda") + 0.5
+
+    def run():
+        rm, rv = rm0.clone(), rv0.clone()
+        y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        return (y, m, s, rm, rv) + B.bn_backward(dy, x, w, m, s, True, (True, True, True))
+
+    monkeypatch.setitem(B._TUNE, "pdl", 0)
+    want = run()
+    monkeypatch.setitem(B._TUNE, "pdl", 1)
+    got = run()
+    for a, c in zip(want, got):
+        assert torch.equal(a, c)
+    static = [None]
+    run()  # compiled outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static[0] = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, c in zip(want, static[0]):
+        assert torch.equal(a, c)
+    _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 
 # ------------------------------------------------------------------------------------------------

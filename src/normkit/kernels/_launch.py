@@ -32,6 +32,27 @@ _cache: dict = {}
 _signatures: dict = {}
 _direct = os.environ.get("NORMKIT_DIRECT_LAUNCH", "1") != "0"
 
+try:  # grid dependency control, for programmatic dependent launch (pdl_on); absent in old Tritons
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:
+    gdc_launch_dependents = gdc_wait = None
+_sm90: dict = {}
+
+
+def pdl_on(t, enabled) -> bool:
+    """Whether a kernel that follows another kernel of the same call may be launched with programmatic
+    dependent launch (``launch_pdl=True``, the kernel calling ``gdc_wait`` before it reads what its
+    predecessor wrote): ``enabled`` (the kernel module's knob), a CUDA tensor on an sm_90+ device, and a
+    Triton with grid dependency control. Never for a call's first kernel: its inputs come from kernels
+    that do not signal."""
+    if not (enabled and t.is_cuda and gdc_wait is not None):
+        return False
+    idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    ok = _sm90.get(idx)
+    if ok is None:
+        ok = _sm90[idx] = torch.cuda.get_device_capability(idx)[0] >= 9
+    return ok
+
 
 def direct_enabled() -> bool:
     """Whether CUDA launches bypass Triton's binder (see the module doc)."""

@@ -62,7 +62,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
-from normkit.kernels._launch import launch
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
 
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
@@ -82,7 +82,11 @@ _TUNE = {
     # (0.02 -> 0.05: resnet50 512x7x7 NCHW fwd / bwd -6 / -5 %, the other layers within 0.5 %)
     "partial_frac_rows": 0.005,  # the same, rows view
     "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
-    "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the combine kernels
+    "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the forward combine kernel
+    # ... and in the backward's: 4096 took 96-252 registers (2 programs of 4 warps a SM), 1024 60-72; H200
+    # 2026-12-01 (session 8), 15 resnet50 / suite rows: backward -2.9 % bf16, -1.8 % fp32 (geomean, worst
+    # +0.5 %), forward within 0.4 % either way, so the forward keeps 4096
+    "combine_elems_bwd": 1024,
     "ew_warps": 8,
     "red_warps": 8,
     "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
@@ -98,6 +102,11 @@ _TUNE = {
     "red_tile_bytes_fwd_fp32": 8192,
     "target_programs_rows_fwd_fp32": 1024,
     "red_unroll_rows_fwd_fp32": 2,
+    # programmatic dependent launch between the kernels of one call (sm_90+): the combine and the
+    # elementwise pass are launched while their predecessor still runs, issue what does not depend on it
+    # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
+    # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
+    "pdl": 1,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -192,13 +201,15 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr,
+    UNROLL: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
     sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
-    part[1, p, c]."""
+    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums)."""
+    if PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -249,11 +260,13 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
     (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
     kernel."""
+    if PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
@@ -281,21 +294,21 @@ def _bn_reduce_ncs(
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
@@ -320,11 +333,14 @@ def _bn_combine_fwd_kernel(
     C, P, n0, n1, e0, e1, e2, m0, m1, m2,
     BP: tl.constexpr, BCC: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Per channel: mean, invstd = rsqrt(biased var + eps), running-stat update, and the
     normalisation coefficients coef = [shift, mean - shift, w*invstd, b - (mean - shift)*w*invstd]
-    (ACC dtype): y = (x - shift) * a + c keeps every digit of x - shift."""
+    (ACC dtype): y = (x - shift) * a + c keeps every digit of x - shift. PDL: launched while the
+    reduction runs; the per-channel loads (none of them its output) go first, the sums after the wait."""
+    if PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
@@ -339,6 +355,8 @@ def _bn_combine_fwd_kernel(
     if HAS_RS:
         rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
         rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    if PDL:
+        gdc_wait()
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
     dmean = s1 / nf
@@ -387,9 +405,12 @@ def _bn_combine_bwd_kernel(
     C, P, n0, n1,
     BP: tl.constexpr, BCC: tl.constexpr, HAS_W: tl.constexpr,
     NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, ACC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Per channel: grad_weight = s2*invstd, grad_bias = s1, and (training grad_input) the
-    coefficients coef = [s1/n, s2/n*invstd^2, invstd*w, mean] (ACC dtype)."""
+    coefficients coef = [s1/n, s2/n*invstd^2, invstd*w, mean] (ACC dtype). PDL: as the forward's."""
+    if PDL:
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
@@ -399,6 +420,8 @@ def _bn_combine_bwd_kernel(
         if HAS_W:
             w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
         mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    if PDL:
+        gdc_wait()
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     if NEED_GW:
         tl.store(gw_ptr + ch, _bn_from_f64(s2 * invstd, gw_ptr.dtype.element_ty), mask=cmask)
@@ -494,20 +517,28 @@ def _bn_ew_rows_kernel(
     M, C, NCB, NT, e0, e1, e2,
     BM: tl.constexpr, BC: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Elementwise pass over a row-major (M, C) view, tile [BM, BC], tiles walked from the end of
-    memory to the start (L2 reuse after the reduction)."""
+    memory to the start (L2 reuse after the reduction). PDL: launched while the combine runs; the
+    tile's x (and dy) are loaded before waiting for the coefficients."""
     pid = NT - 1 - tl.program_id(0)
     mb = pid // NCB
     cb = pid - mb * NCB
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
-    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
-                                  MODE, HAS_W, HAS_B, F64, ACC)
     rows = mb.to(tl.int64) * BM + tl.arange(0, BM)
     mask = (rows < M)[:, None] & cmask[None, :]
     offs = rows[:, None] * C + cols[None, :]
-    x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
+    if PDL:
+        x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
+        gdc_wait()
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+    else:
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+        x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[None, :], k1[None, :], k2[None, :], k3[None, :], MODE)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -518,11 +549,12 @@ def _bn_ew_ncs(
     NC, C, S, NSB, NT, e0, e1, e2,
     R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
     LOCAL32: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
 ):
     """Elementwise pass over a contiguous (N, C, S) view seen as (N*C) planes of S: tile
     [R planes, BS], tiles walked from the end of memory to the start. LOCAL32: offsets inside
-    the tile in int32 from a per-program int64 base (fewer registers per plane)."""
+    the tile in int32 from a per-program int64 base (fewer registers per plane). PDL: as the rows
+    kernel."""
     pid = NT - 1 - tl.program_id(0)
     rb = pid // NSB
     sb = pid - rb * NSB
@@ -535,8 +567,6 @@ def _bn_ew_ncs(
         ch = ch % C
     else:
         ch = tl.where(ch >= C, ch - C, ch)
-    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
-                                  MODE, HAS_W, HAS_B, F64, ACC)
     s = sb * BS + tl.arange(0, BS)
     mask = rmask[:, None] & (s < S)[None, :]
     base = r0 * S
@@ -544,7 +574,15 @@ def _bn_ew_ncs(
         offs = rl[:, None] * S + s[None, :]
     else:
         offs = rl.to(tl.int64)[:, None] * S + s[None, :]
-    x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
+    if PDL:
+        x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
+        gdc_wait()
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+    else:
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+        x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[:, None], k1[:, None], k2[:, None], k3[:, None], MODE)
     tl.store(y_ptr + base + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -556,10 +594,11 @@ def _bn_ew_ncs_kernel(
     R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
     LOCAL32: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """ncs elementwise pass, plane length S at run time."""
     _bn_ew_ncs(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, NC, C, S, NSB, NT, e0, e1, e2,
-               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
+               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC, PDL)
 
 
 @triton.jit
@@ -569,10 +608,11 @@ def _bn_ew_ncs_kernel_cs(
     R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
     LOCAL32: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """ncs elementwise pass with S a compile-time constant (short unaligned planes)."""
     _bn_ew_ncs(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, NC, C, S, NSB, NT, e0, e1, e2,
-               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC)
+               R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC, PDL)
 
 
 @triton.jit
@@ -601,13 +641,17 @@ def _bn_ew_flat_kernel(
     NC, C, NT, e0, e1, e2,
     S: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Elementwise pass over short unaligned ncs planes (S % 16 != 0, compiled in) as one flat array:
     a program takes R consecutive planes, R * S contiguous elements starting on a 16-byte boundary (R
     a multiple of the planes that make 16 bytes), so its accesses are 16-byte vectors where the
     [planes, S] tiles of _bn_ew_ncs start every plane off a boundary. The R planes' coefficients are
     computed once and spread to the elements with tl.gather; the arithmetic per element is
-    _bn_ew_apply's (the same bits). Tiles walked from the end of memory to the start."""
+    _bn_ew_apply's (the same bits). Tiles walked from the end of memory to the start. PDL: waits for
+    the combine before anything."""
+    if PDL:
+        gdc_wait()
     pid = NT - 1 - tl.program_id(0)
     r0 = pid.to(tl.int64) * R
     rl = tl.arange(0, RP)
@@ -876,14 +920,15 @@ def _unaligned_warps(BS):
     return max(1, min(8, BS // 128))
 
 
-def _combine_cfg(C, P):
+def _combine_cfg(C, P, bwd=False):
     BP = min(next_pow2(P), 512)
-    BCC = max(1, min(next_pow2(C), _TUNE["combine_elems"] // BP))
+    BCC = max(1, min(next_pow2(C), _TUNE["combine_elems_bwd" if bwd else "combine_elems"] // BP))
     return BP, BCC, cdiv(C, BCC)
 
 
-def _reduce(v, g, ref, bwd, acc_tl, acc_t):
-    """Launch the split reduction; returns (partials [2, P, C], P)."""
+def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
+    """Launch the split reduction; returns (partials [2, P, C], P). pdl: its dependent (the combine)
+    is launched with programmatic dependent launch."""
     x = v.x
     cfg = _reduce_cfg(v, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
@@ -894,7 +939,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"],
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], PDL=pdl,
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
@@ -902,14 +947,22 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t):
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl,
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PDL=pdl,
             num_warps=nw,
         )
     return part, P
 
 
-def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
+def _pdl_kw(pdl):
+    """Launch options of a kernel launched with programmatic dependent launch (none otherwise, so the
+    launch cache's keys stay as they were)."""
+    return {"PDL": True, "launch_pdl": True} if pdl else {}
+
+
+def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=False):
+    """The elementwise pass; pdl: launched with programmatic dependent launch after the combine."""
     e0, e1, e2 = _split3(eps)
+    kw = _pdl_kw(pdl)
     p0, p1, p2, p3 = params
     f64 = acc_tl == tl.float64
     cfg = _ew_cfg(v, out.element_size())
@@ -918,14 +971,14 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
         launch(_bn_ew_rows_kernel, grid,
             x, g, out, p0, p1, p2, p3, v.M, v.C, cfg["NCB"], cfg["NT"], e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
-            num_warps=_warps(cfg["BM"] * cfg["BC"]),
+            num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
     elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
         launch(_bn_ew_flat_kernel, (fc["NT"],),
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
             S=v.S, R=fc["R"], RP=fc["RP"], BLOCK=fc["BLOCK"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
-            ACC=acc_tl, num_warps=fc["nw"],
+            ACC=acc_tl, num_warps=fc["nw"], **kw,
         )
     else:
         kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel
@@ -933,7 +986,7 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl):
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
             R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C,
             LOCAL32=cfg["R"] * v.S < 2**31 - cfg["BS"], HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
-            num_warps=cfg["nw"],
+            num_warps=cfg["nw"], **kw,
         )
 
 
@@ -961,7 +1014,8 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     acc_tl, acc_t = _acc(x)
     C = v.C
     dev = x.device
-    part, P = _reduce(v, None, None, False, acc_tl, acc_t)
+    pdl = pdl_on(x, _TUNE["pdl"])
+    part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl)
     mean = torch.empty((C,), device=dev, dtype=acc_t)
     invstd = torch.empty((C,), device=dev, dtype=acc_t)
     coef = torch.empty((4, C), device=dev, dtype=acc_t)
@@ -977,10 +1031,10 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
         running_mean if has_rs else mean, running_var if has_rs else mean,
         C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
         BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
-        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4,
+        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **_pdl_kw(pdl),
     )
     y = v.empty()
-    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl)
+    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
     return y, mean, invstd
 
 
@@ -1022,24 +1076,25 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     dx = None
     need_red = need_gw or need_gb or (need_dx and train)
     coef = None
+    pdl = pdl_on(x, _TUNE["pdl"])
     if need_red:
-        part, P = _reduce(v, g, mean, True, acc_tl, acc_t)
+        part, P = _reduce(v, g, mean, True, acc_tl, acc_t, pdl)
         coef_needed = need_dx and train
         coef = torch.empty((4, C), device=dev, dtype=acc_t) if coef_needed else None
         n0, n1 = _split_count(v.M)
-        BP, BCC, nprog = _combine_cfg(C, P)
+        BP, BCC, nprog = _combine_cfg(C, P, bwd=True)
         launch(_bn_combine_bwd_kernel, (nprog,),
             part, mean, invstd, weight if weight is not None else invstd,
             coef if coef is not None else part,
             gw if gw is not None else part, gb if gb is not None else part,
             C, P, n0, n1,
             BP=BP, BCC=BCC, HAS_W=weight is not None, NEED_DX=coef_needed,
-            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4,
+            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4, **_pdl_kw(pdl),
         )
     if need_dx:
         dx = v.empty()
         if train:
-            _elementwise(v, v.x, g, dx, (coef, coef, coef, coef), _BWD_TRAIN, True, True, 0.0, acc_tl)
+            _elementwise(v, v.x, g, dx, (coef, coef, coef, coef), _BWD_TRAIN, True, True, 0.0, acc_tl, pdl)
         else:
             w = weight if weight is not None else invstd
             _elementwise(v, g, g, dx, (invstd, invstd, w, invstd), _BWD_EVAL,

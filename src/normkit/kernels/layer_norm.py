@@ -76,7 +76,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, interpreting, next_pow2
-from normkit.kernels._launch import launch
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
 
 __all__ = [
     "ln_forward",
@@ -208,6 +208,12 @@ _CFG = {
     # dw/db partials reduction: column block and row block (more, smaller programs for narrow N)
     "red_block_n": 32,
     "red_block_p": 128,
+    # programmatic dependent launch of the dw/db reduction (sm_90+) for rows up to this next_pow2 width
+    # (0: never): launched while the backward kernel runs, its launch latency overlaps that kernel's tail.
+    # H200 2026-12-01 (session 8), bf16 unless noted: LN 32768x768 0.0685 -> 0.0635 ms, 16384x1024
+    # 0.0410 -> 0.0400 (fp32 0.0607 -> 0.0597), RMS 16384x1024 0.0422 -> 0.0409; at 4096-16384 +0.4..+2.2 %
+    # (RMS 8192x8192 0.1121 -> 0.1146), at 65536 -0.3..-0.6 %
+    "pdl_max_block": 1024,
 }
 
 
@@ -637,7 +643,7 @@ def _bwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, HOLD_W: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks (HOLD_W: w
     loaded once, held in registers; else reloaded per block).
@@ -645,6 +651,8 @@ def _bwd_rows_kernel(
     dx per row from the two row sums; dy*xhat and dy summed over the program's rows in registers and
     written once as row ``pid`` of the (P, N) partials. HBM: read x, dy, write dx (3 passes) + P*N.
     """
+    if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
@@ -676,7 +684,7 @@ def _bwd_rows_pf_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
     in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
@@ -684,6 +692,8 @@ def _bwd_rows_pf_kernel(
     nothing during its reductions; Triton's pipeliner leaves loops without a dot alone). Same math,
     same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
     """
+    if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
+        gdc_launch_dependents()
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
@@ -774,13 +784,15 @@ def _bwd_cols_kernel(
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Program (column block, row group): dx for its tile of every row of the group, dw/db partials.
 
     Row groups and the rows inside them are walked last-first, the reverse of the row-sum kernel.
     HBM: read x, dy, write dx (3 passes; 5 with the row-sum kernel) + G*N partials.
     """
+    if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     g = tl.num_programs(1) - 1 - tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -831,7 +843,7 @@ def _bwd_coop_kernel(
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Cooperative wide backward. Program = (row group g, chunk s) from a ticket (CNT[M]): a group's S
     programs draw consecutive tickets, so a program only ever waits for programs that already run (no
@@ -842,6 +854,8 @@ def _bwd_coop_kernel(
     registers it holds. At the end each writes its dw/db partials to row g of (G, N).
     HBM: read x and dy once, write dx (3 passes; row sums + column kernel: 5).
     Never under the interpreter with S > 1 (programs run one after another)."""
+    if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
+        gdc_launch_dependents()
     t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu")
     g = (t // S).to(tl.int64)
     s = t % S
@@ -889,9 +903,13 @@ def _bwd_coop_kernel(
 
 
 @triton.jit
-def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                            PDL: tl.constexpr = False):
     """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
-    (OUT0) or db (OUT1), so both reduce in one launch. Reads the (k, P, N) partials once."""
+    (OUT0) or db (OUT1), so both reduce in one launch. Reads the (k, P, N) partials once. PDL: launched
+    while the backward kernel runs, waits for it before reading the partials."""
+    if PDL:
+        gdc_wait()
     pid = tl.program_id(0)
     k = tl.program_id(1)
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -1095,14 +1113,16 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     return y, s, mean, rstd
 
 
-def _reduce(partials: torch.Tensor, dtypes):
-    """Reduce the (K, P, N) partials (K = 1 or 2) over P into K vectors of the given dtypes."""
+def _reduce(partials: torch.Tensor, dtypes, pdl=False):
+    """Reduce the (K, P, N) partials (K = 1 or 2) over P into K vectors of the given dtypes; pdl: with
+    programmatic dependent launch after the kernel that wrote them."""
     K, P, N = partials.shape
     outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
     BLOCK_N = min(_CFG["red_block_n"], next_pow2(N))
     BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), next_pow2(P)))
+    kw = {"PDL": True, "launch_pdl": True} if pdl else {}
     launch(_reduce_partials_kernel, (cdiv(N, BLOCK_N), K),
-        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4,
+        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4, **kw,
     )
     return outs
 
@@ -1140,11 +1160,12 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     mean = rstd if is_rms else mean.reshape(M)
     dummy = x
     wp = weight if weight is not None else dummy
+    need_partials = need_dw or need_db
+    pdl = need_partials and next_pow2(N) <= _CFG["pdl_max_block"] and pdl_on(x, True)
     flags = dict(
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-        ACC=_acc(x.dtype),
+        ACC=_acc(x.dtype), **({"PDL": True} if pdl else {}),
     )
-    need_partials = need_dw or need_db
     wide_params = weight is not None and weight.element_size() > x.element_size()
     BLOCK_N = next_pow2(N)
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]
@@ -1226,7 +1247,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     if not need_partials:
         return dx, None, None
     dtypes = ([dw_dtype] if need_dw else []) + ([db_dtype] if need_db else [])
-    outs = _reduce(part, dtypes)
+    outs = _reduce(part, dtypes, pdl)
     dw = outs[0] if need_dw else None
     db = outs[-1] if need_db else None
     return dx, dw, db
