@@ -45,19 +45,13 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     "cl8k": {"cl_tile": 8192},
     "ncnowhole": {"whole_max": 0},
     "ncwhole16k": {"whole_max": 16384},
-    "shiftel": {"fwd_shift_element": 1},
-    "cg1": {"fwd_one_channel_groups": 1},
-    "shiftelcg1": {"fwd_shift_element": 1, "fwd_one_channel_groups": 1},
-    "clalign": {"fwd_partials_align": 1},
-    "clalignall": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1},
-    "ncbwdwhole": {"bwd_whole_max": 16384},
+    # 2026-12-01 H200 session 8 (NOTES-group_norm.md): bwd_whole_max 16384 (was variant ncbwdwhole) adopted;
+    # clalignall adopted for one channel a group on channels_last only (no knob); unroll2 and the other
+    # forward-partials variants deleted with their knobs
+    "ncnobwdwhole": {"bwd_whole_max": 0},  # the 4-launch backward everywhere (the default before session 8)
     # contiguous planes of 4096+ positions: tiles of [1024 x 4] instead of [4096 x 1], so a statistics
     # program covers 4 channels (4 tiles) where it covered one tile (16x512x64x64: 8192 -> 2048 programs)
     "ncbs1k": {"max_block_s": 1024},
-    "unroll2": {"fwd_partials_unroll": 2},
-    "shiftelu2": {"fwd_shift_element": 1, "fwd_partials_unroll": 2},
-    "all4": {"fwd_partials_align": 1, "fwd_shift_element": 1, "fwd_one_channel_groups": 1,
-             "fwd_partials_unroll": 2},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20

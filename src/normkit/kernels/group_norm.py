@@ -12,11 +12,15 @@ fixed grids: the same bits on every run):
   1. partials: a program reduces (sample n, a block of whole groups or a slice of one group's channels,
      a range of positions) to per-group (count, mean, M2). Sums run per channel about a per-channel shift
      (the channel's mean over the program's first tile), so channels with different means cost no
-     precision; the channels of a group are merged with Chan's formula once per program.
+     precision; the channels of a group are merged with Chan's formula once per program. channels_last
+     inputs with one channel per group (instance norm) shift by each channel's first element instead and
+     skip the merge (`_one_channel_cl`).
   2. combine: per (n, g), Chan's merge of the chunk partials in a fixed order; mean, rstd = 1/sqrt(var+eps)
      (fp32, plus the contract's dtype when that is 16-bit).
   3. apply: y = (x - mean) * (rstd * w) + b.
-Backward (4 launches; prepared, off: 2 for small contiguous groups, `bwd_whole_max`):
+Backward of a contiguous input whose groups are small enough (`bwd_whole_max` padded elements): 2
+launches, a program per (n, g) holding its x and dy in registers (dx and the per-(n, c) sums), then
+dw / db as in 3. below. Otherwise 4 launches:
   1. partials: per (n, position range, channel): Σ dy and Σ dy·(x - mean).
   2. per (n, g): the per-(n, c) sums over position ranges, and A = Σ w·Σdy, B = Σ w·Σdy(x - mean):
      dx = rstd·w·dy - rstd·A/K - (x - mean)·rstd³·B/K.
@@ -50,12 +54,9 @@ _CFG = {
     "cl_target_programs": 1024,
     "whole_max": 32768,       # contiguous groups of at most this many (padded) elements: one program each
     "whole_min_groups": 264,  # ... when there are at least this many groups (2 per SM), else the split path
-    # prepared 2026-12-01 (interpreter-tested, not yet measured on a GPU; see NOTES-group_norm.md "Next"):
-    "fwd_shift_element": 0,       # forward partials shift by each channel's first element, not the first tile's mean
-    "fwd_one_channel_groups": 0,  # forward partials skip the channel -> group merge when Cg == 1 (same bits)
-    "fwd_partials_align": 0,      # channels_last forward partials tell Triton their channel offsets' alignment
-    "bwd_whole_max": 0,           # backward of contiguous groups of <= this many padded elements in one program
-    "fwd_partials_unroll": 1,     # forward partials: tiles loaded per loop step (2: the next tile in flight)
+    # backward of contiguous groups of <= this many padded elements in one program (also >= whole_min_groups;
+    # 2026-12-01 H200 s8: -15..-38 % on such rows, within 0.5 % elsewhere; 32768 spills in fp32)
+    "bwd_whole_max": 16384,
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
 }
@@ -95,8 +96,7 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
                          SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
-                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1,
-                         UNROLL: tl.constexpr = 1):
+                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1):
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     if SPLIT:  # a slice of one group's channels
         g0 = cb // n_cc
@@ -124,7 +124,7 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
 
     if SHIFT_ELEM:
         # each channel's shift is its first element in the range: no reduction before the loop, so the
-        # program goes straight into its loads (prepared 2026-12-01, not yet measured)
+        # program goes straight into its loads (channels_last, one channel a group: `_one_channel_cl`)
         shift = tl.load(base + _offsets(s_lo + tl.arange(0, 1), offs_c, sS, sC, I64), mask=c_ok[None, :],
                         other=0.0).to(tl.float32).reshape([BLOCK_C])
         s1 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
@@ -141,21 +141,13 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         s1 = d
         s2 = d * d
         s_next = s_lo + BLOCK_S
-    for s0 in range(s_next, s_hi, BLOCK_S * UNROLL):
+    for s0 in range(s_next, s_hi, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         m = (offs_s < s_hi)[:, None] & c_ok[None, :]
-        xa = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0)
-        if UNROLL == 2:  # the second tile's loads issue before the first tile is summed (same order of sums)
-            offs_s2 = offs_s + BLOCK_S
-            m2 = (offs_s2 < s_hi)[:, None] & c_ok[None, :]
-            xb = tl.load(base + _offsets(offs_s2, offs_c, sS, sC, I64), mask=m2, other=0.0)
-        d = tl.where(m, xa.to(tl.float32) - shift[None, :], 0.0)
+        x = tl.load(base + _offsets(offs_s, offs_c, sS, sC, I64), mask=m, other=0.0).to(tl.float32)
+        d = tl.where(m, x - shift[None, :], 0.0)
         s1 += d
         s2 += d * d
-        if UNROLL == 2:
-            d = tl.where(m2, xb.to(tl.float32) - shift[None, :], 0.0)
-            s1 += d
-            s2 += d * d
     cnt_c = (s_hi - s_lo).to(tl.float32)  # positions per channel
     sum1 = tl.sum(s1, 0)
     m2_c = tl.maximum(tl.sum(s2, 0) - sum1 * (sum1 / cnt_c), 0.0)
@@ -536,11 +528,18 @@ def _partials_align(geo: _Geometry, blk: dict) -> int:
     """A power of two that divides every channel-block start and end of the forward partials (1: no
     hint). Only channels_last needs it (its channels are the contiguous axis), and only where Triton
     already knows the row stride C is a multiple of 16."""
-    if not (_CFG["fwd_partials_align"] and geo.cl and geo.C % 16 == 0):
+    if not (geo.cl and geo.C % 16 == 0):
         return 1
     if blk["SPLIT"]:  # starts g * Cg + cc * BLOCK_C, ends g * Cg + Cg
         return min(_pow2_factor(geo.Cg), blk["BLOCK_C"])
     return _pow2_factor(blk["BC"])  # starts cb * BC, ends min(C, start + BC)
+
+
+def _one_channel_cl(geo: _Geometry, blk: dict) -> bool:
+    """Whether the forward partials shift by each channel's first element, skip the channel -> group merge
+    and take the alignment hint: channels_last (channels contiguous) with one channel per group only."""
+    # 2026-12-01 H200 (s8, clalignall): 16x64x128x128 g64 NHWC fwd bf16 -30 %, fp32 -17 %; +14..34 % bf16 at Cg 4..40
+    return geo.cl and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"]
 
 
 def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: torch.dtype):
@@ -566,12 +565,11 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     tot = R * nch
     part = torch.empty(3 * tot, dtype=torch.float32, device=dev)
     warps = geo.warps
+    one = _one_channel_cl(geo, blk)
     launch(_fwd_partials_kernel, (N * n_sch * blk["n_cb"],), x, part, tot, HW, C, G, geo.Cg, n_sch, blk["n_cb"],
            blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
-           I64=geo.i64, SHIFT_ELEM=bool(_CFG["fwd_shift_element"]), ALIGN=_partials_align(geo, blk),
-           CG1=bool(_CFG["fwd_one_channel_groups"]) and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"],
-           UNROLL=_CFG["fwd_partials_unroll"],
+           I64=geo.i64, SHIFT_ELEM=one, CG1=one, ALIGN=_partials_align(geo, blk) if one else 1,
            num_warps=warps)
 
     mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
