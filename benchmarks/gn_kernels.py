@@ -52,6 +52,8 @@ VARIANTS = {  # names starting with "cl" ("nc") change channels_last (contiguous
     # contiguous planes of 4096+ positions: tiles of [1024 x 4] instead of [4096 x 1], so a statistics
     # program covers 4 channels (4 tiles) where it covered one tile (16x512x64x64: 8192 -> 2048 programs)
     "ncbs1k": {"max_block_s": 1024},
+    # programmatic dependent launch between a call's kernels (session 8; batch norm measured -3 %)
+    "pdl": {"pdl": 1},
 }
 DT = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 L2_BYTES = 50 << 20

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
-from normkit.kernels._launch import launch
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
 from normkit.reference._common import suggest_memory_format
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -59,6 +59,9 @@ _CFG = {
     "bwd_whole_max": 16384,
     "combine_rows": 16,       # (n, g) rows per combine program
     "combine_block": 64,      # chunk partials per combine step
+    # programmatic dependent launch (sm_90+): each kernel after a call's first is launched while its
+    # predecessor runs and waits for it (griddepcontrol) before reading its output
+    "pdl": 0,
 }
 
 
@@ -96,7 +99,10 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC, GB, sN, sS, sC,
                          BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, GBP: tl.constexpr,
                          SPLIT: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
-                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1):
+                         SHIFT_ELEM: tl.constexpr = False, CG1: tl.constexpr = False, ALIGN: tl.constexpr = 1,
+                         PDL: tl.constexpr = False):
+    if PDL:  # the combine may launch once every program has started (it waits for the partials)
+        gdc_launch_dependents()
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     if SPLIT:  # a slice of one group's channels
         g0 = cb // n_cc
@@ -210,11 +216,16 @@ def _chunk_partials(PART, TOT, rows, r_ok, k0, NCH, BLOCK_K: tl.constexpr, WITH_
 
 @triton.jit
 def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH, G, Cg, sN, sC, eps,
-                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_OUT: tl.constexpr):
+                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_OUT: tl.constexpr,
+                        PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = rows < R
     n = rows // G
     ref = tl.load(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, mask=r_ok, other=0.0)
+    if PDL:  # x is the call's input; the partials are the previous kernel's output
+        gdc_wait()
     cnt = tl.zeros([BLOCK_R], tl.float32)
     tot = tl.zeros([BLOCK_R], tl.float32)
     for k0 in range(0, NCH, BLOCK_K):
@@ -239,19 +250,23 @@ def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH
 @triton.jit
 def _fwd_apply_kernel(X, Y, W, B, MEAN32, RSTD32, HW, C, G, Cg, n_sb, n_cb, sN, sS, sC,
                       HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                      CL: tl.constexpr, I64: tl.constexpr):
+                      CL: tl.constexpr, I64: tl.constexpr, PDL: tl.constexpr = False):
     n, sb, cb = _split_pid(tl.program_id(0), n_sb, n_cb, CL)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = offs_c < C
     stat = n * G + offs_c // Cg
+    offs_s = sb * BLOCK_S + tl.arange(0, BLOCK_S)
+    m = (offs_s < HW)[:, None] & c_ok[None, :]
+    off = n.to(tl.int64) * sN + _offsets(offs_s, offs_c, sS, sC, I64)
+    if PDL:  # launched while the combine runs: the x tile first, the statistics after the wait
+        x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+        gdc_wait()
     mean = tl.load(MEAN32 + stat, mask=c_ok, other=0.0)
     a = tl.load(RSTD32 + stat, mask=c_ok, other=0.0)
     if HAS_W:
         a = a * tl.load(W + offs_c, mask=c_ok, other=0.0).to(tl.float32)
-    offs_s = sb * BLOCK_S + tl.arange(0, BLOCK_S)
-    m = (offs_s < HW)[:, None] & c_ok[None, :]
-    off = n.to(tl.int64) * sN + _offsets(offs_s, offs_c, sS, sC, I64)
-    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    if not PDL:
+        x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
     y = (x - mean[None, :]) * a[None, :]
     if HAS_B:
         y += tl.load(B + offs_c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
@@ -290,9 +305,12 @@ def _fwd_whole_kernel(X, Y, W, B, MEAN_OUT, RSTD_OUT, HW, Cg, G, eps,
 
 @triton.jit
 def _bwd_whole_kernel(DY, X, DX, W, MEAN, RSTD, RB, N, C, HW, Cg, G,
-                      HAS_W: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_S: tl.constexpr):
+                      HAS_W: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_S: tl.constexpr,
+                      PDL: tl.constexpr = False):
     """Contiguous input, one program per (n, g) holding the group's x and dy in registers: dx, and the
     per-(n, c) sums RB[n, c] = (Σdy, Σdy(x - mean)) for dw / db (x and dy read once: 3 passes, not 5)."""
+    if PDL:
+        gdc_launch_dependents()
     r = tl.program_id(0)
     n = r // G
     g = r - n * G
@@ -325,7 +343,10 @@ def _bwd_whole_kernel(DY, X, DX, W, MEAN, RSTD, RB, N, C, HW, Cg, G,
 
 @triton.jit
 def _bwd_partials_kernel(DY, X, MEAN, PB, TOT, HW, C, G, Cg, n_sch, n_cb, SCH, sN, sS, sC,
-                         BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr):
+                         BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, CL: tl.constexpr, I64: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    if PDL:
+        gdc_launch_dependents()
     n, sch, cb = _split_pid(tl.program_id(0), n_sch, n_cb, CL)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = offs_c < C
@@ -350,9 +371,13 @@ def _bwd_partials_kernel(DY, X, MEAN, PB, TOT, HW, C, G, Cg, n_sch, n_cb, SCH, s
 
 @triton.jit
 def _bwd_group_kernel(PB, TOT, W, RSTD, PQ, RB, R, N, G, Cg, C, n_sch, K,
-                      HAS_W: tl.constexpr, BLOCK_SCH: tl.constexpr, BLOCK_CG: tl.constexpr):
+                      HAS_W: tl.constexpr, BLOCK_SCH: tl.constexpr, BLOCK_CG: tl.constexpr,
+                      PDL: tl.constexpr = False):
     """Per (n, g): the channel sums over the position ranges, RB[n, c] = (Σdy, Σdy(x-mean)), and
     P = rstd³·Σw·Σdy(x-mean)/K, Q = rstd·Σw·Σdy/K (dx = rstd·w·dy - Q - (x-mean)·P)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     r = tl.program_id(0)
     n = r // G
     g = r - n * G
@@ -387,8 +412,12 @@ def _bwd_group_kernel(PB, TOT, W, RSTD, PQ, RB, R, N, G, Cg, C, n_sch, K,
 
 @triton.jit
 def _bwd_params_kernel(RB, RSTD, DW, DB, N, C, G, Cg,
-                       NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                       NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+                       PDL: tl.constexpr = False):
     """dw[c] = Σ_n rstd[n, g(c)]·Σdy(x-mean), db[c] = Σ_n Σdy, in a fixed order over n."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     offs_c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = offs_c < C
     gc = offs_c // Cg
@@ -412,7 +441,7 @@ def _bwd_params_kernel(RB, RSTD, DW, DB, N, C, G, Cg,
 @triton.jit
 def _bwd_apply_kernel(DY, X, DX, W, MEAN, RSTD, PQ, R, HW, C, G, Cg, n_sb, n_cb, sN, sS, sC,
                       HAS_W: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                      CL: tl.constexpr, I64: tl.constexpr):
+                      CL: tl.constexpr, I64: tl.constexpr, PDL: tl.constexpr = False):
     n, sb, cb = _split_pid(tl.program_id(0), n_sb, n_cb, CL)
     offs_c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = offs_c < C
@@ -421,13 +450,18 @@ def _bwd_apply_kernel(DY, X, DX, W, MEAN, RSTD, PQ, R, HW, C, G, Cg, n_sb, n_cb,
     alpha = tl.load(RSTD + stat, mask=c_ok, other=0.0).to(tl.float32)
     if HAS_W:
         alpha = alpha * tl.load(W + offs_c, mask=c_ok, other=0.0).to(tl.float32)
-    p = tl.load(PQ + stat, mask=c_ok, other=0.0)
-    q = tl.load(PQ + R + stat, mask=c_ok, other=0.0)
     offs_s = sb * BLOCK_S + tl.arange(0, BLOCK_S)
     m = (offs_s < HW)[:, None] & c_ok[None, :]
     off = n.to(tl.int64) * sN + _offsets(offs_s, offs_c, sS, sC, I64)
-    dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
-    x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    if PDL:  # launched while the previous kernel runs: only P, Q are its output
+        dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
+        x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+        gdc_wait()
+    p = tl.load(PQ + stat, mask=c_ok, other=0.0)
+    q = tl.load(PQ + R + stat, mask=c_ok, other=0.0)
+    if not PDL:
+        dy = tl.load(DY + off, mask=m, other=0.0).to(tl.float32)
+        x = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
     dx = alpha[None, :] * dy - (x - mean[None, :]) * p[None, :] - q[None, :]
     tl.store(DX + off, dx.to(DX.dtype.element_ty), mask=m)
 
@@ -566,11 +600,12 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     part = torch.empty(3 * tot, dtype=torch.float32, device=dev)
     warps = geo.warps
     one = _one_channel_cl(geo, blk)
+    pdl = pdl_on(x, _CFG["pdl"])
     launch(_fwd_partials_kernel, (N * n_sch * blk["n_cb"],), x, part, tot, HW, C, G, geo.Cg, n_sch, blk["n_cb"],
            blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
            I64=geo.i64, SHIFT_ELEM=one, CG1=one, ALIGN=_partials_align(geo, blk) if one else 1,
-           num_warps=warps)
+           num_warps=warps, **_trigger_kw(pdl))
 
     mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
     rstd32 = torch.empty((N, G), dtype=torch.float32, device=dev)
@@ -580,15 +615,26 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     rows = _CFG["combine_rows"]
     launch(_fwd_combine_kernel, (cdiv(R, rows),), part, tot, x, mean32, rstd32, mean, rstd, R, nch, G, geo.Cg,
            geo.sN, geo.sC, float(eps),
-           BLOCK_R=rows, BLOCK_K=min(_CFG["combine_block"], next_pow2(nch)), WRITE_OUT=low, num_warps=4)
+           BLOCK_R=rows, BLOCK_K=min(_CFG["combine_block"], next_pow2(nch)), WRITE_OUT=low, num_warps=4,
+           **_pdl_kw(pdl))
 
     y = torch.empty_like(x)
     n_sb, n_cb = cdiv(HW, geo.block_s), cdiv(C, geo.block_c)
     launch(_fwd_apply_kernel, (N * n_sb * n_cb,), x, y, _arg(weight, x), _arg(bias, x), mean32, rstd32,
            HW, C, G, geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None,
            HAS_B=bias is not None, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
-           num_warps=warps)
+           num_warps=warps, **_pdl_kw(pdl))
     return y, mean, rstd
+
+
+def _trigger_kw(pdl):
+    """A call's first kernel when its successors use programmatic dependent launch: it lets them launch."""
+    return {"PDL": True} if pdl else {}
+
+
+def _pdl_kw(pdl):
+    """A later kernel of a call, launched with programmatic dependent launch (waits for its predecessor)."""
+    return {"PDL": True, "launch_pdl": True} if pdl else {}
 
 
 def _arg(p, x):
@@ -596,15 +642,17 @@ def _arg(p, x):
     return x if p is None else p
 
 
-def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev):
-    """dw, db (None where not asked for) from the per-(n, c) sums RB."""
+def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev, pdl):
+    """dw, db (None where not asked for) from the per-(n, c) sums RB; pdl: launched with programmatic
+    dependent launch after the kernel that wrote RB."""
     if not (need_dw or need_db):
         return None, None
     dw = torch.empty(C, dtype=param_dtype, device=dev) if need_dw else None
     db = torch.empty(C, dtype=param_dtype, device=dev) if need_db else None
     block_c = min(next_pow2(C), 64)
     launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, Cg,
-           NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c, num_warps=4)
+           NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c, num_warps=4,
+           **_pdl_kw(pdl))
     return dw, db
 
 
@@ -621,12 +669,14 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     mean = mean.reshape(N, G).contiguous()
     rstd = rstd.reshape(N, G).contiguous()
     whole_warps = _whole_group_warps(geo, _CFG["bwd_whole_max"]) if need_dx else 0
+    pdl = pdl_on(x, _CFG["pdl"])
     if whole_warps:
         rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
         dx = torch.empty_like(x)
         launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
-               HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps)
-        dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev)
+               HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps,
+               **_trigger_kw(pdl and (need_dw or need_db)))
+        dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
         return dx, dw, db
     n_cb = cdiv(C, geo.block_c)
     n_sch, sch = geo.chunks(N * n_cb)
@@ -635,7 +685,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     warps = geo.warps
     launch(_bwd_partials_kernel, (N * n_sch * n_cb,), dy, x, mean, pb, tot, HW, C, G, geo.Cg, n_sch, n_cb, sch,
            geo.sN, geo.sS, geo.sC, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
-           num_warps=warps)
+           num_warps=warps, **_trigger_kw(pdl))
 
     R = N * G
     pq = torch.empty(2 * R, dtype=torch.float32, device=dev)
@@ -643,13 +693,14 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     block_cg = min(next_pow2(geo.Cg), 64)
     block_sch = max(1, min(next_pow2(n_sch), 2048 // block_cg))
     launch(_bwd_group_kernel, (R,), pb, tot, _arg(weight, pb), rstd, pq, rb, R, N, G, geo.Cg, C, n_sch,
-           float(geo.Cg * HW), HAS_W=weight is not None, BLOCK_SCH=block_sch, BLOCK_CG=block_cg, num_warps=4)
+           float(geo.Cg * HW), HAS_W=weight is not None, BLOCK_SCH=block_sch, BLOCK_CG=block_cg, num_warps=4,
+           **_pdl_kw(pdl))
     dx = None
-    dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev)
+    dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
     if need_dx:
         dx = torch.empty_like(x)
         n_sb = cdiv(HW, geo.block_s)
         launch(_bwd_apply_kernel, (N * n_sb * n_cb,), dy, x, dx, _arg(weight, x), mean, rstd, pq, R, HW, C, G,
                geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None, BLOCK_S=geo.block_s,
-               BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64, num_warps=warps)
+               BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64, num_warps=warps, **_pdl_kw(pdl))
     return dx, dw, db
