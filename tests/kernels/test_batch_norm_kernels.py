@@ -628,60 +628,6 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
-                         ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape", [(9, 16, 7, 7), (5, 24, 14, 14), (7, 120, 3), (3, 8, 5, 5), (6, 40, 1, 49)],
-                         ids=["7x7", "14x14", "S3", "C<R", "1x49"])
-def test_flat_reduction_short_planes(shape, dtype, monkeypatch):
-    """The sample-major reduction over short unaligned planes (_bn_reduce_flat_kernel): several channel
-    blocks (the last one partial), several sample blocks per program, samples past N masked: statistics,
-    running stats, grad_weight / grad_bias and grad_input against float64; repeated calls the same bits."""
-    monkeypatch.setitem(B._TUNE, "red_flat_max_plane", 256)
-    monkeypatch.setitem(B._TUNE, "red_flat_block", 160)  # a few planes per program
-    monkeypatch.setitem(B._TUNE, "red_flat_step_bytes", 1024)
-    monkeypatch.setitem(B._TUNE, "target_programs", 24)
-    seed(shape, dtype)
-    x = (torch.randn(shape) * 2 + 5).to(dtype)
-    dy = torch.randn(shape).to(dtype)
-    C = shape[1]
-    w, b = torch.rand(C) + 0.5, torch.randn(C)
-    v = B._View(x)
-    for bwd in (False, True):
-        cfg = B._reduce_cfg(v, x.element_size(), bwd)
-        assert cfg.get("FLAT") and cfg["NCB"] == -(-C // cfg["R"]) and cfg["P"] * cfg["n_iter"] > 1
-    rm, rv = torch.zeros(C), torch.ones(C)
-    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
-    yr, mr, ir, var = ref_fwd(x, w, b, 1e-5)
-    assert relerr(mean, mr) < TOL_STAT[dtype] * 10 and relerr(invstd, ir) < TOL_STAT[dtype] * 10
-    n = x.numel() // C
-    assert relerr(rv, 0.9 + 0.1 * var * n / (n - 1)) < 1e-6
-    assert relerr(y, yr) < TOL[dtype]
-    dx, gw, gb = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
-    dxr, gwr, gbr = ref_bwd(dy, x, w, mean, invstd, True)
-    assert relerr(gb, gbr) < 1e-5 and relerr(gw, gwr) < 1e-5
-    assert err_vs_scale(dx, dxr, dy.double() * invstd.double().view(bshape(x))) < TOL_BWD[dtype]
-    again = B.bn_backward(dy, x, w, mean, invstd, True, (True, True, True))
-    assert all(torch.equal(a, c) for a, c in zip((dx, gw, gb), again))
-
-
-def test_flat_reduction_choice():
-    """Sample-major only for short unaligned planes whose samples start on a 16-byte boundary."""
-    def flat(shape, dtype=torch.bfloat16, cl=False):
-        x = torch.empty(shape, dtype=dtype)
-        if cl:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return B._flat_reduce(B._View(x), x.element_size())
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(B._TUNE, "red_flat_max_plane", 256)
-        assert flat((2, 8, 7, 7)) and flat((2, 4, 14, 14), torch.float32) and flat((2, 16, 3))
-        assert not flat((2, 3, 7, 7))  # a sample is 3 * 49 * 2 bytes: not 16-byte aligned
-        assert not flat((2, 8, 4, 4)) and not flat((2, 8, 7, 7), cl=True) and not flat((2, 8, 17, 17))
-        mp.setitem(B._TUNE, "red_flat_max_plane", 0)
-        assert not flat((2, 8, 7, 7))
-
-
-@interp
 @pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 def test_knob_paths_deterministic(layout, knob, monkeypatch):

@@ -107,12 +107,6 @@ _TUNE = {
     # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
-    # split reduction over short unaligned ncs planes (S % 16 != 0) sample-major as 16-byte vectors
-    # (_bn_reduce_flat_kernel) for S up to this (0: off; prepared 2026-12-01 session 8, not yet measured):
-    # R planes per program making at most red_flat_block elements, red_flat_step_bytes per tensor a step
-    "red_flat_max_plane": 0,
-    "red_flat_block": 2048,
-    "red_flat_step_bytes": 16384,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -315,64 +309,6 @@ def _bn_reduce_ncs_kernel_cs(
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
     _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
-
-
-@triton.jit
-def _bn_reduce_flat_kernel(
-    x_ptr, g_ptr, ref_ptr, part_ptr,
-    N, C, CSQ, P, NCB, n_iter,
-    S: tl.constexpr, Q: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, SP: tl.constexpr,
-    BLOCK: tl.constexpr, BN: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-):
-    """Split reduction over short unaligned ncs planes (S % 16 != 0, compiled in), sample-major: program
-    (p, cb) takes channels cb*R .. cb*R + R - 1, whose planes in one sample are R * S contiguous
-    elements starting on a 16-byte boundary (R a multiple of the planes that make 16 bytes; the sample
-    stride C * S = CSQ * Q, Q elements to 16 bytes), so every load is a 16-byte vector. It sums each
-    position over its samples (blocks p, p + P, ... of BN samples: [BN, BLOCK] tiles, summed over the BN
-    samples per step) and splits the position sums into its R channels once, at the end (tl.gather into
-    an [RP, SP] tile of positions r * S + s). The sums of _bn_reduce_ncs (the same shift / reference), in
-    another order."""
-    if PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    cb = pid % NCB
-    p = pid // NCB
-    r = tl.arange(0, RP)
-    nplanes = tl.minimum(C - cb * R, R)
-    cm = r < nplanes
-    ch = cb * R + r
-    j = tl.arange(0, BLOCK)
-    jm = j < nplanes * S
-    loc = tl.minimum(j // S, RP - 1)  # plane (channel) of each position
-    if BWD:
-        ref_c = tl.load(ref_ptr + ch, mask=cm, other=0.0).to(ACC)
-    else:
-        ref_c = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cm, other=0.0).to(ACC)
-    ref = tl.gather(ref_c, loc, axis=0)[None, :]
-    base = cb.to(tl.int64) * (R * S)
-    acc1 = tl.zeros([BLOCK], dtype=ACC)
-    acc2 = tl.zeros([BLOCK], dtype=ACC)
-    nn = tl.arange(0, BN)
-    for i in range(0, n_iter):
-        n = (p + i * P) * BN + nn
-        m = (n < N)[:, None] & jm[None, :]
-        offs = (n.to(tl.int64) * CSQ * Q + base)[:, None] + j[None, :]
-        x = tl.load(x_ptr + offs, mask=m, other=0.0).to(ACC)
-        if BWD:
-            g = tl.load(g_ptr + offs, mask=m, other=0.0).to(ACC)
-            acc1 += tl.sum(g, axis=0)
-            acc2 += tl.sum(g * (x - ref), axis=0)
-        else:
-            d = tl.where(m, x - ref, 0.0)
-            acc1 += tl.sum(d, axis=0)
-            acc2 += tl.sum(d * d, axis=0)
-    sp = tl.arange(0, SP)
-    idx = tl.reshape(tl.minimum(r[:, None] * S + sp[None, :], BLOCK - 1), [RP * SP])
-    seg = cm[:, None] & (sp < S)[None, :]
-    r1 = tl.sum(tl.where(seg, tl.reshape(tl.gather(acc1, idx, axis=0), [RP, SP]), 0.0), axis=1)
-    r2 = tl.sum(tl.where(seg, tl.reshape(tl.gather(acc2, idx, axis=0), [RP, SP]), 0.0), axis=1)
-    tl.store(part_ptr + p * C + ch, r1, mask=cm)
-    tl.store(part_ptr + (P + p) * C + ch, r2, mask=cm)
 
 
 @triton.jit
@@ -873,8 +809,6 @@ _CFG_CACHE = {}
 def _reduce_cfg_uncached(v, esize, bwd=False):
     """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
     NCB (channel blocks), n_iter (grid-stride steps)."""
-    if _flat_reduce(v, esize):
-        return _flat_reduce_cfg(v, esize, bwd)
     wide_fwd = v.kind == "rows" and not bwd and esize >= 4
     if v.kind == "rows":
         tile = _tile(esize, "red_tile_bytes_fwd_fp32" if wide_fwd else "red_tile_bytes")
@@ -920,32 +854,6 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     unroll = 4 if (v.kind == "rows" and not bwd and _TUNE[unroll_key] >= 4) else 2
     cfg.update(P=P, NCB=ncb, n_iter=cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
-
-
-def _flat_reduce(v, esize):
-    """Whether the reduction takes short unaligned planes sample-major (_bn_reduce_flat_kernel): S % 16
-    != 0, S <= red_flat_max_plane, and every sample starting on a 16-byte boundary."""
-    return (_const_s(v) and v.S <= _TUNE["red_flat_max_plane"]
-            and (v.C * v.S * esize) % 16 == 0)
-
-
-def _flat_reduce_cfg(v, esize, bwd):
-    """R planes per program (a multiple of the planes that make 16 bytes, R * S <= red_flat_block when
-    possible), BN samples a step (red_flat_step_bytes per tensor), P sample-programs per channel block
-    (target_programs in all, partials capped as the ncs reduction's)."""
-    S, C = v.S, v.C
-    q = 16 // math.gcd(S * esize, 16)
-    R = max(q, (_TUNE["red_flat_block"] // S) // q * q)
-    BLOCK = next_pow2(R * S)
-    BN = next_pow2(max(1, _TUNE["red_flat_step_bytes"] // (BLOCK * esize * (2 if bwd else 1))) + 1) // 2
-    ncb = cdiv(C, R)
-    nblocks = cdiv(v.N, BN)
-    cap = int(_TUNE["partial_frac"] * v.M * esize / 8)
-    P = max(1, min(nblocks, _TUNE["target_programs"] // ncb, max(cap, 1)))
-    per = cdiv(nblocks, P)
-    P = cdiv(nblocks, per)
-    return dict(FLAT=True, Q=16 // esize, R=R, RP=next_pow2(R), SP=next_pow2(S), BLOCK=BLOCK, BN=BN,
-                P=P, NCB=ncb, n_iter=per)
 
 
 def _ew_cfg_uncached(v, esize):
@@ -1033,12 +941,6 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], PDL=pdl,
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
-        )
-    elif cfg.get("FLAT"):
-        launch(_bn_reduce_flat_kernel, grid,
-            x, gg, rr, part, v.N, v.C, v.C * v.S // cfg["Q"], P, ncb, cfg["n_iter"],
-            S=v.S, Q=cfg["Q"], R=cfg["R"], RP=cfg["RP"], SP=cfg["SP"], BLOCK=cfg["BLOCK"], BN=cfg["BN"],
-            BWD=bwd, ACC=acc_tl, PDL=pdl, num_warps=_TUNE["red_warps"],
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
