@@ -353,9 +353,13 @@ def test_norm_share_attribution_cuda_logic():
 
     from normkit.bench.models import _kernel_times
 
-    def dev(name, us):
+    clock = [0.0]
+
+    def dev(name, us):  # device events back to back on the timeline
+        start = clock[0]
+        clock[0] += us
         return NS(name=name, device_type=DeviceType.CUDA, kernels=[], cpu_parent=None,
-                  time_range=NS(elapsed_us=lambda us=us: us))
+                  time_range=NS(elapsed_us=lambda us=us: us, start=start, end=start + us))
 
     def cpu(name, kernels, parent=None):
         return NS(name=name, device_type=DeviceType.CPU, cpu_parent=parent,
@@ -380,11 +384,21 @@ def test_norm_share_attribution_cuda_logic():
     annotation.is_user_annotation = True
     events.append(annotation)
     prof = NS(events=lambda: events)
-    total, norm, by_name, top = _kernel_times(prof, "cuda")
+    total, norm, by_name, top, busy, norm_busy = _kernel_times(prof, "cuda")
+    assert math.isclose(busy, total) and math.isclose(norm_busy, by_name)  # nothing overlaps here
     assert math.isclose(total, 92e-3)
     assert math.isclose(norm, (10 + 1 + 20 + 5 + 4 + 2) * 1e-3)
     assert math.isclose(by_name, (10 + 20 + 4 + 2) * 1e-3)
     assert "sm90_xmma_fprop" not in top
+
+
+def test_union_of_kernel_intervals():
+    """GPU busy time: overlapping kernels (programmatic dependent launch) count once, gaps not at all."""
+    from normkit.bench.models import _union_us
+
+    assert _union_us([]) == 0.0
+    assert math.isclose(_union_us([(0, 10), (5, 12), (20, 25), (21, 22)]), 17.0)
+    assert math.isclose(_union_us([(3, 4), (0, 10)]), 10.0)
 
 
 # --- the run plan's machinery: budgets, scoped peers, interruption, peer adapters' CUDA-free parts ---------

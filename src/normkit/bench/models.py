@@ -172,13 +172,29 @@ def is_norm_kernel(name: str, extra=frozenset()) -> bool:
     return bool(NORM_KERNEL.search(name)) or name in extra or name.split("(")[0].split("<")[0].strip() in extra
 
 
+def _union_us(intervals) -> float:
+    """Length of the union of (start, end) intervals: GPU time during which at least one of them ran.
+    Kernels launched with programmatic dependent launch start before their predecessor ends, so the sum of
+    kernel durations counts that overlap twice."""
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        busy += b - max(a, end)
+        end = b
+    return busy
+
+
 def _kernel_times(prof, device: str):
-    """(total ms, norm ms, norm ms by kernel name only, top norm kernels) over the profiled steps.
+    """(total ms, norm ms, norm ms by kernel name only, top norm kernels, busy ms, norm busy ms) over the
+    profiled steps; busy: the union of the kernels' intervals (by name only for norm), which overlapping
+    kernels (programmatic dependent launch) do not inflate.
 
     CUDA: a kernel counts as normalization when its name says so (ATen, cuDNN, Inductor, Liger, FlagGems,
     normkit's Triton kernels) or when the op that launched it is a normalization op or autograd node
     (which also catches the elementwise helpers those ops launch). CPU: aten op self-times by op name."""
     total = norm = by_name = 0.0
+    busy = norm_busy = None
     top = {}
     if device == "cuda":
         from torch.autograd import DeviceType
@@ -190,6 +206,7 @@ def _kernel_times(prof, device: str):
         # timeline and that span other kernels: torch's own tables leave them out too); kernels named like
         # normalization counted there, so that a kernel no CPU op claims is not missed
         annot = set()
+        spans, norm_spans = [], []
         for evt in events:
             if getattr(evt, "device_type", None) != DeviceType.CUDA:
                 continue
@@ -198,7 +215,10 @@ def _kernel_times(prof, device: str):
                 continue
             dur = evt.time_range.elapsed_us()
             total += dur
+            span = (evt.time_range.start, evt.time_range.end)
+            spans.append(span)
             if is_norm_kernel(evt.name, extra):
+                norm_spans.append(span)
                 by_name += dur
                 top[evt.name[:100]] = top.get(evt.name[:100], 0.0) + dur
         # plus the kernels of any other name launched under a normalization op or autograd node
@@ -219,6 +239,7 @@ def _kernel_times(prof, device: str):
                 anc_only += k.duration
                 top[k.name[:100]] = top.get(k.name[:100], 0.0) + k.duration
         norm = by_name + anc_only
+        busy, norm_busy = _union_us(spans) / 1e3, _union_us(norm_spans) / 1e3
     else:
         for evt in prof.key_averages():
             if not evt.key.startswith("aten::"):
@@ -230,7 +251,7 @@ def _kernel_times(prof, device: str):
                 by_name += t
                 top[evt.key[:100]] = top.get(evt.key[:100], 0.0) + t
     top = dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])
-    return total / 1e3, norm / 1e3, by_name / 1e3, {k: v / 1e3 for k, v in top.items()}
+    return total / 1e3, norm / 1e3, by_name / 1e3, {k: v / 1e3 for k, v in top.items()}, busy, norm_busy
 
 
 def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed: int, lr: float = 0.01,
@@ -285,8 +306,10 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
                 for _ in range(profile_steps):
                     step()
                 sync()
-        total, norm, by_name, top = _kernel_times(prof, device)
+        total, norm, by_name, top, busy, norm_busy = _kernel_times(prof, device)
         row.update(step_ms=step_ms, gpu_kernel_ms=total / profile_steps, norm_ms=norm / profile_steps,
+                   gpu_busy_ms=busy / profile_steps if busy is not None else None,
+                   norm_busy_ms=norm_busy / profile_steps if norm_busy is not None else None,
                    norm_ms_by_kernel_name=by_name / profile_steps,
                    norm_share=(norm / total) if total else None, top_norm_kernels=top,
                    losses=[float(v) for v in torch.stack(losses).float().cpu()],

@@ -199,18 +199,19 @@ def models_table(models) -> str:
     body = []
     for m in models:
         if m.get("status") != "ok":
-            body.append([m.get("model", "?"), m.get("setting", ""), m.get("status", ""), "", "", "", "", "",
+            body.append([m.get("model", "?"), m.get("setting", ""), m.get("status", ""), "", "", "", "", "", "",
                          (m.get("note") or "")[:80]])
             continue
         body.append([m["model"], m["setting"], f"{m['step_ms']:.2f}",
+                     f"{m['gpu_busy_ms']:.2f}" if m.get("gpu_busy_ms") is not None else "",
                      f"{m['gpu_kernel_ms']:.2f}" if m.get("gpu_kernel_ms") is not None else "",
                      f"{m['norm_ms']:.2f}" if m.get("norm_ms") is not None else "",
                      f"{m['norm_share'] * 100:.1f}%" if m.get("norm_share") is not None else "",
                      f"{m['final_loss']:.4f}" if m.get("final_loss") is not None else "",
                      f"{m['speedup']:.2f}x" if m.get("speedup") else "",
                      (m.get("note") or "")[:80]])
-    return _md_table(["model", "setting", "step ms", "GPU kernel ms", "norm kernel ms", "norm share",
-                      "loss after N steps", "speedup", "note"], body)
+    return _md_table(["model", "setting", "step ms", "GPU busy ms", "GPU kernel ms (sum)", "norm kernel ms (sum)",
+                      "norm share", "loss after N steps", "speedup", "note"], body)
 
 
 def console_report(result: dict) -> str:
