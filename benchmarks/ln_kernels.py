@@ -404,6 +404,28 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                          (2048, 65536, torch.bfloat16)):
             for lab, v in (("off", 0), ("pdl", 1 << 30)):
                 add("bwdpdl", lab, {"pdl_max_block": v}, op, M, N, "bwd", dt, dt)
+    # bwdcooprows (session 8, prepared): the cooperative backward exchanging once per BLOCK_R rows
+    # (_bwd_coop_rows_kernel) where the 16-bit wide rows take the 5-pass row-sum + column path today
+    # (0.44-0.54 SOL at 65536 / 262144) and the one-row cooperative kernel at 16384 (0.47). Session 6 found the
+    # one-row kernel latency-bound: one wait per 2048 x 2 elements. sm_90 registers (LN bf16, offline):
+    # R1 c2048 4 warps 121 (4 CTAs/SM); R2 c2048 e16 8 warps 128 (2 CTAs/SM, no spill); R2 c2048 e8 16 warps
+    # 114-127 (1); R4 c2048 e8 16 warps 128 + 16 B spill at 65536 (1); R2 c1024 e16 4 warps 139 (3).
+    # Prediction: bf16 65536 0.44-0.49 -> 0.55-0.65 SOL with R2, 262144 (chunk 8192 at S <= 32, or 4096 at
+    # S <= 64) 0.47 -> 0.50-0.60; 4096x16384 0.47 -> 0.55-0.60; fp32 65536 (0.67) within +-5 %.
+    def crows(r, ch, e, p, s_cap=32):
+        return {"bwd_coop_max_block": 1 << 30, "bwd_coop_max_block_16bit": 1 << 30, "bwd_coop_rows": r,
+                "bwd_coop_chunk": ch, "bwd_coop_ept": e, "bwd_coop_progs_per_sm": p,
+                "coop_max_programs_per_row": s_cap}
+
+    for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
+                       ("rms", ((2048, 65536), (512, 262144)))):
+        for M, N in shapes:
+            for dt in ((torch.bfloat16, torch.float32) if N == 65536 else (torch.bfloat16,)):
+                for lab, cfg in (("off", {}), ("r1_c2048_e16_p4", crows(1, 2048, 16, 4)),
+                                 ("r2_c2048_e16_p2", crows(2, 2048, 16, 2)), ("r2_c2048_e8_p1", crows(2, 2048, 8, 1)),
+                                 ("r4_c2048_e8_p1", crows(4, 2048, 8, 1)), ("r2_c1024_e16_p3", crows(2, 1024, 16, 3)),
+                                 ("r2_c2048_e16_p2_s64", crows(2, 2048, 16, 2, 64))):
+                    add("bwdcooprows", lab, cfg, op, M, N, "bwd", dt, dt)
     # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
     # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
     # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.

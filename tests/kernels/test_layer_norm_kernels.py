@@ -602,6 +602,7 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
 
 
 _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel", "_bwd_coop_kernel",
+            "_bwd_coop_rows_kernel",
             "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
@@ -831,6 +832,40 @@ def test_coop_backward_masks_and_determinism(monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("block_r", [2, 4])
+@pytest.mark.parametrize("N", [100, 1000])
+def test_coop_rows_backward(N, block_r, monkeypatch):
+    # _bwd_coop_rows_kernel (several rows per exchange; prepared, off): the dtypes and parameter kinds of
+    # test_coop_backward, 37 rows (row groups and their last row blocks partial), every output mask, a row
+    # stride wider than N, the same bits on a second call
+    _coop_on(monkeypatch)
+    monkeypatch.setitem(L._CFG, "bwd_coop_rows", block_r)
+    seen = _record_launches(monkeypatch)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none"),
+                        (torch.float64, "same")):
+        seen.clear()
+        check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
+        check_rms(37, N, dtype, kind)
+        assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_rows_kernel"] * 2
+    M = 9
+    big = torch.randn(M, N + 24, dtype=torch.float64).to(torch.bfloat16)
+    x = big[:, :N]
+    dy = torch.randn(M, N, dtype=torch.float64).to(torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "fp32")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+    for mask in ((True, True, True), (True, False, False), (False, True, True)):
+        got = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
+        again = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
+        for want, ref, g, a in zip(mask, (gx, gw, gb), got, again):
+            if not want:
+                assert g is None
+                continue
+            assert torch.equal(g, a)
+            assert rel(g, ref) <= TOL_BWD[torch.bfloat16]
+
+
+@interp
 def test_coop_never_waits_in_the_interpreter(monkeypatch):
     # with several chunks per row the interpreter (one program after another) would spin forever: the
     # host takes the row-sum + column backward instead
@@ -887,6 +922,31 @@ def test_cuda_coop_backward(N, dtype, monkeypatch):
              offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_rms(M, N, dtype, "same", device="cuda")
     assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_kernel"] * 2
+    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    first = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+    for _ in range(3):
+        again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+        assert all(torch.equal(a, c) for a, c in zip(first, again))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("block_r", [2, 4])
+@pytest.mark.parametrize("N", [20000, 65537, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_coop_rows_backward(N, dtype, block_r, monkeypatch):
+    # the several-rows-per-exchange cooperative backward compiled, a row's programs on different SMs:
+    # against float64, repeated calls bit-identical
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
+    monkeypatch.setitem(L._CFG, "bwd_coop_rows", block_r)
+    seen = _record_launches(monkeypatch)
+    M = max(8, 2 ** 23 // N) + 3  # the last row block of a group partial
+    check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
+             offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
+    check_rms(M, N, dtype, "same", device="cuda")
+    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_rows_kernel"] * 2
     x, dy = _inputs(M, N, dtype, 0.0, "cuda")
     w, b = _params(N, dtype, "same", "cuda")
     y, mean, rstd = L.ln_forward(x, w, b, 1e-5)

@@ -164,6 +164,9 @@ _CFG = {
     "bwd_coop_ept": 16,  # sm_90 registers, LN bf16 / fp32: c2048 (4 warps) 121 / 127, c4096 (8) 121 / 128
     "bwd_coop_progs_per_sm": 4,
     "coop_max_programs_per_row": 32,
+    # rows per exchange of the cooperative backward (1: _bwd_coop_kernel; 2, 4: _bwd_coop_rows_kernel).
+    # Prepared 2026-12-01 (session 8), not yet measured on a GPU: ln_kernels.py group "bwdcooprows"
+    "bwd_coop_rows": 1,
     "coop_max_chunk": 16384,
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
@@ -903,6 +906,81 @@ def _bwd_coop_kernel(
 
 
 @triton.jit
+def _bwd_coop_rows_kernel(
+    DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
+    M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
+):
+    """``_bwd_coop_kernel`` on blocks of BLOCK_R rows: one exchange (sums published, release, wait,
+    acquire) per row block instead of per row, so each wait has BLOCK_R x CHUNK elements of x and dy
+    behind it (session 6: the per-row wait made the 16-bit kernel latency-bound). The block's counter is
+    CNT[first row of the block]; w is loaded once per program. Same deadlock argument as the one-row
+    kernel (tickets; a program waits only for its own group). Never under the interpreter with S > 1."""
+    if PDL:
+        gdc_launch_dependents()
+    t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu")
+    g = (t // S).to(tl.int64)
+    s = t % S
+    cols = s * CHUNK + tl.arange(0, CHUNK)
+    cmask = cols < N
+    w = tl.zeros([CHUNK], dtype=ACC)
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    dw_acc = tl.zeros([CHUNK], dtype=ACC)
+    db_acc = tl.zeros([CHUNK], dtype=ACC)
+    row0 = g * rows_per_group
+    row_end = tl.minimum(row0 + rows_per_group, M)
+    so = tl.arange(0, BLOCK_S)
+    rr = tl.arange(0, BLOCK_R)
+    for rb in range(row0, row_end, BLOCK_R):
+        rows = rb + rr
+        rmask = rows < row_end
+        m2 = rmask[:, None] & cmask[None, :]
+        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0).to(ACC)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+            xhat = tl.where(m2, (x - mean[:, None]) * rstd[:, None], 0.0)
+        wdy = dy
+        if HAS_W:
+            wdy = dy * w[None, :]
+        if NEED_DW:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db_acc += tl.sum(dy, axis=0)
+        if STORE_DX:
+            st = ST + (rows * S + s) * 2
+            tl.store(st, tl.sum(wdy * xhat, axis=1), mask=rmask)
+            tl.store(st + 1, tl.sum(wdy, axis=1), mask=rmask)
+            # every thread's stores before the release; after the acquire all S programs' sums are visible
+            tl.debug_barrier()
+            tl.atomic_add(CNT + rb, 1, sem="release", scope="gpu")
+            arrived = tl.atomic_add(CNT + rb, 0, sem="acquire", scope="gpu")
+            while arrived < S:
+                arrived = tl.atomic_add(CNT + rb, 0, sem="acquire", scope="gpu")
+            sm = rmask[:, None] & (so < S)[None, :]
+            sums = ST + (rows[:, None] * S + so[None, :]) * 2
+            # .cg: other SMs wrote the sums during this launch, and L1 is not coherent
+            c1 = tl.sum(tl.load(sums, mask=sm, other=0.0, cache_modifier=".cg"), axis=1) / N
+            if IS_RMS:
+                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.sum(tl.load(sums + 1, mask=sm, other=0.0, cache_modifier=".cg"), axis=1) / N
+                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=m2)
+    if NEED_DW:
+        tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
+    if NEED_DB:
+        tl.store(DBP + g * N + cols, db_acc, mask=cmask)
+
+
+@triton.jit
 def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
                             PDL: tl.constexpr = False):
     """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
@@ -1217,12 +1295,15 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         # streams and CUDA graphs)
         cnt = torch.zeros((M + 1,), dtype=torch.int32, device=dev)
         part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
-        launch(_bwd_coop_kernel, (G * S,),
-            dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
-            M, N, _row_stride(dy), _row_stride(x), N, rpg, S,
-            CHUNK=coop, BLOCK_S=next_pow2(S),
-            num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags,
-        )
+        args = (dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
+                M, N, _row_stride(dy), _row_stride(x), N, rpg, S)
+        block_r = _CFG["bwd_coop_rows"]
+        if block_r > 1:  # several rows per exchange (prepared, off: see _CFG)
+            launch(_bwd_coop_rows_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S), BLOCK_R=block_r,
+                   num_warps=_coop_warps(coop * block_r), enable_fp_fusion=False, **flags)
+        else:
+            launch(_bwd_coop_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S),
+                   num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags)
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
