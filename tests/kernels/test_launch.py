@@ -195,3 +195,21 @@ def test_cuda_direct_launch_same_bits_as_triton_path():
     first, second = run(), run()  # misses, then hits
     for a, c, d in zip(ref, first, second):
         assert torch.equal(a, c) and torch.equal(a, d)
+
+
+def test_pdl_only_on_nvidia_sm90_cuda_tensors(monkeypatch):
+    """Programmatic dependent launch is asked for only where it exists: the knob on, a CUDA tensor, an
+    NVIDIA device of compute capability 9 or more (not ROCm), a Triton with grid dependency control."""
+    from types import SimpleNamespace as NS
+
+    assert not _launch.pdl_on(torch.ones(2), True)  # CPU tensors (the interpreter) never
+    cuda = NS(is_cuda=True, device=torch.device("cuda", 0))
+    assert not _launch.pdl_on(cuda, False)  # knob off
+    monkeypatch.setattr(_launch, "_sm90", {0: True})  # as on an H200
+    if _launch.gdc_wait is not None and torch.version.hip is None:
+        assert _launch.pdl_on(cuda, True)
+    monkeypatch.setattr(_launch, "_sm90", {0: False})  # an A100
+    assert not _launch.pdl_on(cuda, True)
+    monkeypatch.setattr(_launch, "_sm90", {0: True})
+    monkeypatch.setattr(_launch, "gdc_wait", None)  # an old Triton
+    assert not _launch.pdl_on(cuda, True)

@@ -42,10 +42,10 @@ _sm90: dict = {}
 def pdl_on(t, enabled) -> bool:
     """Whether a kernel that follows another kernel of the same call may be launched with programmatic
     dependent launch (``launch_pdl=True``, the kernel calling ``gdc_wait`` before it reads what its
-    predecessor wrote): ``enabled`` (the kernel module's knob), a CUDA tensor on an sm_90+ device, and a
-    Triton with grid dependency control. Never for a call's first kernel: its inputs come from kernels
-    that do not signal."""
-    if not (enabled and t.is_cuda and gdc_wait is not None):
+    predecessor wrote): ``enabled`` (the kernel module's knob), a CUDA tensor on an NVIDIA sm_90+ device
+    (not ROCm, whose capability numbers also reach 9), and a Triton with grid dependency control. Never for
+    a call's first kernel: its inputs come from kernels that do not signal."""
+    if not (enabled and t.is_cuda and gdc_wait is not None and torch.version.hip is None):
         return False
     idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
     ok = _sm90.get(idx)
