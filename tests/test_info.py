@@ -20,6 +20,10 @@ def test_info_prints_versions_devices_kernels(capsys):
     assert "kernels:" in out and "batch_norm" in out and "layer_norm" in out and "rms_norm" in out
     assert "triton interpreter (TRITON_INTERPRET=1): " in out
     assert "enable(): inactive" in out
+    from normkit import kernels
+
+    if kernels.available():  # where and whether kernels after a call's first launch early
+        assert "programmatic dependent launch: " in out
 
 
 def test_info_reports_enable_state_and_json(capsys):
@@ -32,6 +36,8 @@ def test_info_reports_enable_state_and_json(capsys):
     assert data["enable"]["active"] is True and "native_batch_norm" in data["enable"]["ops"]
     assert data["torch"] == torch.__version__
     assert set(data["kernels"]) >= {"batch_norm", "layer_norm", "rms_norm"}
+    assert set(data["pdl"]) == {"devices", "knobs"}
+    assert len(data["pdl"]["devices"]) == len(data["cuda"]["devices"])
     assert not aten.is_enabled()
 
 

@@ -55,9 +55,23 @@ def collect() -> dict:
             kinfo[family] = "importable; cpu tensors run the reference (set TRITON_INTERPRET=1 for the kernels)"
     kinfo["instance_norm"] = "through group_norm (input statistics) / batch_norm (running statistics)"
     info["kernels"] = kinfo
+    info["pdl"] = _pdl_info(devices)
     info["enable"] = {"active": aten.is_enabled(), "ops": aten.registered_ops()}
     info["get_kernel_fallback"] = hasattr(torch.library, "get_kernel")
     return info
+
+
+def _pdl_info(devices) -> dict:
+    """Programmatic dependent launch: per CUDA device whether normkit uses it, and the kernel knobs."""
+    from normkit import kernels
+
+    if not kernels.available():
+        return {"devices": {}, "knobs": {}}
+    from normkit.kernels import _launch, batch_norm, group_norm, layer_norm
+
+    return {"devices": {d["index"]: _launch.pdl_supported(d["index"]) for d in devices},
+            "knobs": {"batch_norm": bool(batch_norm._TUNE["pdl"]), "group_norm": bool(group_norm._CFG["pdl"]),
+                      "layer/rms dw-db reduction, rows up to": layer_norm._CFG["pdl_max_block"]}}
 
 
 def main(argv=None) -> int:
@@ -84,6 +98,11 @@ def main(argv=None) -> int:
     print("kernels:")
     for family, state in info["kernels"].items():
         print(f"  {family:<22} {state}")
+    pdl = info["pdl"]
+    if pdl["knobs"]:
+        where = ", ".join(f"cuda:{i} {'yes' if on else 'no (needs NVIDIA sm_90+)'}" for i, on in pdl["devices"].items())
+        knobs = ", ".join(f"{k} {v}" for k, v in pdl["knobs"].items())
+        print(f"programmatic dependent launch: {where or 'no CUDA device'}; {knobs}")
     en = info["enable"]
     print(f"enable(): {'active' if en['active'] else 'inactive'}"
           + (f" ({len(en['ops'])} aten ops overridden)" if en["active"] else ""))

@@ -45,12 +45,18 @@ def pdl_on(t, enabled) -> bool:
     predecessor wrote): ``enabled`` (the kernel module's knob), a CUDA tensor on an NVIDIA sm_90+ device
     (not ROCm, whose capability numbers also reach 9), and a Triton with grid dependency control. Never for
     a call's first kernel: its inputs come from kernels that do not signal."""
-    if not (enabled and t.is_cuda and gdc_wait is not None and torch.version.hip is None):
+    if not (enabled and t.is_cuda):
         return False
-    idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    ok = _sm90.get(idx)
+    return pdl_supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+def pdl_supported(index: int) -> bool:
+    """Whether CUDA device ``index`` and this Triton support programmatic dependent launch (cached)."""
+    if gdc_wait is None or torch.version.hip is not None:
+        return False
+    ok = _sm90.get(index)
     if ok is None:
-        ok = _sm90[idx] = torch.cuda.get_device_capability(idx)[0] >= 9
+        ok = _sm90[index] = torch.cuda.get_device_capability(index)[0] >= 9
     return ok
 
 
