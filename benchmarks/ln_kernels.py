@@ -426,6 +426,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                                  ("r4_c2048_e8_p1", crows(4, 2048, 8, 1)), ("r2_c1024_e16_p3", crows(2, 1024, 16, 3)),
                                  ("r2_c2048_e16_p2_s64", crows(2, 2048, 16, 2, 64))):
                     add("bwdcooprows", lab, cfg, op, M, N, "bwd", dt, dt)
+    # bwdmixnarrow (session 8, prepared): narrow rows with bf16 x and fp32 w/b, prefetching kernel, w held
+    # per program instead of reloaded per 1024-wide row (4 KB of fp32 w per 4 KB of x + dy). sm_90 registers
+    # (reload): 80 with fp32 w, 72 with bf16 w: occupancy is not the difference. Prediction: LN / RMS
+    # 32768x768 and 16384x1024 backward 0.41-0.48 -> 0.52-0.60 SOL (bf16-w rows: 0.55-0.63).
+    for op in ("ln", "rms"):
+        for M, N in ((32768, 768), (16384, 1024)):
+            for lab, v in (("reload", 0), ("hold", 1)):
+                add("bwdmixnarrow", lab, {"bwd_pf_hold_w_wide_params": v}, op, M, N, "bwd", torch.float32,
+                    torch.bfloat16)
     # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
     # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
     # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.

@@ -10,7 +10,8 @@
 # PART=4: the suite bench (batch, layer, RMS norm: every dtype; group, instance norm) and resnet50 steps.
 # PART=5 (for the next session): conformance on CUDA at the final code (session 8's last attempt hit its
 #         110 s limit on a cold Triton cache), the cooperative several-rows backward's CUDA tests and its
-#         sweep (ln_kernels.py group bwdcooprows; prepared in session 8, NOTES-layer_norm.md).
+#         sweep (ln_kernels.py group bwdcooprows), and the narrow mixed-dtype backward holding w (group
+#         bwdmixnarrow); both prepared in session 8 (NOTES-layer_norm.md).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -55,11 +56,12 @@ elif [ "$PART" = 5 ]; then
     timeout 240 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
     stamp "pytest -m cuda -k coop"
-    timeout 150 python3 -m pytest -q -m cuda -k coop tests > "$W/pytest_coop.log" 2>&1; echo "pytest rc=$?"
+    timeout 150 python3 -m pytest -q -m cuda -k "coop or hold" tests > "$W/pytest_coop.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_coop.log"; grep -E "^FAILED|^E  " "$W/pytest_coop.log" | head -20
     stamp "layer / RMS: cooperative backward, several rows per exchange"
-    timeout 200 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows --sweep-budget 170 --no-rows \
-        > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"; grep -E "sweep bwdcooprows|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -60
+    timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow --sweep-budget 200 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep (bwdcooprows|bwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -70
 else
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src

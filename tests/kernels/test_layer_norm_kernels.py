@@ -866,6 +866,36 @@ def test_coop_rows_backward(N, block_r, monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("rms", [False, True])
+def test_pf_hold_w_wide_params_same_bits(rms, monkeypatch):
+    # narrow rows in the prefetching kernel with fp32 w and bf16 x, w held per program
+    # (bwd_pf_hold_w_wide_params; prepared, off): the same values as reloading it, so the same bits;
+    # several row blocks per program; against float64 too
+    seen = _record_launches(monkeypatch)
+    M, N = 45, 1000
+    x = (torch.randn(M, N, dtype=torch.float64) + 3).to(torch.bfloat16)
+    dy = torch.randn(M, N, dtype=torch.float64).to(torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "fp32")
+    if rms:
+        _, rstd = L.rms_forward(x, w, 1e-6)
+        run = lambda: L.rms_backward(dy, x, rstd, w, (True, True))  # noqa: E731
+    else:
+        _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+        run = lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=torch.float32)  # noqa: E731
+    reload = run()
+    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w_wide_params", 1)
+    seen.clear()
+    held = run()
+    assert [kw.get("HOLD_W") for n, kw in seen if n == "_bwd_rows_pf_kernel"] == [True]
+    for a, c in zip(reload, held):
+        assert torch.equal(a, c)
+    if not rms:
+        gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+        for got, ref in zip(held, (gx, gw, gb)):
+            assert rel(got, ref) <= TOL_BWD[torch.bfloat16]
+
+
+@interp
 def test_coop_never_waits_in_the_interpreter(monkeypatch):
     # with several chunks per row the interpreter (one program after another) would spin forever: the
     # host takes the row-sum + column backward instead

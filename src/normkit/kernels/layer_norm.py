@@ -196,6 +196,10 @@ _CFG = {
     # 0.1601, RMS 0.1310 -> 0.1290, 0.1423 -> 0.1483; geomean -3 %. Far from the bf16-w kernel (0.112 ms
     # at LN 4096): the 181 vs 128 registers of the prefetching kernel were not the cause
     "bwd_pf_wide_params": 0,
+    # narrow rows (prefetching kernel, one 1024-wide row a block) with w wider than x: w held per program
+    # instead of reloaded per row. Prepared 2026-12-01 (session 8), not measured: bf16 x / fp32 w reads
+    # 4 KB of w per 4 KB of x + dy there, and that backward runs at 0.41-0.48 SOL against 0.57-0.62 with bf16 w
+    "bwd_pf_hold_w_wide_params": 0,
     # the plain rows backward on one-row blocks: w held in registers by each persistent program instead
     # of reloaded from L2 per row. H200 sweep "bwdholdw" 2026-12-01, reload -> hold: fp32 LN 8192x8192
     # 0.2684 -> 0.2130 ms (Liger 0.2198), bf16 x / fp32 w LN 16384x4096 0.2102 -> 0.1420, 8192x8192 0.1581
@@ -687,13 +691,14 @@ def _bwd_rows_pf_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False,
+    ACC: tl.constexpr, HOLD_W: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
     in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
     reductions, so that HBM reads stay in flight while the program reduces (the plain kernel issues
     nothing during its reductions; Triton's pipeliner leaves loops without a dot alone). Same math,
     same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
+    HOLD_W: w loaded once per program and held (as the plain kernel's HOLD_W), else reloaded per block.
     """
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
@@ -704,6 +709,9 @@ def _bwd_rows_pf_kernel(
     db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     rows = pid.to(tl.int64) * blocks_per_prog * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     # stage a: the block computed next; stage b: the one after
+    w_held = dw_acc
+    if HOLD_W and HAS_W and STORE_DX:
+        w_held = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     xa, dya, meana, rstda = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
                                             IS_RMS, ACC)
     xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
@@ -721,10 +729,10 @@ def _bwd_rows_pf_kernel(
         xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                                 tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
                                                 stride_dy, stride_x, IS_RMS, ACC)
-        # w reloaded per block: holding it lost here (sweep "bwdpfhold" 2026-12-01: LN bf16 / fp16
-        # 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms; RMS 2-3 % faster)
-        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, dw_acc, cols, cmask, N, dw_acc, db_acc,
-                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, False, ACC)
+        # w reloaded per block by default: holding it lost with w in x's dtype (sweep "bwdpfhold"
+        # 2026-12-01: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms; RMS 2-3 % faster)
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
         if STORE_DX:
             smask = (cur < M)[:, None] & cmask[None, :]
             tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
@@ -1280,7 +1288,10 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
-        hold = {} if pf else dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
+        if pf:  # narrow rows with w wider than x may hold w (prepared, off: bwd_pf_hold_w_wide_params)
+            hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
+        else:
+            hold = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
         launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
