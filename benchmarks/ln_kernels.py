@@ -435,6 +435,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, v in (("reload", 0), ("hold", 1)):
                 add("bwdmixnarrow", lab, {"bwd_pf_hold_w_wide_params": v}, op, M, N, "bwd", torch.float32,
                     torch.bfloat16)
+    # fwdmixnarrow (session 8): the narrow forward with bf16 x and fp32 w/b runs 4-row tiles of 8 warps
+    # (tile_elems_wide_params 4096, chosen where w/b re-reads mattered at 4096 wide) against one-row tiles of
+    # 2 warps with bf16 w/b; call 4: 32768x768 / 16384x1024 at 0.63 / 0.70 SOL against 0.72 / 0.77.
+    # Prediction: 1024 (one row, 2 warps) -> 0.68-0.75.
+    for op in ("ln", "rms"):
+        for M, N in ((32768, 768), (16384, 1024)):
+            for lab, v in (("t4096", 4096), ("t2048", 2048), ("t1024", 1024)):
+                add("fwdmixnarrow", lab, {"tile_elems_wide_params": v}, op, M, N, "fwd", torch.float32,
+                    torch.bfloat16)
     # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
     # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
     # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.

@@ -11,7 +11,7 @@
 # PART=5 (for the next session): conformance on CUDA at the final code (session 8's last attempt hit its
 #         110 s limit on a cold Triton cache), the cooperative several-rows backward's CUDA tests and its
 #         sweep (ln_kernels.py group bwdcooprows), and the narrow mixed-dtype backward holding w (group
-#         bwdmixnarrow); both prepared in session 8 (NOTES-layer_norm.md).
+#         bwdmixnarrow) and its forward's tile (group fwdmixnarrow); prepared in session 8 (NOTES-layer_norm.md).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -59,9 +59,9 @@ elif [ "$PART" = 5 ]; then
     timeout 150 python3 -m pytest -q -m cuda -k "coop or hold" tests > "$W/pytest_coop.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_coop.log"; grep -E "^FAILED|^E  " "$W/pytest_coop.log" | head -20
     stamp "layer / RMS: cooperative backward, several rows per exchange"
-    timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow --sweep-budget 200 \
+    timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 200 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "sweep (bwdcooprows|bwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -70
+    grep -E "sweep (bwdcooprows|bwdmixnarrow|fwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -70
 else
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
