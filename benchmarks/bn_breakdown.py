@@ -10,10 +10,12 @@ layer's input is cold when its reduction starts, as after a convolution that wro
 Reported per kernel: µs per call and GB/s of the HBM bytes it must move (reduction: x, or x and dy;
 elementwise: x (+ dy) read and y written; combine: not counted), and the fraction of the copy bandwidth
 measured in the same run. Writes ``bn_breakdown.json`` and prints a table whose total is comparable with
-the model's "norm kernel ms" per step.
+the model's "norm kernel ms" per step. Programmatic dependent launch is off while profiling (`pdl_off`):
+with it a kernel's interval would include its wait for the previous one.
 """
 
 import argparse
+import contextlib
 import json
 import os
 from collections import Counter, defaultdict
@@ -44,18 +46,36 @@ def copy_bandwidth():
     return bench_copy(Context(device="cuda", timer=Timer("cuda")), 1 << 30)
 
 
+@contextlib.contextmanager
+def pdl_off():
+    """Programmatic dependent launch off in every kernel family for the block: with it a dependent
+    kernel's profiler interval starts while it still waits for its predecessor, so per-kernel durations
+    would include that wait (the call as a whole is 1-3 µs slower without it)."""
+    from normkit.kernels import group_norm as KG
+    from normkit.kernels import layer_norm as KL
+
+    saved = KB._TUNE["pdl"], KG._CFG["pdl"], KL._CFG["pdl_max_block"]
+    KB._TUNE["pdl"] = KG._CFG["pdl"] = KL._CFG["pdl_max_block"] = 0
+    try:
+        yield
+    finally:
+        KB._TUNE["pdl"], KG._CFG["pdl"], KL._CFG["pdl_max_block"] = saved
+
+
 def cuda_kernel_events(step, iters):
-    """``step(i)`` 3 times untimed, then ``iters`` times under torch.profiler: every CUDA kernel it ran,
-    as (name, start, device µs). Shared with ln_profile.py."""
+    """``step(i)`` 3 times untimed, then ``iters`` times under torch.profiler, programmatic dependent
+    launch off (``pdl_off``): every CUDA kernel it ran, as (name, start, device µs). Shared with
+    ln_profile.py and gn_kernels.py."""
     from torch.profiler import ProfilerActivity, profile
 
-    for i in range(3):
-        step(i)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(iters):
+    with pdl_off():
+        for i in range(3):
             step(i)
         torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(iters):
+                step(i)
+            torch.cuda.synchronize()
     out = []
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA:
