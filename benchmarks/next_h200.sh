@@ -8,10 +8,12 @@
 #         d348747, batch norm's sample-major reduction over short NCHW planes, variants redflat*: measured,
 #         deleted since; NOTES-batch_norm.md session 8).
 # PART=4: the suite bench (batch, layer, RMS norm: every dtype; group, instance norm) and resnet50 steps.
-# PART=5 (for the next session): conformance on CUDA at the final code (session 8's last attempt hit its
-#         110 s limit on a cold Triton cache), the cooperative several-rows backward's CUDA tests and its
-#         sweep (ln_kernels.py group bwdcooprows), and the narrow mixed-dtype backward holding w (group
-#         bwdmixnarrow) and its forward's tile (group fwdmixnarrow); prepared in session 8 (NOTES-layer_norm.md).
+# For the next session:
+# PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
+#         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
+# PART=6: their sweeps: the cooperative several-rows backward (ln_kernels.py group bwdcooprows), the narrow
+#         mixed-dtype backward holding w (bwdmixnarrow) and that forward's tile (fwdmixnarrow), all prepared
+#         in session 8 (NOTES-layer_norm.md); then bn_breakdown.py on resnet50's layers in both layouts.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -58,10 +60,16 @@ elif [ "$PART" = 5 ]; then
     stamp "pytest -m cuda -k coop"
     timeout 150 python3 -m pytest -q -m cuda -k "coop or hold" tests > "$W/pytest_coop.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_coop.log"; grep -E "^FAILED|^E  " "$W/pytest_coop.log" | head -20
-    stamp "layer / RMS: cooperative backward, several rows per exchange"
+elif [ "$PART" = 6 ]; then
+    stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
     timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 200 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "sweep (bwdcooprows|bwdmixnarrow|fwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -70
+    stamp "batch norm: per-kernel time on resnet50's layers (programmatic dependent launch off while profiled)"
+    for layout in channels_last contiguous; do
+        timeout 120 python3 benchmarks/bn_breakdown.py --layout $layout --out "$W" > "$W/bn_breakdown_$layout.log" 2>&1
+        echo "bn_breakdown $layout rc=$?"; tail -1 "$W/bn_breakdown_$layout.log"
+    done
 else
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
