@@ -50,6 +50,18 @@ def pdl_on(t, enabled) -> bool:
     return pdl_supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
+def pdl_trigger(pdl: bool) -> dict:
+    """Launch kwargs of the kernel a PDL-launched kernel follows: its ``PDL`` constexpr, which makes it
+    call ``gdc_launch_dependents`` first thing (none when ``pdl`` is off: the launch key stays as it was)."""
+    return {"PDL": True} if pdl else {}
+
+
+def pdl_follow(pdl: bool) -> dict:
+    """Launch kwargs of a kernel launched with programmatic dependent launch: ``launch_pdl`` and its
+    ``PDL`` constexpr (``gdc_wait`` before reading its predecessor's output)."""
+    return {"PDL": True, "launch_pdl": True} if pdl else {}
+
+
 def pdl_supported(index: int) -> bool:
     """Whether CUDA device ``index`` and this Triton support programmatic dependent launch (cached)."""
     if gdc_wait is None or torch.version.hip is not None:

@@ -62,7 +62,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
@@ -939,7 +939,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], PDL=pdl,
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
@@ -947,22 +947,16 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, PDL=pdl,
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
             num_warps=nw,
         )
     return part, P
 
 
-def _pdl_kw(pdl):
-    """Launch options of a kernel launched with programmatic dependent launch (none otherwise, so the
-    launch cache's keys stay as they were)."""
-    return {"PDL": True, "launch_pdl": True} if pdl else {}
-
-
 def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=False):
     """The elementwise pass; pdl: launched with programmatic dependent launch after the combine."""
     e0, e1, e2 = _split3(eps)
-    kw = _pdl_kw(pdl)
+    kw = pdl_follow(pdl)
     p0, p1, p2, p3 = params
     f64 = acc_tl == tl.float64
     cfg = _ew_cfg(v, out.element_size())
@@ -1031,7 +1025,7 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
         running_mean if has_rs else mean, running_var if has_rs else mean,
         C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
         BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
-        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **_pdl_kw(pdl),
+        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
     )
     y = v.empty()
     _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
@@ -1089,7 +1083,7 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
             gw if gw is not None else part, gb if gb is not None else part,
             C, P, n0, n1,
             BP=BP, BCC=BCC, HAS_W=weight is not None, NEED_DX=coef_needed,
-            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4, **_pdl_kw(pdl),
+            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
         )
     if need_dx:
         dx = v.empty()

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 from normkit.reference._common import suggest_memory_format
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -606,7 +606,7 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
            blk["n_cc"], sch, blk["BC"], blk["GB"], geo.sN, geo.sS, geo.sC,
            BLOCK_S=geo.block_s, BLOCK_C=blk["BLOCK_C"], GBP=blk["GBP"], SPLIT=blk["SPLIT"], CL=geo.cl,
            I64=geo.i64, SHIFT_ELEM=one, CG1=one, ALIGN=_partials_align(geo, blk) if one else 1,
-           num_warps=warps, **_trigger_kw(pdl))
+           num_warps=warps, **pdl_trigger(pdl))
 
     mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
     rstd32 = torch.empty((N, G), dtype=torch.float32, device=dev)
@@ -617,25 +617,15 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     launch(_fwd_combine_kernel, (cdiv(R, rows),), part, tot, x, mean32, rstd32, mean, rstd, R, nch, G, geo.Cg,
            geo.sN, geo.sC, float(eps),
            BLOCK_R=rows, BLOCK_K=min(_CFG["combine_block"], next_pow2(nch)), WRITE_OUT=low, num_warps=4,
-           **_pdl_kw(pdl))
+           **pdl_follow(pdl))
 
     y = torch.empty_like(x)
     n_sb, n_cb = cdiv(HW, geo.block_s), cdiv(C, geo.block_c)
     launch(_fwd_apply_kernel, (N * n_sb * n_cb,), x, y, _arg(weight, x), _arg(bias, x), mean32, rstd32,
            HW, C, G, geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None,
            HAS_B=bias is not None, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
-           num_warps=warps, **_pdl_kw(pdl))
+           num_warps=warps, **pdl_follow(pdl))
     return y, mean, rstd
-
-
-def _trigger_kw(pdl):
-    """A call's first kernel when its successors use programmatic dependent launch: it lets them launch."""
-    return {"PDL": True} if pdl else {}
-
-
-def _pdl_kw(pdl):
-    """A later kernel of a call, launched with programmatic dependent launch (waits for its predecessor)."""
-    return {"PDL": True, "launch_pdl": True} if pdl else {}
 
 
 def _arg(p, x):
@@ -653,7 +643,7 @@ def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev, pdl)
     block_c = min(next_pow2(C), 64)
     launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, Cg,
            NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c, num_warps=4,
-           **_pdl_kw(pdl))
+           **pdl_follow(pdl))
     return dw, db
 
 
@@ -676,7 +666,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
         dx = torch.empty_like(x)
         launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
                HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps,
-               **_trigger_kw(pdl and (need_dw or need_db)))
+               **pdl_trigger(pdl and (need_dw or need_db)))
         dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
         return dx, dw, db
     n_cb = cdiv(C, geo.block_c)
@@ -686,7 +676,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     warps = geo.warps
     launch(_bwd_partials_kernel, (N * n_sch * n_cb,), dy, x, mean, pb, tot, HW, C, G, geo.Cg, n_sch, n_cb, sch,
            geo.sN, geo.sS, geo.sC, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
-           num_warps=warps, **_trigger_kw(pdl))
+           num_warps=warps, **pdl_trigger(pdl))
 
     R = N * G
     pq = torch.empty(2 * R, dtype=torch.float32, device=dev)
@@ -695,7 +685,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     block_sch = max(1, min(next_pow2(n_sch), 2048 // block_cg))
     launch(_bwd_group_kernel, (R,), pb, tot, _arg(weight, pb), rstd, pq, rb, R, N, G, geo.Cg, C, n_sch,
            float(geo.Cg * HW), HAS_W=weight is not None, BLOCK_SCH=block_sch, BLOCK_CG=block_cg, num_warps=4,
-           **_pdl_kw(pdl))
+           **pdl_follow(pdl))
     dx = None
     dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
     if need_dx:
@@ -703,5 +693,5 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
         n_sb = cdiv(HW, geo.block_s)
         launch(_bwd_apply_kernel, (N * n_sb * n_cb,), dy, x, dx, _arg(weight, x), mean, rstd, pq, R, HW, C, G,
                geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None, BLOCK_S=geo.block_s,
-               BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64, num_warps=warps, **_pdl_kw(pdl))
+               BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64, num_warps=warps, **pdl_follow(pdl))
     return dx, dw, db

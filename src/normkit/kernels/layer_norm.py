@@ -76,7 +76,7 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, interpreting, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_on
+from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
 __all__ = [
     "ln_forward",
@@ -1206,9 +1206,8 @@ def _reduce(partials: torch.Tensor, dtypes, pdl=False):
     outs = [_alloc((N,), dtype=dt, device=partials.device) for dt in dtypes]
     BLOCK_N = min(_CFG["red_block_n"], next_pow2(N))
     BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), next_pow2(P)))
-    kw = {"PDL": True, "launch_pdl": True} if pdl else {}
     launch(_reduce_partials_kernel, (cdiv(N, BLOCK_N), K),
-        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4, **kw,
+        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4, **pdl_follow(pdl),
     )
     return outs
 
@@ -1250,7 +1249,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     pdl = need_partials and next_pow2(N) <= _CFG["pdl_max_block"] and pdl_on(x, True)
     flags = dict(
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-        ACC=_acc(x.dtype), **({"PDL": True} if pdl else {}),
+        ACC=_acc(x.dtype), **pdl_trigger(pdl),
     )
     wide_params = weight is not None and weight.element_size() > x.element_size()
     BLOCK_N = next_pow2(N)
