@@ -25,6 +25,7 @@ triton = pytest.importorskip("triton")
 
 from normkit.kernels import batch_norm as B  # noqa: E402
 from interp_rerun import rerun_cpu_checks  # noqa: E402
+from pdl_check import assert_pdl_same_bits  # noqa: E402
 
 INTERPRETED = type(B._bn_ew_rows_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(
@@ -507,22 +508,7 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
         y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
         return (y, m, s, rm, rv) + B.bn_backward(dy, x, w, m, s, True, (True, True, True))
 
-    monkeypatch.setitem(B._TUNE, "pdl", 0)
-    want = run()
-    monkeypatch.setitem(B._TUNE, "pdl", 1)
-    got = run()
-    for a, c in zip(want, got):
-        assert torch.equal(a, c)
-    static = [None]
-    run()  # compiled outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static[0] = run()
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, c in zip(want, static[0]):
-        assert torch.equal(a, c)
+    assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 

@@ -24,6 +24,7 @@ triton = pytest.importorskip("triton")
 
 from normkit.kernels import group_norm as K  # noqa: E402
 from interp_rerun import rerun_cpu_checks  # noqa: E402
+from pdl_check import assert_pdl_same_bits  # noqa: E402
 
 INTERPRETED = type(K._fwd_partials_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
@@ -927,15 +928,4 @@ def test_cuda_pdl_same_bits(shape, G, cl, dtype, monkeypatch):
         y, mean, rstd = K.gn_forward(x, w, b, G, 1e-5, dtype)
         return (y, mean, rstd) + tuple(K.gn_backward(dy, x, mean, rstd, w, G, (True, True, True), dtype))
 
-    monkeypatch.setitem(K._CFG, "pdl", 0)
-    want = run()
-    monkeypatch.setitem(K._CFG, "pdl", 1)
-    for a, c in zip(want, run()):
-        assert torch.equal(a, c)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = run()
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, c in zip(want, static):
-        assert torch.equal(a, c)
+    assert_pdl_same_bits(monkeypatch, run, K._CFG, "pdl", 1)

@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 
 from normkit.kernels import layer_norm as L  # noqa: E402
 from interp_rerun import rerun_cpu_checks  # noqa: E402
+from pdl_check import assert_pdl_same_bits  # noqa: E402
 
 INTERPRETED = type(L._fwd_rows_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
@@ -939,44 +940,23 @@ def test_coop_chunk_keeps_a_row_on_the_gpu(monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("block_r", [1, 2, 4])
 @pytest.mark.parametrize("N", [20000, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_coop_backward(N, dtype, monkeypatch):
+def test_cuda_coop_backward(N, dtype, block_r, monkeypatch):
     # compiled, many rows in flight and a row's programs on different SMs: against float64, and repeated
-    # calls bit-identical (a row sum read before it was visible would show)
-    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
-    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
-    seen = _record_launches(monkeypatch)
-    M = max(8, 2 ** 23 // N)
-    check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
-             offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
-    check_rms(M, N, dtype, "same", device="cuda")
-    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_kernel"] * 2
-    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
-    w, b = _params(N, dtype, "same", "cuda")
-    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-    first = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
-    for _ in range(3):
-        again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
-        assert all(torch.equal(a, c) for a, c in zip(first, again))
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("block_r", [2, 4])
-@pytest.mark.parametrize("N", [20000, 65537, 262144])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_coop_rows_backward(N, dtype, block_r, monkeypatch):
-    # the several-rows-per-exchange cooperative backward compiled, a row's programs on different SMs:
-    # against float64, repeated calls bit-identical
+    # calls bit-identical (a row sum read before it was visible would show). block_r > 1: the
+    # several-rows-per-exchange kernel (prepared, off), the last row block of a group partial
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
     monkeypatch.setitem(L._CFG, "bwd_coop_rows", block_r)
     seen = _record_launches(monkeypatch)
-    M = max(8, 2 ** 23 // N) + 3  # the last row block of a group partial
+    M = max(8, 2 ** 23 // N) + 3
     check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
              offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_rms(M, N, dtype, "same", device="cuda")
-    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_rows_kernel"] * 2
+    kernel = "_bwd_coop_kernel" if block_r == 1 else "_bwd_coop_rows_kernel"
+    assert [n for n, _ in seen if n.startswith("_bwd")] == [kernel] * 2
     x, dy = _inputs(M, N, dtype, 0.0, "cuda")
     w, b = _params(N, dtype, "same", "cuda")
     y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
@@ -1003,18 +983,7 @@ def test_cuda_pdl_same_bits(N, dtype, monkeypatch):
         return (L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=dtype)
                 + L.rms_backward(dy, x, rrstd, w, (True, True)))
 
-    monkeypatch.setitem(L._CFG, "pdl_max_block", 0)
+    assert_pdl_same_bits(monkeypatch, run, L._CFG, "pdl_max_block", 1 << 30)
     want = run()
-    monkeypatch.setitem(L._CFG, "pdl_max_block", 1 << 30)
-    for got in (run(), run()):
-        for a, c in zip(want, got):
-            assert torch.equal(a, c)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = run()
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, c in zip(want, static):
-        assert torch.equal(a, c)
     # and the sums themselves are right: db = sum of dy over rows
     assert torch.allclose(want[2].double(), dy.double().sum(0), rtol=1e-2, atol=1e-2 * M ** 0.5)

@@ -530,14 +530,12 @@ def _bn_ew_rows_kernel(
     rows = mb.to(tl.int64) * BM + tl.arange(0, BM)
     mask = (rows < M)[:, None] & cmask[None, :]
     offs = rows[:, None] * C + cols[None, :]
-    if PDL:
+    if PDL:  # the tile first, the combine's coefficients after the wait
         x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
         gdc_wait()
-        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
-                                      MODE, HAS_W, HAS_B, F64, ACC)
-    else:
-        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
-                                      MODE, HAS_W, HAS_B, F64, ACC)
+    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
+                                  MODE, HAS_W, HAS_B, F64, ACC)
+    if not PDL:
         x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[None, :], k1[None, :], k2[None, :], k3[None, :], MODE)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=mask)
@@ -574,14 +572,12 @@ def _bn_ew_ncs(
         offs = rl[:, None] * S + s[None, :]
     else:
         offs = rl.to(tl.int64)[:, None] * S + s[None, :]
-    if PDL:
+    if PDL:  # as the rows kernel
         x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
         gdc_wait()
-        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
-                                      MODE, HAS_W, HAS_B, F64, ACC)
-    else:
-        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
-                                      MODE, HAS_W, HAS_B, F64, ACC)
+    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
+                                  MODE, HAS_W, HAS_B, F64, ACC)
+    if not PDL:
         x, g = _bn_ew_load(x_ptr + base, g_ptr + base, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[:, None], k1[:, None], k2[:, None], k3[:, None], MODE)
     tl.store(y_ptr + base + offs, out.to(y_ptr.dtype.element_ty), mask=mask)

@@ -666,7 +666,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
         dx = torch.empty_like(x)
         launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
                HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps,
-               **pdl_trigger(pdl and (need_dw or need_db)))
+               **pdl_trigger(pdl))
         dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
         return dx, dw, db
     n_cb = cdiv(C, geo.block_c)

@@ -848,6 +848,18 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
+def _coop_exchange(CNT_AT, S):
+    """The cooperative backward's exchange, after a program stored its chunk's sums: count in on the
+    counter (release: every thread's stores first), then wait until all S programs have (acquire: their
+    sums are visible afterwards; read them with .cg, L1 is not coherent)."""
+    tl.debug_barrier()
+    tl.atomic_add(CNT_AT, 1, sem="release", scope="gpu")
+    arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
+    while arrived < S:
+        arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
 def _bwd_coop_kernel(
     DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
@@ -891,13 +903,7 @@ def _bwd_coop_kernel(
         if STORE_DX:
             tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
             tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
-            # every thread's stores before the release; after the acquire all S sums are visible
-            tl.debug_barrier()
-            tl.atomic_add(CNT + row, 1, sem="release", scope="gpu")
-            arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
-            while arrived < S:
-                arrived = tl.atomic_add(CNT + row, 0, sem="acquire", scope="gpu")
-            # .cg: other SMs wrote the sums during this launch, and L1 is not coherent
+            _coop_exchange(CNT + row, S)
             sm = so < S
             c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
             if IS_RMS:
@@ -966,15 +972,9 @@ def _bwd_coop_rows_kernel(
             st = ST + (rows * S + s) * 2
             tl.store(st, tl.sum(wdy * xhat, axis=1), mask=rmask)
             tl.store(st + 1, tl.sum(wdy, axis=1), mask=rmask)
-            # every thread's stores before the release; after the acquire all S programs' sums are visible
-            tl.debug_barrier()
-            tl.atomic_add(CNT + rb, 1, sem="release", scope="gpu")
-            arrived = tl.atomic_add(CNT + rb, 0, sem="acquire", scope="gpu")
-            while arrived < S:
-                arrived = tl.atomic_add(CNT + rb, 0, sem="acquire", scope="gpu")
+            _coop_exchange(CNT + rb, S)
             sm = rmask[:, None] & (so < S)[None, :]
             sums = ST + (rows[:, None] * S + so[None, :]) * 2
-            # .cg: other SMs wrote the sums during this launch, and L1 is not coherent
             c1 = tl.sum(tl.load(sums, mask=sm, other=0.0, cache_modifier=".cg"), axis=1) / N
             if IS_RMS:
                 dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
@@ -1246,13 +1246,13 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     dummy = x
     wp = weight if weight is not None else dummy
     need_partials = need_dw or need_db
-    pdl = need_partials and next_pow2(N) <= _CFG["pdl_max_block"] and pdl_on(x, True)
+    wide_params = weight is not None and weight.element_size() > x.element_size()
+    BLOCK_N = next_pow2(N)
+    pdl = need_partials and BLOCK_N <= _CFG["pdl_max_block"] and pdl_on(x, True)
     flags = dict(
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
         ACC=_acc(x.dtype), **pdl_trigger(pdl),
     )
-    wide_params = weight is not None and weight.element_size() > x.element_size()
-    BLOCK_N = next_pow2(N)
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
     if rows_kernels:
