@@ -14,6 +14,8 @@
 # PART=6: their sweeps: the cooperative several-rows backward (ln_kernels.py group bwdcooprows), the narrow
 #         mixed-dtype backward holding w (bwdmixnarrow) and that forward's tile (fwdmixnarrow), all prepared
 #         in session 8 (NOTES-layer_norm.md); then bn_breakdown.py on resnet50's layers in both layouts.
+# Session 9:
+# PART=7: host cost per call (baseline for the host-path work), conformance on CUDA, the whole `pytest -m cuda`.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -60,6 +62,16 @@ elif [ "$PART" = 5 ]; then
     stamp "pytest -m cuda -k coop"
     timeout 150 python3 -m pytest -q -m cuda -k "coop or hold" tests > "$W/pytest_coop.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_coop.log"; grep -E "^FAILED|^E  " "$W/pytest_coop.log" | head -20
+elif [ "$PART" = 7 ]; then
+    stamp "host cost per call"
+    timeout 90 python3 benchmarks/host_overhead.py --out "$W" > "$W/host_overhead.log" 2>&1; echo "host rc=$?"
+    cut -c1-160 "$W/host_overhead.log" | head -40
+    stamp "conformance"
+    timeout 230 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
+    stamp "pytest -m cuda"
+    timeout 250 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
 elif [ "$PART" = 6 ]; then
     stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
     timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 200 \
