@@ -1,12 +1,13 @@
 """Host (CPU) cost per call of normkit's batch/layer norm against eager PyTorch, on tiny CUDA tensors
 where the GPU work is negligible, so the wall time per call is the Python + launch cost. Every path is
-measured twice: kernels launched through Triton's ``kernel[grid](...)`` and through normkit's direct
-launch (``normkit.kernels._launch``, the default).
+measured in three launch modes (``MODES``): Triton's ``kernel[grid](...)``, normkit's direct launch through
+Triton's Python launcher wrapper, and the direct launch calling Triton's C launcher itself (the default on
+Triton 3.6; ``normkit.kernels._launch``), alternating within each round.
 
     PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
 
 For each path it issues ``--calls`` calls back to back (no synchronisation inside the loop; one at the
-end) after a warm-up and reports microseconds per call (median of 5 repeats), and the GPU kernel time per
+end) after a warm-up and reports microseconds per call (median of 3 repeats, fastest of the rounds), and the GPU kernel time per
 call from the profiler (a path whose GPU time is close to its wall time is GPU-bound, not host-bound). Paths: eager ATen, the
 normkit functional API, ``F.*`` under ``normkit.enable()``, and the kernel launchers alone; forward
 and forward + backward. A cProfile of the functional batch-norm forward (top functions by own time)
@@ -128,7 +129,14 @@ def ln_paths():
     }
 
 
-def measure(paths, calls):
+# launch modes: Triton's kernel[grid]; normkit's direct launch through Triton's Python launcher wrapper;
+# the direct launch calling the C launcher itself (the default on Triton 3.6)
+MODES = {"triton": (False, False), "direct": (True, False), "raw": (True, True)}
+
+
+def measure(paths, calls, rounds):
+    """Every path in every launch mode, the modes alternating within each of ``rounds`` rounds (the
+    leased host's speed drifts); per mode the fastest round."""
     out = {}
     for name, fn in paths.items():
         enable = isinstance(fn, tuple)
@@ -136,13 +144,19 @@ def measure(paths, calls):
             fn = fn[1]
             normkit.enable()
         try:
-            wall = per_call_us(fn, calls)
+            walls = {m: [] for m in MODES}
+            for _ in range(rounds):
+                for mode, (direct, raw) in MODES.items():
+                    _launch.set_direct(direct, raw)
+                    walls[mode].append(per_call_us(fn, calls, repeats=3))
             gpu = gpu_us(fn)
         finally:
+            _launch.set_direct(True)
             if enable:
                 normkit.disable()
-        out[name] = {"wall_us": wall, "gpu_us": gpu}
-        print(f"  {name:60s} {wall:8.1f} us/call wall, {gpu:7.1f} us GPU", flush=True)
+        out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}
+        cols = "  ".join(f"{m} {min(w):7.1f}" for m, w in walls.items())
+        print(f"  {name:58s} {cols} us/call wall, {gpu:6.1f} us GPU", flush=True)
     return out
 
 
@@ -188,7 +202,8 @@ def worker_thread_diagnosis(calls):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--diagnose-worker-thread", action="store_true",
                     help="only the autograd worker-thread diagnosis (batch norm, contiguous)")
     args = ap.parse_args()
@@ -200,15 +215,12 @@ def main():
         return
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "calls": args.calls, "us_per_call": {}}
-    # each path with Triton's own launch (kernel[grid]) and with normkit's direct launch (the default)
-    for launch in ("triton", "direct"):
-        _launch.set_direct(launch == "direct")
-        for layout in ("contiguous", "channels_last"):
-            print(f"[{launch} launch] batch_norm 32x64x8x8 bf16 {layout}", flush=True)
-            res["us_per_call"][f"{launch} launch: batch_norm {layout}"] = measure(bn_paths(layout), args.calls)
-        print(f"[{launch} launch] layer_norm 64x1024 bf16", flush=True)
-        res["us_per_call"][f"{launch} launch: layer_norm"] = measure(ln_paths(), args.calls)
-    _launch.set_direct(True)
+    print("launch modes: " + ", ".join(MODES), flush=True)
+    for layout in ("contiguous", "channels_last"):
+        print(f"batch_norm 32x64x8x8 bf16 {layout}", flush=True)
+        res["us_per_call"][f"batch_norm {layout}"] = measure(bn_paths(layout), args.calls, args.rounds)
+    print("layer_norm 64x1024 bf16", flush=True)
+    res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls, args.rounds)
 
     # where the functional batch-norm forward + backward spends its Python time (autograd on this
     # thread, so that the profiler sees the backward too)

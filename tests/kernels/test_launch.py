@@ -64,7 +64,7 @@ class _FakeKernel:
 
 @pytest.fixture
 def direct(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 1234, raising=False)
     _launch.set_direct(True)
     yield
@@ -130,6 +130,44 @@ def test_ints_in_the_same_class_share_a_binary(direct):
     for n in (100, 3, 2**31 - 1):  # none is 1, none divisible by 16, all i32
         _launch.launch(k, (1,), _t(), _t(), n, 0.5, BLOCK=64)
     assert k.triton_calls == 1
+
+
+class CudaLauncher:
+    """Named as Triton 3.6's launcher class: the raw path calls its C ``launch`` directly."""
+
+    def __init__(self, log, scratch=0):
+        self.log = log
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+
+    def launch(self, *args):
+        self.log.append(("raw", args))
+
+    def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+        self.log.append(("wrapper", (g0, g1, g2), args))
+
+
+@pytest.mark.parametrize("scratch", [0, 64])
+def test_raw_launcher_takes_pointers_and_every_parameter(direct, monkeypatch, scratch):
+    """On Triton 3.6 a hit calls the C launcher with Triton's leading arguments (grid, stream, function,
+    cooperative, pdl, no scratch, packed metadata, no launch metadata, no hooks), then each tensor's data
+    pointer and every other parameter in order; a kernel that needs scratch memory keeps the wrapper."""
+    from types import SimpleNamespace as NS
+
+    monkeypatch.setattr(_launch, "_RAW_TRITON", True)
+    monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=None, launch_exit_hook=None))
+    k = _FakeKernel()
+    k.compiled.run = CudaLauncher(k.log, scratch)
+    _launch.launch(k, (3,), _t(), _t(), 100, 0.5, BLOCK=64)
+    x, y = _t(), _t()
+    _launch.launch(k, (5, 2), x, y, 132, 0.25, BLOCK=64)
+    if scratch:
+        assert k.log[-1][0] == "wrapper" and k.log[-1][2][0] is x
+        return
+    kind, args = k.log[-1]
+    assert kind == "raw"
+    assert args[:13] == (5, 2, 1, 1234, "fn", False, True, None, None, "meta", None, None, None)
+    assert args[13:] == (x.data_ptr(), y.data_ptr(), 132, 0.25, 64, True)
 
 
 def test_launcher_mismatch_falls_back_for_good(direct):

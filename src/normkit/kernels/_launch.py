@@ -12,6 +12,12 @@ divisible by 16 and its integer type's range; the value of every constexpr, whet
 by position; every launch option. A key at least as fine as Triton's means a hit always reuses the binary
 Triton itself would pick.
 
+On Triton 3.6 (whose calling convention it follows) a hit goes one step further: it calls the C
+launcher itself, skipping the Python wrapper that allocates scratch memory per launch (kernels that need
+none), with tensors passed as data pointers: for a tensor the C launcher calls ``data_ptr()`` and asks the
+driver whether the pointer is a device pointer, per argument and launch. normkit validated the devices
+before launching. Launch hooks (e.g. a profiler's) still go through Triton's wrapper.
+
 The direct path is taken on CUDA only (the interpreter runs kernels through ``kernel[grid]``). It is off
 with ``NORMKIT_DIRECT_LAUNCH=0``; if a direct launch ever raises ``TypeError`` / ``AttributeError`` /
 ``ImportError`` (a Triton whose launcher takes other arguments, or without ``triton.knobs``), it
@@ -31,6 +37,7 @@ _I64 = 1 << 63
 _cache: dict = {}
 _signatures: dict = {}
 _direct = os.environ.get("NORMKIT_DIRECT_LAUNCH", "1") != "0"
+_raw = True  # within the direct path: Triton's C launcher called without its Python wrapper (set_direct)
 
 try:  # grid dependency control, for programmatic dependent launch (pdl_on); absent in old Tritons
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -77,20 +84,26 @@ def direct_enabled() -> bool:
     return _direct
 
 
-def set_direct(on: bool) -> None:
-    """Turn the direct path on or off (benchmarks compare both); clears the cache."""
-    global _direct
+def set_direct(on: bool, raw: bool = True) -> None:
+    """Turn the direct path on or off, and within it the call of Triton's C launcher without its Python
+    wrapper (benchmarks compare all three); clears the cache."""
+    global _direct, _raw
     _direct = bool(on)
+    _raw = bool(raw)
     _cache.clear()
 
 
 def _key_args(kernel, args) -> tuple:
-    """What Triton specializes on in the positional arguments: a tensor's dtype and 16-byte alignment; an
-    int's == 1, divisibility by 16 and integer type (i32 / i64 / u64); a constexpr's value. One loop
-    without helper calls: it runs for every argument of every launch (host time, module doc)."""
+    """(key, launch args). The key: what Triton specializes on in the positional arguments, a tensor's
+    dtype and 16-byte alignment; an int's == 1, divisibility by 16 and integer type (i32 / i64 / u64); a
+    constexpr's value. The launch args: ``args`` with every tensor replaced by its data pointer, which
+    Triton's C launcher takes as is (a tensor costs it a ``data_ptr()`` call and a driver query each).
+    One loop without helper calls: it runs for every argument of every launch (host time, module doc)."""
     consts = _signature(kernel)[1]
     key = []
     add = key.append
+    out = []
+    put = out.append
     for i, a in enumerate(args):
         t = type(a)
         if i in consts:
@@ -100,10 +113,14 @@ def _key_args(kernel, args) -> tuple:
         elif t is float:
             add("f")
         elif t is torch.Tensor or isinstance(a, torch.Tensor):
-            add((a.dtype, a.data_ptr() % 16 == 0))
+            ptr = a.data_ptr()
+            add((a.dtype, ptr % 16 == 0))
+            put(ptr)
+            continue
         else:  # bool, None, anything else (e.g. a tl.dtype): by value, hashable
             add(("v", a))
-    return tuple(key)
+        put(a)
+    return tuple(key), out
 
 
 def _signature(kernel) -> tuple:
@@ -139,17 +156,18 @@ def launch(kernel, grid, *args, **kwargs):
     if not (_direct and args[0].is_cuda):
         kernel[grid](*args, **kwargs)
         return
-    device = torch.cuda.current_device()
-    key = (kernel, device, _key_args(kernel, args), tuple(kwargs.items()))
+    device = torch._C._cuda_getDevice()
+    arg_key, launch_args = _key_args(kernel, args)
+    key = (kernel, device, arg_key, tuple(kwargs.items()))
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)
         if compiled is not None:
-            _cache[key] = (compiled, _tail(kernel, len(args), kwargs))
+            _cache[key] = (compiled, _tail(kernel, len(args), kwargs), _raw_launcher(compiled))
         return
-    compiled, tail = hit
+    compiled, tail, raw = hit
     try:
-        _run_compiled(compiled, grid, device, args + tail)
+        _run_compiled(compiled, raw, grid, device, args, launch_args, tail)
     except (TypeError, AttributeError, ImportError):
         # a launcher with another calling convention, or no triton.knobs (another Triton version): use
         # Triton's path for good
@@ -158,10 +176,40 @@ def launch(kernel, grid, *args, **kwargs):
         kernel[grid](*args, **kwargs)
 
 
+def _raw_launcher(compiled):
+    """``(launch, function, cooperative, pdl, packed metadata)`` to call Triton's C launcher without its
+    Python wrapper (``CudaLauncher.__call__``, which allocates scratch memory per launch), or None: only
+    for the Triton whose calling convention this follows (3.6's ``driver.py``: grid, stream, function,
+    cooperative, pdl, global and profile scratch, packed metadata, launch metadata, enter and exit hooks,
+    then every parameter) and kernels that need no scratch memory."""
+    if not (_raw and _RAW_TRITON):
+        return None
+    run = getattr(compiled, "run", None)
+    if type(run).__name__ != "CudaLauncher":
+        return None
+    try:
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        return (run.launch, compiled.function, bool(run.launch_cooperative_grid), bool(run.launch_pdl),
+                compiled.packed_metadata)
+    except AttributeError:
+        return None
+
+
+def _triton_minor() -> tuple:
+    try:
+        import triton
+
+        return tuple(int(v) for v in triton.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return ()
+
+
+_RAW_TRITON = _triton_minor() == (3, 6)
 _runtime_knobs = None  # triton.knobs.runtime, imported on the first direct launch
 
 
-def _run_compiled(compiled, grid, device, all_args):
+def _run_compiled(compiled, raw, grid, device, args, launch_args, tail):
     global _runtime_knobs
     if _runtime_knobs is None:
         from triton import knobs
@@ -172,6 +220,11 @@ def _run_compiled(compiled, grid, device, all_args):
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
+    if raw is not None and enter is None and exit_ is None:
+        fn, function, coop, pdl, packed = raw
+        fn(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *launch_args, *tail)
+        return
+    all_args = args + tail
     meta = compiled.launch_metadata(grid, stream, *all_args)
-    compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta,
-                 rt.launch_enter_hook, rt.launch_exit_hook, *all_args)
+    compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, exit_, *all_args)
