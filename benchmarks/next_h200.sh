@@ -16,6 +16,9 @@
 #         in session 8 (NOTES-layer_norm.md); then bn_breakdown.py on resnet50's layers in both layouts.
 # Session 9:
 # PART=7: host cost per call (baseline for the host-path work), conformance on CUDA, the whole `pytest -m cuda`.
+# PART=8: the whole `pytest -m cuda` (raw C-launcher calls, the fused combine), host cost per call in three
+#         launch modes, batch norm's fused combine against the combine kernel (nofuse) and a wider limit.
+# PART=9: the suite bench of batch norm (every dtype), resnet50 steps, the layer-norm sweeps of PART=6.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -72,6 +75,33 @@ elif [ "$PART" = 7 ]; then
     stamp "pytest -m cuda"
     timeout 250 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+elif [ "$PART" = 8 ]; then
+    stamp "pytest -m cuda"
+    timeout 200 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "host cost per call: triton / direct / raw launch"
+    timeout 170 python3 benchmarks/host_overhead.py --out "$W" > "$W/host_overhead.log" 2>&1; echo "host rc=$?"
+    grep -v -i warn "$W/host_overhead.log" | cut -c1-150 | head -40
+    stamp "batch norm: fused combine (default) / combine kernel (nofuse) / fused up to 64K"
+    timeout 190 python3 benchmarks/bn_kernels.py --out "$W" --budget 170 --only-variants nofuse,fuse64k \
+        --shapes 256x2048x7x7,256x1024x14x14,256x512x28x28,256x128x28x28,256x256x14x14,256x512x7x7,65536x1024,256x64x56x56 \
+        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -40 "$W/bn_kernels.log" | cut -c1-200
+elif [ "$PART" = 9 ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    stamp "bench: batch norm, every dtype"
+    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
+        --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
+    timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 150 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep (bwdcooprows|bwdmixnarrow|fwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -50
 elif [ "$PART" = 6 ]; then
     stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
     timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 200 \
