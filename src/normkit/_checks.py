@@ -59,6 +59,7 @@ __all__ = [
 
 # The input dtypes every normkit op computes in; anything else is "not implemented" as in torch.
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLOATING = frozenset(FLOAT_DTYPES)
 
 # C++ ScalarType names as torch prints them in "not implemented for 'X'" messages.
 _SCALAR_TYPE_NAMES = {
@@ -151,20 +152,26 @@ def check_batch_norm(
     first (the kernel's own check runs before anything else there). ``allow_empty`` skips the empty-input
     check for callers that handle empty training batches themselves (``instance_norm``, the functional API).
     """
+    # Every call under enable() runs this: the passing tests inline, the helpers called only to raise.
     if not functional:
         check_batch_norm_running_stats(running_mean, running_var)
-    check_channel_dim(input)
+    if input.dim() < 2:
+        check_channel_dim(input)
     c = input.shape[1]
     for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
-        if stat is not None:
+        if stat is None:
+            if not training:
+                raise RuntimeError(f"{name} must be defined in evaluation mode")
+        elif stat.numel() != c:
             _check_numel(name, stat, c)
-        elif not training:
-            raise RuntimeError(f"{name} must be defined in evaluation mode")
-    for name, param in (("weight", weight), ("bias", bias)):
-        if param is not None:
-            _check_numel(name, param, c)
-    check_batch_norm_running_stats(running_mean, running_var)
-    check_floating(input, kernel)
+    if weight is not None and weight.numel() != c:
+        _check_numel("weight", weight, c)
+    if bias is not None and bias.numel() != c:
+        _check_numel("bias", bias, c)
+    if functional:  # (raw aten checked this first, above)
+        check_batch_norm_running_stats(running_mean, running_var)
+    if input.dtype not in _FLOATING:
+        check_floating(input, kernel)
     if training and input.numel() == 0 and not allow_empty:
         raise RuntimeError(
             "input tensor must have at least one element, but got input_sizes = "
@@ -198,21 +205,26 @@ def check_batch_norm_backward(
     Training needs the saved stats (size C); eval needs the running stats (size C) and accepts saved
     stats that are empty or filled. Raw aten crashes on the missing ones; normkit raises instead.
     """
-    check_channel_dim(input)
+    # hot under enable(), as check_batch_norm
+    if input.dim() < 2:
+        check_channel_dim(input)
     c = input.shape[1]
     if train:
         for name, stat in (("save_mean", save_mean), ("save_invstd", save_invstd)):
             if stat is None:
                 raise RuntimeError(f"{name} must be defined in training mode")
-            _check_numel(name, stat, c)
+            if stat.numel() != c:
+                _check_numel(name, stat, c)
     else:
         for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
             if stat is None:
                 raise RuntimeError(f"{name} must be defined in evaluation mode")
-            _check_numel(name, stat, c)
-    if weight is not None:
+            if stat.numel() != c:
+                _check_numel(name, stat, c)
+    if weight is not None and weight.numel() != c:
         _check_numel("weight", weight, c)
-    check_floating(input, kernel)
+    if input.dtype not in _FLOATING:
+        check_floating(input, kernel)
     if grad_out.dtype != input.dtype:
         raise RuntimeError(
             f"expected scalar type {dtype_name(input.dtype)} but found {dtype_name(grad_out.dtype)}"

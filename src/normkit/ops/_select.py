@@ -54,18 +54,11 @@ def reference():
     return ref
 
 
-def checks():
-    import normkit._checks as chk
-
-    return chk
-
-
 def params_ok(x: torch.Tensor, *params) -> bool:
     """Parameters the kernels take: on x's device, in x's dtype or float32, 1-D."""
-    dev = x.get_device()
+    dev, dt = x.get_device(), x.dtype
     for p in params:
-        if p is None:
-            continue
-        if not isinstance(p, torch.Tensor) or p.get_device() != dev or p.dtype not in (x.dtype, torch.float32):
+        if p is not None and not (isinstance(p, torch.Tensor) and p.get_device() == dev
+                                  and (p.dtype is dt or p.dtype is torch.float32)):
             return False
     return True

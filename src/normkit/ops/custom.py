@@ -36,6 +36,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from normkit import _checks
 from normkit.ops import batch_norm as _bn
 from normkit.ops import group_norm as _gn
 from normkit.ops import layer_norm as _ln
@@ -106,7 +107,7 @@ def _bn_backward_impl(grad, x, weight, stat1, stat2, training, eps, mask):
 def batch_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor],
                running_var: Optional[Tensor], training: bool, momentum: float,
                eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    _bn.checks().check_batch_norm(x, weight, bias, running_mean, running_var, training)
+    _checks.check_batch_norm(x, weight, bias, running_mean, running_var, training)
     y, m, s = _bn_forward_impl(x, weight, bias, running_mean, running_var, training, momentum, eps)
     return _in_format(y, _fmt(x)), m, s
 
@@ -207,7 +208,7 @@ def _ln_backward_impl(grad, x, normalized_shape, mean, rstd, weight, bias, mask)
 @torch.library.custom_op("normkit::layer_norm", mutates_args=())
 def layer_norm(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor], bias: Optional[Tensor],
                eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    _ln.checks().check_layer_norm(x, normalized_shape, weight, bias)
+    _checks.check_layer_norm(x, normalized_shape, weight, bias)
     return _ln_forward_impl(x, normalized_shape, weight, bias, eps)
 
 
@@ -310,7 +311,7 @@ def _rms_backward_impl(grad, x, normalized_shape, rstd, weight, mask):
 
 @torch.library.custom_op("normkit::rms_norm", mutates_args=())
 def rms_norm(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor]:
-    _ln.checks().check_rms_norm(x, normalized_shape, weight)
+    _checks.check_rms_norm(x, normalized_shape, weight)
     return _rms_forward_impl(x, normalized_shape, weight, eps)
 
 
@@ -405,7 +406,7 @@ def _add_ln_impl(x, residual, normalized_shape, weight, bias, eps):
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                    bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     _ln._check_residual(x, residual)
-    _ln.checks().check_layer_norm(x, normalized_shape, weight, bias)
+    _checks.check_layer_norm(x, normalized_shape, weight, bias)
     return _add_ln_impl(x, residual, normalized_shape, weight, bias, eps)
 
 
@@ -479,7 +480,7 @@ def _add_rms_impl(x, residual, normalized_shape, weight, eps):
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                  eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     _ln._check_residual(x, residual)
-    _ln.checks().check_rms_norm(x, normalized_shape, weight)
+    _checks.check_rms_norm(x, normalized_shape, weight)
     return _add_rms_impl(x, residual, normalized_shape, weight, eps)
 
 
@@ -557,7 +558,7 @@ def _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask):
 def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
                fp32_stats: bool) -> Tuple[Tensor, Tensor, Tensor]:
     n, c, hxw = _gn_dims(x)
-    _gn.checks().check_group_norm(x, weight, bias, n, c, hxw, num_groups)
+    _checks.check_group_norm(x, weight, bias, n, c, hxw, num_groups)
     return _gn_forward_impl(x, num_groups, weight, bias, eps, fp32_stats)
 
 

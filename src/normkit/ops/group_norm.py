@@ -14,7 +14,8 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from normkit.ops._select import checks, kernels_for, params_ok, reference
+from normkit import _checks
+from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.reference._common import acc_dtype, param_dtype
 
 __all__ = [
@@ -49,7 +50,7 @@ def group_norm_stat_dtype(input: Tensor, *params: Optional[Tensor], fp32_stats: 
 
 def native_group_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], N: int, C: int,
                       HxW: int, group: int, eps: float):
-    checks().check_group_norm(input, weight, bias, N, C, HxW, group)
+    _checks.check_group_norm(input, weight, bias, N, C, HxW, group)
     return _group_norm_core(input, weight, bias, N, C, HxW, group, eps)
 
 
@@ -68,7 +69,7 @@ def _group_norm_core(input, weight, bias, N, C, HxW, group, eps, fp32_stats=Fals
 def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,
                                weight: Optional[Tensor], N: int, C: int, HxW: int, group: int,
                                output_mask: List[bool]):
-    checks().check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
+    _checks.check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
     return _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
 
 
@@ -87,7 +88,7 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
     """aten::instance_norm. With input statistics: group norm with one group per channel (fp32 statistics)
     and the running statistics moved towards their batch average; otherwise batch norm's eval mode on the
     input. The output keeps the input's suggested memory format."""
-    checks().check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
+    _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
     if input.numel() == 0:  # aten returns before normalizing: no running-stat update
         return reference().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
                                          eps, cudnn_enabled)
@@ -116,14 +117,14 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
 
 
 def batch_norm_stats(input: Tensor, eps: float):
-    checks().check_batch_norm_stats(input)
+    _checks.check_batch_norm_stats(input)
     return tuple(reference().batch_norm_stats(input, eps))
 
 
 def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Tensor,
                                         running_mean: Optional[Tensor], running_var: Optional[Tensor],
                                         momentum: float, eps: float, counts: Tensor):
-    checks().check_batch_norm_gather_stats(input, mean, invstd, running_mean, running_var, counts)
+    _checks.check_batch_norm_gather_stats(input, mean, invstd, running_mean, running_var, counts)
     return tuple(reference().batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var,
                                                                  momentum, eps, counts))
 
@@ -142,13 +143,13 @@ def batch_norm_gather_stats(input: Tensor, mean: Tensor, invstd: Tensor, running
 
 def batch_norm_elemt(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,
                      invstd: Tensor, eps: float) -> Tensor:
-    checks().check_batch_norm_elemt(input, weight, bias, mean, invstd)
+    _checks.check_batch_norm_elemt(input, weight, bias, mean, invstd)
     return reference().batch_norm_elemt(input, weight, bias, mean, invstd, eps)
 
 
 def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
                                weight: Optional[Tensor], input_g: bool, weight_g: bool, bias_g: bool):
-    checks().check_batch_norm_backward_reduce(grad_out, input, mean, invstd, weight)
+    _checks.check_batch_norm_backward_reduce(grad_out, input, mean, invstd, weight)
     return tuple(reference().batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g,
                                                         bias_g))
 
@@ -156,5 +157,5 @@ def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, in
 def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
                               weight: Optional[Tensor], sum_dy: Tensor, sum_dy_xmu: Tensor,
                               count: Tensor) -> Tensor:
-    checks().check_batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu)
+    _checks.check_batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu)
     return reference().batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)

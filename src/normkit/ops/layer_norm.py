@@ -14,7 +14,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from normkit.ops._select import checks, kernels_for, params_ok, reference
+from normkit import _checks
+from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.reference._common import acc_dtype
 
 __all__ = [
@@ -35,11 +36,9 @@ __all__ = [
 
 def _geometry(x: Tensor, normalized_shape: Sequence[int]):
     ns = [int(s) for s in normalized_shape]
-    axis = x.dim() - len(ns)
-    m = math.prod(x.shape[:axis])
-    n = math.prod(ns)
-    stat_shape = list(x.shape[:axis]) + [1] * len(ns)
-    return ns, m, n, stat_shape
+    shape = x.shape
+    lead = shape[:len(shape) - len(ns)]
+    return ns, math.prod(lead), math.prod(ns), [*lead] + [1] * len(ns)
 
 
 def rms_norm_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
@@ -49,49 +48,53 @@ def rms_norm_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
     return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
 
 
-def _ln_kernels(family: str, x2d: Tensor, *params):
-    """The kernel module when it handles these `(M, N)` rows and parameters, else None."""
+def _ln_kernels(family: str, x2d: Tensor, *flat_params):
+    """The kernel module when it handles these `(M, N)` rows and flattened (`_flat`) parameters, else None."""
     m, n = x2d.shape
     mod = kernels_for(family, x2d)
-    if mod is None or m == 0 or n == 0 or not params_ok(x2d, *params):
+    if mod is None or m == 0 or n == 0 or not params_ok(x2d, *flat_params):
         return None
-    if not mod.supports(x2d, *[_flat(p) for p in params]):
+    if not mod.supports(x2d, *flat_params):
         return None
     return mod
 
 
 def _flat(p: Optional[Tensor]) -> Optional[Tensor]:
-    return None if p is None else p.reshape(-1)
+    # a 1-D parameter is its own flat view (reshape would make another view object, ~1 us)
+    return p if p is None or p.dim() == 1 else p.reshape(-1)
 
 
 def _row_stat(t: Tensor, m: int, dtype: torch.dtype) -> Tensor:
     """A saved per-row statistic as the kernels read it: dense `(M,)` in the acc dtype (a caller's strided
     mean/rstd would otherwise be read as if contiguous)."""
-    return t.reshape(m).to(acc_dtype(dtype)).contiguous()
+    t = t.reshape(m)
+    acc = acc_dtype(dtype)
+    return (t if t.dtype == acc else t.to(acc)).contiguous()
 
 
 # ---------------------------------------------------------------------------------------------- layer norm
 
 def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
                       bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    checks().check_layer_norm(input, normalized_shape, weight, bias)
+    _checks.check_layer_norm(input, normalized_shape, weight, bias)
     return _layer_norm_core(input, normalized_shape, weight, bias, eps)
 
 
 def _layer_norm_core(input, normalized_shape, weight, bias, eps):
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
     x2d = input.reshape(m, n)
-    mod = _ln_kernels("layer_norm", x2d, weight, bias)
+    w, b = _flat(weight), _flat(bias)
+    mod = _ln_kernels("layer_norm", x2d, w, b)
     if mod is None:
         return tuple(reference().native_layer_norm(input, ns, weight, bias, eps))
-    y, mean, rstd = mod.ln_forward(x2d, _flat(weight), _flat(bias), eps)
-    return y.view(input.shape), mean.view(stat_shape), rstd.view(stat_shape)
+    y, mean, rstd = mod.ln_forward(x2d, w, b, eps)
+    return y.view(*input.shape), mean.view(*stat_shape), rstd.view(*stat_shape)
 
 
 def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor,
                                rstd: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                                output_mask: List[bool]):
-    checks().check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
+    _checks.check_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias)
     return _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
 
 
@@ -99,22 +102,23 @@ def _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, wei
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask]
     x2d = input.reshape(m, n)
-    mod = _ln_kernels("layer_norm", x2d, weight, bias)
+    w = _flat(weight)
+    mod = _ln_kernels("layer_norm", x2d, w, _flat(bias))
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference().native_layer_norm_backward(grad_out, input, ns, mean, rstd, weight, bias, mask))
     dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), x2d, _row_stat(mean, m, input.dtype),
-                                 _row_stat(rstd, m, input.dtype), _flat(weight), mask,
+                                 _row_stat(rstd, m, input.dtype), w, mask,
                                  bias_dtype=None if bias is None else bias.dtype)
-    return (None if dx is None else dx.view(input.shape),
-            None if dw is None else dw.view(ns),
-            None if db is None else db.view(ns))
+    return (None if dx is None else dx.view(*input.shape),
+            None if dw is None else dw.view(*ns),
+            None if db is None else db.view(*ns))
 
 
 # ---------------------------------------------------------------------------------------------- rms norm
 
 def _fused_rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
                     eps: Optional[float]) -> Tuple[Tensor, Tensor]:
-    checks().check_rms_norm(input, normalized_shape, weight)
+    _checks.check_rms_norm(input, normalized_shape, weight)
     return _rms_norm_core(input, normalized_shape, weight, eps)
 
 
@@ -122,16 +126,17 @@ def _rms_norm_core(input, normalized_shape, weight, eps):
     ns, m, n, stat_shape = _geometry(input, normalized_shape)
     eps = rms_norm_eps(input.dtype, eps)
     x2d = input.reshape(m, n)
-    mod = _ln_kernels("rms_norm", x2d, weight) if not input.dtype.is_complex else None
+    w = _flat(weight)
+    mod = _ln_kernels("rms_norm", x2d, w) if not input.dtype.is_complex else None
     if mod is None:
         return tuple(reference()._fused_rms_norm(input, ns, weight, eps))
-    y, rstd = mod.rms_forward(x2d, _flat(weight), eps)
-    return y.view(input.shape), rstd.view(stat_shape)
+    y, rstd = mod.rms_forward(x2d, w, eps)
+    return y.view(*input.shape), rstd.view(*stat_shape)
 
 
 def _fused_rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor,
                              weight: Optional[Tensor], output_mask: List[bool]):
-    checks().check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
+    _checks.check_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight)
     return _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, output_mask)
 
 
@@ -139,11 +144,12 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
     ns, m, n, _ = _geometry(input, normalized_shape)
     mask = [bool(v) for v in output_mask][:2]
     x2d = input.reshape(m, n)
-    mod = _ln_kernels("rms_norm", x2d, weight)
+    w = _flat(weight)
+    mod = _ln_kernels("rms_norm", x2d, w)
     if mod is None or grad_out.dtype != input.dtype:
         return tuple(reference()._fused_rms_norm_backward(grad_out, input, ns, rstd, weight, mask))
-    dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d, _row_stat(rstd, m, input.dtype), _flat(weight), mask)
-    return (None if dx is None else dx.view(input.shape), None if dw is None else dw.view(ns))
+    dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d, _row_stat(rstd, m, input.dtype), w, mask)
+    return (None if dx is None else dx.view(*input.shape), None if dw is None else dw.view(*ns))
 
 
 def rms_memory_format(input: Tensor) -> torch.memory_format:
@@ -192,20 +198,21 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
                    bias: Optional[Tensor], eps: float):
     """`s = x + residual`, `y = layer_norm(s)`: returns `(y, s, mean, rstd)` (one fused kernel on GPU)."""
     _check_residual(x, residual)
-    checks().check_layer_norm(x, normalized_shape, weight, bias)
+    _checks.check_layer_norm(x, normalized_shape, weight, bias)
     return _add_layer_norm_core(x, residual, normalized_shape, weight, bias, eps)
 
 
 def _add_layer_norm_core(x, residual, normalized_shape, weight, bias, eps):
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     x2d = x.reshape(m, n)
-    mod = _ln_kernels("layer_norm", x2d, weight, bias)
+    w, b = _flat(weight), _flat(bias)
+    mod = _ln_kernels("layer_norm", x2d, w, b)
     if mod is None or not hasattr(mod, "add_ln_forward"):
         s = x + residual
         y, mean, rstd = _layer_norm_core(s, ns, weight, bias, eps)
         return y, s, mean, rstd
-    y, s, mean, rstd = mod.add_ln_forward(x2d, residual.reshape(m, n), _flat(weight), _flat(bias), eps)
-    return y.view(x.shape), s.view(x.shape), mean.view(stat_shape), rstd.view(stat_shape)
+    y, s, mean, rstd = mod.add_ln_forward(x2d, residual.reshape(m, n), w, b, eps)
+    return y.view(*x.shape), s.view(*x.shape), mean.view(*stat_shape), rstd.view(*stat_shape)
 
 
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
@@ -213,7 +220,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
     """`s = x + residual`, `y = rms_norm(s)`: returns `(y, s, rstd)`."""
     _check_residual(x, residual)
     check_rms_norm_rank(x, normalized_shape, weight)
-    checks().check_rms_norm(x, normalized_shape, weight)
+    _checks.check_rms_norm(x, normalized_shape, weight)
     return _add_rms_norm_core(x, residual, normalized_shape, weight, eps)
 
 
@@ -221,13 +228,14 @@ def _add_rms_norm_core(x, residual, normalized_shape, weight, eps):
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     eps = rms_norm_eps(x.dtype, eps)
     x2d = x.reshape(m, n)
-    mod = _ln_kernels("rms_norm", x2d, weight)
+    w = _flat(weight)
+    mod = _ln_kernels("rms_norm", x2d, w)
     if mod is None or not hasattr(mod, "add_rms_forward"):
         s = x + residual
         y, rstd = _rms_norm_core(s, ns, weight, eps)
         return y, s, rstd
-    y, s, rstd = mod.add_rms_forward(x2d, residual.reshape(m, n), _flat(weight), eps)
-    return y.view(x.shape), s.view(x.shape), rstd.view(stat_shape)
+    y, s, rstd = mod.add_rms_forward(x2d, residual.reshape(m, n), w, eps)
+    return y.view(*x.shape), s.view(*x.shape), rstd.view(*stat_shape)
 
 
 def add_layer_norm_backward(grad_y: Tensor, grad_s: Optional[Tensor], s: Tensor, normalized_shape, mean, rstd,
