@@ -221,6 +221,8 @@ def main():
         res["us_per_call"][f"batch_norm {layout}"] = measure(bn_paths(layout), args.calls, args.rounds)
     print("layer_norm 64x1024 bf16", flush=True)
     res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls, args.rounds)
+    res["raw_launcher"] = _launch.raw_summary()  # compiled kernels by launch path (and why not raw)
+    print(f"raw C-launcher calls: {res['raw_launcher']}", flush=True)
 
     # where the functional batch-norm forward + backward spends its Python time (autograd on this
     # thread, so that the profiler sees the backward too)

@@ -156,14 +156,6 @@ def tune(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(params=["fused", "kernel"])
-def combine(request, monkeypatch):
-    """The combine fused into the reduction's last program per channel block, or its own kernel."""
-    if request.param == "kernel":
-        monkeypatch.setitem(B._TUNE, "fuse_combine_max", 0)
-    return request.param
-
-
 # (shape, layout) cases: 2-D, NCL, NCHW, NHWC, NCDHW, NDHWC, HW = 1, strided copies, C = 1;
 # short planes not a multiple of 16 take the compile-time-S kernels
 CASES = [
@@ -199,8 +191,8 @@ def _params(C, dtype, pdt, affine, stats):
 @interp
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape,layout", CASES, ids=[f"{s}-{l}" for s, l in CASES])
-def test_train_forward_backward(shape, layout, dtype, tune, combine, poison):
-    seed(shape, layout, str(dtype), tune, combine)
+def test_train_forward_backward(shape, layout, dtype, tune, poison):
+    seed(shape, layout, str(dtype), tune)
     x = make_x(shape, dtype, layout)
     C = shape[1]
     pdt = "input" if dtype in (torch.bfloat16, torch.float64) else "fp32"
@@ -231,42 +223,6 @@ def test_train_forward_backward(shape, layout, dtype, tune, combine, poison):
     assert err_vs_scale(dx, dxr, scale) < TOL_BWD[dtype]
     assert relerr(gw, gwr) < TOL_BWD[dtype]
     assert relerr(gb, gbr) < TOL_BWD[dtype]
-
-
-@interp
-@pytest.mark.parametrize("layout", ["contig", "cl"])
-@pytest.mark.parametrize("limit", [16384, 0])
-def test_combine_fused_only_where_the_partials_are_few(monkeypatch, layout, limit):
-    """The combine kernel is launched only where a channel block's P x CB partials exceed
-    fuse_combine_max; otherwise the reduction's last program combines (both directions, every output
-    mask that needs the sums), the same bits on a second run and the float64 statistics."""
-    for k, v in TINY.items():
-        monkeypatch.setitem(B._TUNE, k, v)
-    monkeypatch.setitem(B._TUNE, "fuse_combine_max", limit)
-    names = []
-    real = B.launch
-
-    def spy(kernel, grid, *args, **kwargs):
-        names.append(kernel.fn.__name__)
-        return real(kernel, grid, *args, **kwargs)
-
-    monkeypatch.setattr(B, "launch", spy)
-    x = make_x((5, 6, 4, 3), torch.float32, layout)
-    w, b = torch.rand(6) + 0.5, torch.randn(6)
-    g = make_x((5, 6, 4, 3), torch.float32, layout)
-
-    def run():
-        y, m, s = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-        outs = [y, m, s]
-        for mask in ([True, True, True], [False, True, False], [False, False, True]):
-            outs += [t for t in B.bn_backward(g, x, w, m, s, True, mask) if t is not None]
-        return outs
-
-    first = run()
-    assert names.count("_bn_combine_kernel") == (0 if limit else 4)
-    assert all(torch.equal(a, c) for a, c in zip(first, run()))
-    _, mr, ir, _ = ref_fwd(x, w, b, 1e-5)
-    assert relerr(first[1], mr) < TOL_STAT[torch.float32] and relerr(first[2], ir) < TOL_STAT[torch.float32]
 
 
 @interp
@@ -584,7 +540,7 @@ def knobs(request, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape,layout", ROWS_CASES, ids=[f"{s}-{l}" for s, l in ROWS_CASES])
 def test_knob_paths_train_eval(shape, layout, dtype, knobs, poison):
-    test_train_forward_backward(shape, layout, dtype, knobs, "fused", poison)
+    test_train_forward_backward(shape, layout, dtype, knobs, poison)
     test_eval_forward_backward(shape, layout, dtype, knobs, poison)
 
 

@@ -36,6 +36,7 @@ _I64 = 1 << 63
 
 _cache: dict = {}
 _signatures: dict = {}
+_raw_counts: dict = {"raw": 0}
 _direct = os.environ.get("NORMKIT_DIRECT_LAUNCH", "1") != "0"
 _raw = True  # within the direct path: Triton's C launcher called without its Python wrapper (set_direct)
 
@@ -181,19 +182,32 @@ def _raw_launcher(compiled):
     Python wrapper (``CudaLauncher.__call__``, which allocates scratch memory per launch), or None: only
     for the Triton whose calling convention this follows (3.6's ``driver.py``: grid, stream, function,
     cooperative, pdl, global and profile scratch, packed metadata, launch metadata, enter and exit hooks,
-    then every parameter) and kernels that need no scratch memory."""
+    then every parameter) and kernels that need no scratch memory. Why not, when not: ``raw_summary()``."""
     if not (_raw and _RAW_TRITON):
-        return None
+        return _no_raw("off" if not _raw else "triton version")
     run = getattr(compiled, "run", None)
     if type(run).__name__ != "CudaLauncher":
-        return None
+        return _no_raw(f"launcher {type(run).__name__}")
     try:
         if run.global_scratch_size or run.profile_scratch_size:
-            return None
-        return (run.launch, compiled.function, bool(run.launch_cooperative_grid), bool(run.launch_pdl),
-                compiled.packed_metadata)
-    except AttributeError:
-        return None
+            return _no_raw("scratch memory")
+        raw = (run.launch, compiled.function, bool(run.launch_cooperative_grid), bool(run.launch_pdl),
+               compiled.packed_metadata)
+    except AttributeError as e:
+        return _no_raw(f"AttributeError {e}")
+    _raw_counts["raw"] += 1
+    return raw
+
+
+def _no_raw(reason):
+    _raw_counts[reason] = _raw_counts.get(reason, 0) + 1
+    return None
+
+
+def raw_summary() -> dict:
+    """Compiled kernels cached since the process started, by whether a hit calls the C launcher itself
+    ("raw") or, with the reason, Triton's launcher wrapper."""
+    return dict(_raw_counts)
 
 
 def _triton_minor() -> tuple:

@@ -107,11 +107,6 @@ _TUNE = {
     # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
-    # the combine fused into the reduction (its last program per channel block sums the block's P x CB
-    # partials) where P x CB is at most this many elements; else its own kernel, many programs wide.
-    # Prediction (session 9): -3..-6 us GPU and one launch (~20 us of host time) per call on resnet50's
-    # 7x7-28x28 layers, where the combine kernel took 3.3-6.5 us (bn_breakdown, PDL off)
-    "fuse_combine_max": 16384,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -205,21 +200,14 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
-    cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr,
-    FUSE: tl.constexpr = False, BP: tl.constexpr = 1, HAS_W: tl.constexpr = False, HAS_B: tl.constexpr = False,
-    HAS_RS: tl.constexpr = False, F64: tl.constexpr = False, NEED_DX: tl.constexpr = False,
-    NEED_GW: tl.constexpr = False, NEED_GB: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
     sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
-    part[1, p, c]. FUSE: the block's last program combines them (_bn_fused_finish), else the combine
-    kernel does. PDL: the next kernel may launch once every program has started (it waits for this one)."""
+    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums)."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -247,10 +235,6 @@ def _bn_reduce_rows_kernel(
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
     tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
-    if FUSE:
-        _bn_fused_finish(cb, part_ptr, x_ptr, cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
-                         gw_ptr, gb_ptr, shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-                         BP, BC, BWD, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, ACC)
 
 
 @triton.jit
@@ -276,15 +260,11 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    FUSE: tl.constexpr, BP: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr,
-    F64: tl.constexpr, NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, PDL: tl.constexpr,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
     (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
-    kernel, and the same FUSE."""
+    kernel."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -301,62 +281,39 @@ def _bn_reduce_ncs(
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
     for i in range(0, n_iter):
-        o0, o1, mask0, mask1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, mask0, ref2, BWD, ACC)
-        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, mask1, ref2, BWD, ACC)
+        o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
+        acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
     r1 = tl.sum(acc1, axis=1)
     r2 = tl.sum(acc2, axis=1)
     tl.store(part_ptr + p * C + ch, r1, mask=cmask)
     tl.store(part_ptr + (P + p) * C + ch, r2, mask=cmask)
-    if FUSE:
-        _bn_fused_finish(cb, part_ptr, x_ptr, cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
-                         gw_ptr, gb_ptr, shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-                         BP, CB, BWD, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, ACC)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
-    cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    FUSE: tl.constexpr = False, BP: tl.constexpr = 1, HAS_W: tl.constexpr = False, HAS_B: tl.constexpr = False,
-    HAS_RS: tl.constexpr = False, F64: tl.constexpr = False, NEED_DX: tl.constexpr = False,
-    NEED_GW: tl.constexpr = False, NEED_GB: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter,
-                   cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-                   shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
-                   CB, BS, BWD, ACC, FUSE, BP, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
-    cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
-    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    FUSE: tl.constexpr = False, BP: tl.constexpr = 1, HAS_W: tl.constexpr = False, HAS_B: tl.constexpr = False,
-    HAS_RS: tl.constexpr = False, F64: tl.constexpr = False, NEED_DX: tl.constexpr = False,
-    NEED_GW: tl.constexpr = False, NEED_GB: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter,
-                   cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-                   shift_stride, n0, n1, e0, e1, e2, m0, m1, m2,
-                   CB, BS, BWD, ACC, FUSE, BP, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
 def _bn_sum_partials(part_ptr, ch, cmask, C, P, BP: tl.constexpr, BCC: tl.constexpr):
-    """Fixed-order fp64 sum of the (P, C) partials part[0] and part[1] for channels ch (loaded through L2:
-    in the fused finish other programs wrote them, and L1 is not coherent)."""
+    """Fixed-order fp64 sum of the (P, C) partials part[0] and part[1] for channels ch."""
     a1 = tl.zeros([BP, BCC], dtype=tl.float64)
     a2 = tl.zeros([BP, BCC], dtype=tl.float64)
     pr0 = tl.arange(0, BP)
@@ -364,25 +321,27 @@ def _bn_sum_partials(part_ptr, ch, cmask, C, P, BP: tl.constexpr, BCC: tl.conste
         pr = p0 + pr0
         m = (pr < P)[:, None] & cmask[None, :]
         off = pr[:, None] * C + ch[None, :]
-        a1 += tl.load(part_ptr + off, mask=m, other=0.0, cache_modifier=".cg").to(tl.float64)
-        a2 += tl.load(part_ptr + P * C + off, mask=m, other=0.0, cache_modifier=".cg").to(tl.float64)
+        a1 += tl.load(part_ptr + off, mask=m, other=0.0).to(tl.float64)
+        a2 += tl.load(part_ptr + P * C + off, mask=m, other=0.0).to(tl.float64)
     return tl.sum(a1, axis=0), tl.sum(a2, axis=0)
 
 
 @triton.jit
-def _bn_finish_fwd(
-    pid, part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr,
+def _bn_combine_fwd_kernel(
+    part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr,
     w_ptr, b_ptr, rm_ptr, rv_ptr,
     C, P, n0, n1, e0, e1, e2, m0, m1, m2,
     BP: tl.constexpr, BCC: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr,
-    ACC: tl.constexpr, WAIT: tl.constexpr,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Per channel: mean, invstd = rsqrt(biased var + eps), running-stat update, and the
     normalisation coefficients coef = [shift, mean - shift, w*invstd, b - (mean - shift)*w*invstd]
-    (ACC dtype): y = (x - shift) * a + c keeps every digit of x - shift, for channel block pid. WAIT: in
-    a kernel launched while the reduction runs, the per-channel loads (none of them its output) go first,
-    the sums after the wait."""
+    (ACC dtype): y = (x - shift) * a + c keeps every digit of x - shift. PDL: launched while the
+    reduction runs; the per-channel loads (none of them its output) go first, the sums after the wait."""
+    if PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
     # every per-channel load is issued before the partial sums: their latencies overlap
@@ -396,7 +355,7 @@ def _bn_finish_fwd(
     if HAS_RS:
         rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
         rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
-    if WAIT:
+    if PDL:
         gdc_wait()
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
@@ -441,16 +400,18 @@ def _bn_from_f64(v, dt: tl.constexpr):
 
 
 @triton.jit
-def _bn_finish_bwd(
-    pid, part_ptr, mean_ptr, invstd_ptr, w_ptr, coef_ptr, gw_ptr, gb_ptr,
+def _bn_combine_bwd_kernel(
+    part_ptr, mean_ptr, invstd_ptr, w_ptr, coef_ptr, gw_ptr, gb_ptr,
     C, P, n0, n1,
     BP: tl.constexpr, BCC: tl.constexpr, HAS_W: tl.constexpr,
     NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, ACC: tl.constexpr,
-    WAIT: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Per channel: grad_weight = s2*invstd, grad_bias = s1, and (training grad_input) the
-    coefficients coef = [s1/n, s2/n*invstd^2, invstd*w, mean] (ACC dtype), for channel block pid. WAIT:
-    as the forward's."""
+    coefficients coef = [s1/n, s2/n*invstd^2, invstd*w, mean] (ACC dtype). PDL: as the forward's."""
+    if PDL:
+        gdc_launch_dependents()
+    pid = tl.program_id(0)
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
     # per-channel loads first: their latencies overlap the partial sums
@@ -459,7 +420,7 @@ def _bn_finish_bwd(
         if HAS_W:
             w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
         mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
-    if WAIT:
+    if PDL:
         gdc_wait()
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
     if NEED_GW:
@@ -478,61 +439,6 @@ def _bn_finish_bwd(
         tl.store(coef_ptr + C + ch, proj.to(ACC), mask=cmask)
         tl.store(coef_ptr + 2 * C + ch, gs.to(ACC), mask=cmask)
         tl.store(coef_ptr + 3 * C + ch, mean, mask=cmask)
-
-
-@triton.jit
-def _bn_finish(
-    pid, part_ptr, x_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-    BP: tl.constexpr, BCC: tl.constexpr, BWD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_RS: tl.constexpr, F64: tl.constexpr, NEED_DX: tl.constexpr, NEED_GW: tl.constexpr,
-    NEED_GB: tl.constexpr, ACC: tl.constexpr, WAIT: tl.constexpr,
-):
-    """The combine of channel block pid: the forward's or the backward's."""
-    if BWD:
-        _bn_finish_bwd(pid, part_ptr, mean_ptr, invstd_ptr, w_ptr, coef_ptr, gw_ptr, gb_ptr, C, P, n0, n1,
-                       BP, BCC, HAS_W, NEED_DX, NEED_GW, NEED_GB, ACC, WAIT)
-    else:
-        _bn_finish_fwd(pid, part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr,
-                       rm_ptr, rv_ptr, C, P, n0, n1, e0, e1, e2, m0, m1, m2, BP, BCC, HAS_W, HAS_B, HAS_RS,
-                       F64, ACC, WAIT)
-
-
-@triton.jit
-def _bn_combine_kernel(
-    part_ptr, x_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-    BP: tl.constexpr, BCC: tl.constexpr, BWD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_RS: tl.constexpr, F64: tl.constexpr, NEED_DX: tl.constexpr, NEED_GW: tl.constexpr,
-    NEED_GB: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-):
-    """The combine as its own kernel, BCC channels a program (where the reduction does not fuse it).
-    PDL: launched while the reduction runs (_bn_finish's WAIT)."""
-    if PDL:
-        gdc_launch_dependents()
-    _bn_finish(tl.program_id(0), part_ptr, x_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
-               gw_ptr, gb_ptr, shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-               BP, BCC, BWD, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, ACC, PDL)
-
-
-@triton.jit
-def _bn_fused_finish(
-    cb, part_ptr, x_ptr, cnt_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, gw_ptr, gb_ptr,
-    shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-    BP: tl.constexpr, BCC: tl.constexpr, BWD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-    HAS_RS: tl.constexpr, F64: tl.constexpr, NEED_DX: tl.constexpr, NEED_GW: tl.constexpr,
-    NEED_GB: tl.constexpr, ACC: tl.constexpr,
-):
-    """The combine fused into the reduction: after storing its partial sums, a program of channel block
-    cb counts in on cnt[cb] (release: every thread's stores first; acquire: the others' sums visible);
-    the last of the block's P programs combines the block. The sums are added in the same fixed order
-    whichever program comes last."""
-    tl.debug_barrier()
-    ticket = tl.atomic_add(cnt_ptr + cb, 1, sem="acq_rel", scope="gpu")
-    if ticket == P - 1:
-        _bn_finish(cb, part_ptr, x_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
-                   gw_ptr, gb_ptr, shift_stride, C, P, n0, n1, e0, e1, e2, m0, m1, m2,
-                   BP, BCC, BWD, HAS_W, HAS_B, HAS_RS, F64, NEED_DX, NEED_GW, NEED_GB, ACC, False)
 
 
 @triton.jit
@@ -1016,71 +922,31 @@ def _combine_cfg(C, P, bwd=False):
     return BP, BCC, cdiv(C, BCC)
 
 
-class _Finish:
-    """The combine's arguments (one list for the fused finish and the combine kernel, both directions:
-    _bn_finish), the forward's or the backward's slots filled, the others given a placeholder."""
-
-    __slots__ = ("args", "flags", "bwd")
-
-    def __init__(self, bwd, filler, coef=None, mean=None, invstd=None, w=None, b=None, rm=None, rv=None,
-                 gw=None, gb=None, shift_stride=1, n=0, eps=0.0, momentum=0.0, f64=False, need=(False,) * 3):
-        n0, n1 = _split_count(n)
-        e, m = _split3(eps), _split3(momentum)
-        ptrs = tuple(t if t is not None else filler for t in (coef, mean, invstd, w, b, rm, rv, gw, gb))
-        self.args = ptrs + (shift_stride, n0, n1) + e + m
-        self.bwd = bwd
-        self.flags = dict(HAS_W=w is not None, HAS_B=b is not None, HAS_RS=rm is not None, F64=f64,
-                          NEED_DX=need[0], NEED_GW=need[1], NEED_GB=need[2])
-
-
-def _reduce_and_combine(v, g, ref, acc_tl, acc_t, fin, pdl=False):
-    """The split reduction and the combine: fused (the reduction's last program per channel block
-    combines, _bn_fused_finish) where the block's partials are few, else the combine kernel after the
-    reduction. pdl: the next kernel (the combine kernel, or the elementwise pass
-    after a fused reduction) is launched with programmatic dependent launch."""
+def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
+    """Launch the split reduction; returns (partials [2, P, C], P). pdl: its dependent (the combine)
+    is launched with programmatic dependent launch."""
     x = v.x
-    bwd = fin.bwd
     cfg = _reduce_cfg(v, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
     part = torch.empty((2, P, v.C), device=x.device, dtype=acc_t)
-    cb_width = cfg["BC"] if v.kind == "rows" else cfg["CB"]
-    fuse = P * cb_width <= _TUNE["fuse_combine_max"]
-    # the fused finish's tickets: zeroed per call (a memset), not kept between calls, so that no state
-    # outlives the call (streams, CUDA-graph pools, cudagraph trees' pool checkpoints)
-    cnt = torch.zeros((ncb,), device=x.device, dtype=torch.int32) if fuse else part
-    if v.kind == "rows":
-        nw = _TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4
-    else:
-        nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
-    fused = {}
-    if fuse:
-        # the finish's [BP, CB] fp64 tiles: ~4 elements of each a thread
-        bp = max(1, min(next_pow2(P), (128 * nw) // cb_width))
-        fused = dict(FUSE=True, BP=bp, **fin.flags)
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
-    tail = (cnt,) + fin.args
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
-            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"], *tail,
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **fused, **pdl_trigger(pdl),
-            num_warps=nw,
+            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
+            num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
+        nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
-            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], *tail,
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **fused, **pdl_trigger(pdl),
+            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
             num_warps=nw,
         )
-    if fuse:
-        return
-    BP, BCC, nprog = _combine_cfg(v.C, P, bwd)
-    launch(_bn_combine_kernel, (nprog,),
-        part, x, *fin.args[:10], v.C, P, *fin.args[10:],
-        BP=BP, BCC=BCC, BWD=bwd, ACC=acc_tl, **fin.flags, num_warps=4, **pdl_follow(pdl),
-    )
+    return part, P
 
 
 def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=False):
@@ -1127,8 +993,7 @@ def supports(x) -> bool:
 
 
 def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
-    """Training forward: 3 HBM passes (split reduction over x with the combine fused in or as a tiny
-    kernel after it, elementwise x -> y).
+    """Training forward: 3 HBM passes (split reduction over x, tiny combine, elementwise x -> y).
 
     Returns ``(y, save_mean, save_invstd)``; y in x's dtype and memory format, stats (C,) fp32
     (fp64 for fp64 x). ``running_mean``/``running_var`` (both or neither) are updated in place:
@@ -1140,15 +1005,24 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     C = v.C
     dev = x.device
     pdl = pdl_on(x, _TUNE["pdl"])
+    part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl)
     mean = torch.empty((C,), device=dev, dtype=acc_t)
     invstd = torch.empty((C,), device=dev, dtype=acc_t)
     coef = torch.empty((4, C), device=dev, dtype=acc_t)
     has_rs = running_mean is not None and running_var is not None
-    fin = _Finish(False, mean, coef=coef, mean=mean, invstd=invstd, w=weight, b=bias,
-                  rm=running_mean if has_rs else None, rv=running_var if has_rs else None,
-                  shift_stride=1 if v.kind == "rows" else v.S, n=v.M, eps=eps,
-                  momentum=momentum if momentum is not None else 0.0, f64=acc_t == torch.float64)
-    _reduce_and_combine(v, None, None, acc_tl, acc_t, fin, pdl)
+    n0, n1 = _split_count(v.M)
+    e = _split3(eps)
+    m = _split3(momentum if momentum is not None else 0.0)
+    BP, BCC, nprog = _combine_cfg(C, P)
+    shift_stride = 1 if v.kind == "rows" else v.S
+    launch(_bn_combine_fwd_kernel, (nprog,),
+        part, v.x, shift_stride, coef, mean, invstd,
+        weight if weight is not None else mean, bias if bias is not None else mean,
+        running_mean if has_rs else mean, running_var if has_rs else mean,
+        C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
+        BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
+        F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
+    )
     y = v.empty()
     _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
     return y, mean, invstd
@@ -1194,11 +1068,19 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     coef = None
     pdl = pdl_on(x, _TUNE["pdl"])
     if need_red:
+        part, P = _reduce(v, g, mean, True, acc_tl, acc_t, pdl)
         coef_needed = need_dx and train
         coef = torch.empty((4, C), device=dev, dtype=acc_t) if coef_needed else None
-        fin = _Finish(True, invstd, coef=coef, mean=mean, invstd=invstd, w=weight, gw=gw, gb=gb, n=v.M,
-                      need=(coef_needed, need_gw, need_gb))
-        _reduce_and_combine(v, g, mean, acc_tl, acc_t, fin, pdl)
+        n0, n1 = _split_count(v.M)
+        BP, BCC, nprog = _combine_cfg(C, P, bwd=True)
+        launch(_bn_combine_bwd_kernel, (nprog,),
+            part, mean, invstd, weight if weight is not None else invstd,
+            coef if coef is not None else part,
+            gw if gw is not None else part, gb if gb is not None else part,
+            C, P, n0, n1,
+            BP=BP, BCC=BCC, HAS_W=weight is not None, NEED_DX=coef_needed,
+            NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
+        )
     if need_dx:
         dx = v.empty()
         if train:
