@@ -18,6 +18,7 @@
 # PART=7: host cost per call (baseline for the host-path work), conformance on CUDA, the whole `pytest -m cuda`.
 # PART=8: the whole `pytest -m cuda` (raw C-launcher calls, the fused combine), host cost per call in three
 #         launch modes, batch norm's fused combine against the combine kernel (nofuse) and a wider limit.
+# PART=10: which launch path the kernels take (probe_raw.py), the whole `pytest -m cuda`, conformance on CUDA.
 # PART=9: the suite bench of batch norm (every dtype), resnet50 steps, the layer-norm sweeps of PART=6.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -86,6 +87,15 @@ elif [ "$PART" = 8 ]; then
     timeout 190 python3 benchmarks/bn_kernels.py --out "$W" --budget 170 --only-variants nofuse,fuse64k \
         --shapes 256x2048x7x7,256x1024x14x14,256x512x28x28,256x128x28x28,256x256x14x14,256x512x7x7,65536x1024,256x64x56x56 \
         --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -40 "$W/bn_kernels.log" | cut -c1-200
+elif [ "$PART" = 10 ]; then
+    stamp "launch path probe"
+    timeout 60 python3 benchmarks/probe_raw.py 2>&1 | tee "$W/probe_raw.log"
+    stamp "pytest -m cuda"
+    timeout 280 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "conformance"
+    timeout 170 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
