@@ -19,6 +19,8 @@
 # PART=8: the whole `pytest -m cuda` (raw C-launcher calls, the fused combine), host cost per call in three
 #         launch modes, batch norm's fused combine against the combine kernel (nofuse) and a wider limit.
 # PART=10: which launch path the kernels take (probe_raw.py), the whole `pytest -m cuda`, conformance on CUDA.
+# PART=11: the probe, host cost per call in three launch modes (the raw call now taken: Triton 3.6's launch
+#          hooks are an empty HookChain, never None), resnet50 steps, the whole `pytest -m cuda`.
 # PART=9: the suite bench of batch norm (every dtype), resnet50 steps, the layer-norm sweeps of PART=6.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -96,6 +98,18 @@ elif [ "$PART" = 10 ]; then
     stamp "conformance"
     timeout 170 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
+elif [ "$PART" = 11 ]; then
+    stamp "launch path probe"
+    timeout 60 python3 benchmarks/probe_raw.py 2>&1 | tee "$W/probe_raw.log"
+    stamp "host cost per call: triton / direct / raw launch"
+    timeout 110 python3 benchmarks/host_overhead.py --out "$W" --calls 100 --rounds 2 > "$W/host_overhead.log" 2>&1
+    echo "host rc=$?"; grep -v -i warn "$W/host_overhead.log" | cut -c1-150 | head -40
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    stamp "pytest -m cuda"
+    timeout 250 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src

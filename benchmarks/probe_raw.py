@@ -24,6 +24,9 @@ def main():
         L.ln_forward(h, None, None, 1e-5)
     torch.cuda.synchronize()
     print("raw_summary", _launch.raw_summary(), flush=True)
+    rt = triton.knobs.runtime
+    print("launch hooks", type(rt.launch_enter_hook).__name__, "none installed:",
+          _launch._no_hook(rt.launch_enter_hook) and _launch._no_hook(rt.launch_exit_hook), flush=True)
     for key, (compiled, _tail, raw) in list(_launch._cache.items())[:4]:
         run = compiled.run
         attrs = {a: getattr(run, a, "MISSING") for a in ("global_scratch_size", "profile_scratch_size",

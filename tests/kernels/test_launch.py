@@ -147,21 +147,29 @@ class CudaLauncher:
         self.log.append(("wrapper", (g0, g1, g2), args))
 
 
-@pytest.mark.parametrize("scratch", [0, 64])
-def test_raw_launcher_takes_pointers_and_every_parameter(direct, monkeypatch, scratch):
+class HookChain:
+    """Triton 3.6's launch hooks: a chain, never None; empty means no hook."""
+
+    def __init__(self, calls=()):
+        self.calls = list(calls)
+
+
+@pytest.mark.parametrize("scratch,hook", [(0, None), (0, HookChain()), (64, None), (0, HookChain([print]))])
+def test_raw_launcher_takes_pointers_and_every_parameter(direct, monkeypatch, scratch, hook):
     """On Triton 3.6 a hit calls the C launcher with Triton's leading arguments (grid, stream, function,
     cooperative, pdl, no scratch, packed metadata, no launch metadata, no hooks), then each tensor's data
-    pointer and every other parameter in order; a kernel that needs scratch memory keeps the wrapper."""
+    pointer and every other parameter in order; a kernel that needs scratch memory, or a launch hook
+    installed, keeps the wrapper."""
     from types import SimpleNamespace as NS
 
     monkeypatch.setattr(_launch, "_RAW_TRITON", True)
-    monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=None, launch_exit_hook=None))
+    monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=hook, launch_exit_hook=HookChain()))
     k = _FakeKernel()
     k.compiled.run = CudaLauncher(k.log, scratch)
     _launch.launch(k, (3,), _t(), _t(), 100, 0.5, BLOCK=64)
     x, y = _t(), _t()
     _launch.launch(k, (5, 2), x, y, 132, 0.25, BLOCK=64)
-    if scratch:
+    if scratch or (hook is not None and hook.calls):
         assert k.log[-1][0] == "wrapper" and k.log[-1][2][0] is x
         return
     kind, args = k.log[-1]

@@ -220,6 +220,11 @@ def _triton_minor() -> tuple:
 
 
 _RAW_TRITON = _triton_minor() == (3, 6)
+
+
+def _no_hook(hook) -> bool:
+    """No launch hook installed: None, or (Triton 3.6) an empty ``HookChain`` (never None there)."""
+    return hook is None or not getattr(hook, "calls", True)
 _runtime_knobs = None  # triton.knobs.runtime, imported on the first direct launch
 
 
@@ -235,7 +240,7 @@ def _run_compiled(compiled, raw, grid, device, args, launch_args, tail):
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
-    if raw is not None and enter is None and exit_ is None:
+    if raw is not None and _no_hook(enter) and _no_hook(exit_):
         fn, function, coop, pdl, packed = raw
         fn(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *launch_args, *tail)
         return
