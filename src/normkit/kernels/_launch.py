@@ -125,14 +125,15 @@ def _key_args(kernel, args) -> tuple:
 
 
 def _signature(kernel) -> tuple:
-    """(parameters, positions of the constexpr ones) of a kernel, computed once: constexprs are keyed by
-    value (each value is its own binary), and the launcher takes every parameter in this order."""
-    sig = _signatures.get(kernel)
+    """(parameters, positions of the constexpr ones, the kernel) of a kernel, computed once and held by its
+    id: constexprs are keyed by value (each value is its own binary), and the launcher takes every
+    parameter in this order."""
+    sig = _signatures.get(id(kernel))
     if sig is None:
         params = tuple(inspect.signature(kernel.fn).parameters.values())
         consts = frozenset(i for i, p in enumerate(params) if "constexpr" in str(p.annotation))
         consts |= frozenset(getattr(kernel, "constexprs", ()))  # Triton's own list, where it has one
-        sig = _signatures[kernel] = (params, consts)
+        sig = _signatures[id(kernel)] = (params, consts, kernel)  # (the kernel keeps its id unique)
     return sig
 
 
@@ -159,7 +160,9 @@ def launch(kernel, grid, *args, **kwargs):
         return
     device = torch._C._cuda_getDevice()
     arg_key, launch_args = _key_args(kernel, args)
-    key = (kernel, device, arg_key, tuple(kwargs.items()))
+    # id(kernel): a JITFunction's hash is computed in Python from its source key (~1 µs a launch, twice);
+    # _signatures holds every kernel seen, so an id is never reused for another one
+    key = (id(kernel), device, arg_key, tuple(kwargs.items()))
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)
