@@ -199,15 +199,42 @@ def worker_thread_diagnosis(calls):
         custom._bn_backward_impl = inner
 
 
+def plot(res, path):
+    """Horizontal bars: µs per call of every normkit path in each launch mode, eager's beside them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(f"{section}: {name}", r["wall_us"]) for section, paths in res["us_per_call"].items()
+            for name, r in paths.items()]
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.5))
+    h = 0.8 / len(MODES)
+    for j, mode in enumerate(MODES):
+        ax.barh([i + j * h for i in range(len(rows))], [w[mode] for _, w in rows], height=h, label=mode)
+    ax.set_yticks([i + h for i in range(len(rows))], [n for n, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("host µs per call (tiny tensors; eager rows: launch mode irrelevant, shows the host's noise)")
+    ax.set_title(f"{res['device']}, torch {res['torch']}, triton {res['triton']}: host cost per call")
+    ax.legend(title="normkit launch")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--replot", default=None, help="only redraw host_overhead.png from this host_overhead.json")
     ap.add_argument("--diagnose-worker-thread", action="store_true",
                     help="only the autograd worker-thread diagnosis (batch norm, contiguous)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f), os.path.join(args.out, "host_overhead.png"))
+        return
     if args.diagnose_worker_thread:
         res = worker_thread_diagnosis(args.calls)
         with open(os.path.join(args.out, "host_worker_thread.json"), "w") as f:
@@ -239,6 +266,7 @@ def main():
         f.write(s.getvalue())
     with open(os.path.join(args.out, "host_overhead.json"), "w") as f:
         json.dump(res, f, indent=1)
+    plot(res, os.path.join(args.out, "host_overhead.png"))
 
 
 if __name__ == "__main__":
