@@ -1,8 +1,9 @@
 """Host (CPU) cost per call of normkit's batch/layer norm against eager PyTorch, on tiny CUDA tensors
 where the GPU work is negligible, so the wall time per call is the Python + launch cost. Every path is
-measured in three launch modes (``MODES``): Triton's ``kernel[grid](...)``, normkit's direct launch through
-Triton's Python launcher wrapper, and the direct launch calling Triton's C launcher itself (the default on
-Triton 3.6; ``normkit.kernels._launch``), alternating within each round.
+measured in four launch modes (``MODES``): Triton's ``kernel[grid](...)``, normkit's direct launch through
+Triton's Python launcher wrapper, the direct launch calling Triton's C launcher itself (the default on
+Triton 3.6; ``normkit.kernels._launch``), and the batch-norm launchers replayed from recorded plans
+(``normkit.kernels._plan``, off by default), alternating within each round.
 
     PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
 
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
-from normkit.kernels import _launch
+from normkit.kernels import _launch, _plan
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import layer_norm as KL
 
@@ -131,7 +132,9 @@ def ln_paths():
 
 # launch modes: Triton's kernel[grid]; normkit's direct launch through Triton's Python launcher wrapper;
 # the direct launch calling the C launcher itself (the default on Triton 3.6)
-MODES = {"triton": (False, False), "direct": (True, False), "raw": (True, True)}
+# and (prepared in session 9, off by default) the launchers' calls replayed from recorded plans
+MODES = {"triton": (False, False, False), "direct": (True, False, False), "raw": (True, True, False),
+         "plan": (True, True, True)}
 
 
 def measure(paths, calls, rounds):
@@ -146,12 +149,14 @@ def measure(paths, calls, rounds):
         try:
             walls = {m: [] for m in MODES}
             for _ in range(rounds):
-                for mode, (direct, raw) in MODES.items():
+                for mode, (direct, raw, plans) in MODES.items():
                     _launch.set_direct(direct, raw)
+                    _plan.set_plans(plans)
                     walls[mode].append(per_call_us(fn, calls, repeats=3))
             gpu = gpu_us(fn)
         finally:
             _launch.set_direct(True)
+            _plan.set_plans(False)
             if enable:
                 normkit.disable()
         out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}
@@ -208,9 +213,10 @@ def plot(res, path):
 
     rows = [(f"{section}: {name}", r["wall_us"]) for section, paths in res["us_per_call"].items()
             for name, r in paths.items()]
+    modes = [m for m in MODES if m in rows[0][1]]  # (older JSONs hold fewer modes)
     fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.5))
-    h = 0.8 / len(MODES)
-    for j, mode in enumerate(MODES):
+    h = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
         ax.barh([i + j * h for i in range(len(rows))], [w[mode] for _, w in rows], height=h, label=mode)
     ax.set_yticks([i + h for i in range(len(rows))], [n for n, _ in rows], fontsize=7)
     ax.invert_yaxis()

@@ -21,6 +21,9 @@
 # PART=10: which launch path the kernels take (probe_raw.py), the whole `pytest -m cuda`, conformance on CUDA.
 # PART=11: the probe, host cost per call in three launch modes (the raw call now taken: Triton 3.6's launch
 #          hooks are an empty HookChain, never None), resnet50 steps, the whole `pytest -m cuda`.
+# For the next session:
+# PART=12: the CUDA tests of launch plans, host cost per call in four modes (plan: NORMKIT_LAUNCH_PLANS,
+#          prepared in session 9), resnet50 steps without and with plans.
 # PART=9: the suite bench of batch norm (every dtype), resnet50 steps, the layer-norm sweeps of PART=6.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -110,6 +113,19 @@ elif [ "$PART" = 11 ]; then
     stamp "pytest -m cuda"
     timeout 250 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+elif [ "$PART" = 12 ]; then
+    stamp "pytest -m cuda -k plan (launch plans: same bits as the launchers)"
+    timeout 120 python3 -m pytest -q -m cuda -k "plan or direct_launch" tests > "$W/pytest_plan.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_plan.log"; grep -E "^FAILED|^E  " "$W/pytest_plan.log" | head -20
+    stamp "host cost per call: triton / direct / raw / plan"
+    timeout 140 python3 benchmarks/host_overhead.py --out "$W" --calls 100 --rounds 2 > "$W/host_overhead.log" 2>&1
+    echo "host rc=$?"; grep -v -i warn "$W/host_overhead.log" | cut -c1-160 | head -40
+    for plans in 0 1; do
+        stamp "resnet50 training steps, NORMKIT_LAUNCH_PLANS=$plans"
+        NORMKIT_LAUNCH_PLANS=$plans timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models$plans/bench.json" \
+            --out "$W/models$plans" --no-progress > "$W/models$plans.log" 2>&1; echo "models rc=$?"
+        grep -iE "resnet" "$W/models$plans/summary.md" | head -20
+    done
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src

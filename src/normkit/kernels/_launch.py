@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import torch
 
@@ -92,6 +93,9 @@ def set_direct(on: bool, raw: bool = True) -> None:
     _direct = bool(on)
     _raw = bool(raw)
     _cache.clear()
+    from normkit.kernels import _plan  # (plans hold raw launchers taken from this cache)
+
+    _plan.clear()
 
 
 def _key_args(kernel, args) -> tuple:
@@ -155,7 +159,10 @@ def launch(kernel, grid, *args, **kwargs):
     """``kernel[grid](*args, **kwargs)``, through the cached compiled kernel on CUDA (module doc).
     The first positional argument must be a tensor on the launch device."""
     global _direct
+    rec = _recording.rec
     if not (_direct and args[0].is_cuda):
+        if rec is not None:
+            rec.replayable = False
         kernel[grid](*args, **kwargs)
         return
     device = torch._C._cuda_getDevice()
@@ -163,6 +170,8 @@ def launch(kernel, grid, *args, **kwargs):
     # id(kernel): a JITFunction's hash is computed in Python from its source key (~1 µs a launch, twice);
     # _signatures holds every kernel seen, so an id is never reused for another one
     key = (id(kernel), device, arg_key, tuple(kwargs.items()))
+    if rec is not None:
+        rec.launches.append((key, args, grid))
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)
@@ -177,7 +186,34 @@ def launch(kernel, grid, *args, **kwargs):
         # Triton's path for good
         _direct = False
         _cache.clear()
+        if rec is not None:
+            rec.replayable = False
         kernel[grid](*args, **kwargs)
+
+
+class _Recording(threading.local):
+    rec = None  # the launcher call being recorded on this thread (normkit.kernels._plan), else None
+
+
+_recording = _Recording()
+
+
+class Recorder:
+    """What one launcher call did: its launches (cache key, positional args, grid) and the tensors it
+    allocated through ``alloc``; ``replayable`` turns False when a launch took Triton's own path."""
+
+    __slots__ = ("launches", "allocs", "replayable")
+
+    def __init__(self):
+        self.launches, self.allocs, self.replayable = [], [], True
+
+
+def alloc(t):
+    """A launcher's new tensor (an output or scratch), noted when the call is being recorded."""
+    rec = _recording.rec
+    if rec is not None:
+        rec.allocs.append(t)
+    return t
 
 
 def _raw_launcher(compiled):
@@ -231,13 +267,23 @@ def _no_hook(hook) -> bool:
 _runtime_knobs = None  # triton.knobs.runtime, imported on the first direct launch
 
 
-def _run_compiled(compiled, raw, grid, device, args, launch_args, tail):
+def _knobs():
+    """triton.knobs.runtime (the launch hooks), imported once."""
     global _runtime_knobs
     if _runtime_knobs is None:
         from triton import knobs
 
         _runtime_knobs = knobs.runtime
-    rt = _runtime_knobs
+    return _runtime_knobs
+
+
+def hooks_installed() -> bool:
+    rt = _knobs()
+    return not (_no_hook(rt.launch_enter_hook) and _no_hook(rt.launch_exit_hook))
+
+
+def _run_compiled(compiled, raw, grid, device, args, launch_args, tail):
+    rt = _knobs()
     stream = torch._C._cuda_getCurrentRawStream(device)
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1

@@ -62,7 +62,8 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels import _plan
+from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
@@ -756,7 +757,7 @@ class _View:
 
     def empty(self, dtype=None):
         # x is dense here, so preserve_format keeps its strides exactly
-        return torch.empty_like(self.x, dtype=dtype)
+        return alloc(torch.empty_like(self.x, dtype=dtype))
 
 
 def _tile(esize, key):
@@ -928,7 +929,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     x = v.x
     cfg = _reduce_cfg(v, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    part = torch.empty((2, P, v.C), device=x.device, dtype=acc_t)
+    part = alloc(torch.empty((2, P, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
@@ -992,6 +993,10 @@ def supports(x) -> bool:
     return runs_kernels_on(x)
 
 
+def _dt(t):
+    return None if t is None else t.dtype
+
+
 def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     """Training forward: 3 HBM passes (split reduction over x, tiny combine, elementwise x -> y).
 
@@ -1000,15 +1005,25 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     ``rm = (1-m) rm + m mean``, ``rv = (1-m) rv + m var n/(n-1)`` (n == 1 gives NaN like aten).
     weight/bias may be None. ``momentum`` is used verbatim.
     """
+    if _plan.enabled() and x.is_cuda:
+        key = ("bn_forward_train", x.shape, x.stride(), x.dtype, _dt(weight), _dt(bias), _dt(running_mean),
+               _dt(running_var), momentum, eps, tuple(_TUNE.values()))
+        return _plan.planned(key, (x, weight, bias, running_mean, running_var),
+                             lambda: _forward_train(x, weight, bias, running_mean, running_var, momentum, eps))
+    return _forward_train(x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
+    """``bn_forward_train``'s work, without a plan (what a plan records)."""
     v = _View(x)
     acc_tl, acc_t = _acc(x)
     C = v.C
     dev = x.device
     pdl = pdl_on(x, _TUNE["pdl"])
     part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl)
-    mean = torch.empty((C,), device=dev, dtype=acc_t)
-    invstd = torch.empty((C,), device=dev, dtype=acc_t)
-    coef = torch.empty((4, C), device=dev, dtype=acc_t)
+    mean = alloc(torch.empty((C,), device=dev, dtype=acc_t))
+    invstd = alloc(torch.empty((C,), device=dev, dtype=acc_t))
+    coef = alloc(torch.empty((4, C), device=dev, dtype=acc_t))
     has_rs = running_mean is not None and running_var is not None
     n0, n1 = _split_count(v.M)
     e = _split3(eps)
@@ -1032,6 +1047,16 @@ def bn_forward_eval(x, weight, bias, running_mean, running_var, eps):
     """Eval forward: 2 HBM passes, one elementwise kernel ``y = (x - rm) * (w / sqrt(rv + eps)) + b``
     (per-channel terms computed in every program, fp32; fp64 for fp64 x). y keeps x's format;
     NCHW and NHWC give the same bits."""
+    if _plan.enabled() and x.is_cuda:
+        key = ("bn_forward_eval", x.shape, x.stride(), x.dtype, _dt(weight), _dt(bias), _dt(running_mean),
+               _dt(running_var), eps, tuple(_TUNE.values()))
+        return _plan.planned(key, (x, weight, bias, running_mean, running_var),
+                             lambda: (_forward_eval(x, weight, bias, running_mean, running_var, eps),))[0]
+    return _forward_eval(x, weight, bias, running_mean, running_var, eps)
+
+
+def _forward_eval(x, weight, bias, running_mean, running_var, eps):
+    """``bn_forward_eval``'s work, without a plan (what a plan records)."""
     v = _View(x)
     acc_tl, _ = _acc(x)
     y = v.empty()
@@ -1052,6 +1077,17 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     grad_input keeps x's memory format and dtype; grad_weight/grad_bias take weight's dtype
     (the stats dtype, fp32 or fp64, when weight is None).
     """
+    mask = tuple(bool(m) for m in output_mask)
+    if _plan.enabled() and x.is_cuda:
+        key = ("bn_backward", x.shape, x.stride(), x.dtype, grad_out.shape, grad_out.stride(), grad_out.dtype,
+               _dt(weight), _dt(mean), _dt(invstd), bool(train), mask, tuple(_TUNE.values()))
+        return _plan.planned(key, (grad_out, x, weight, mean, invstd),
+                             lambda: _backward(grad_out, x, weight, mean, invstd, train, mask))
+    return _backward(grad_out, x, weight, mean, invstd, train, mask)
+
+
+def _backward(grad_out, x, weight, mean, invstd, train, output_mask):
+    """``bn_backward``'s work, without a plan (what a plan records)."""
     need_dx, need_gw, need_gb = (bool(b) for b in output_mask)
     if not (need_dx or need_gw or need_gb):
         return None, None, None
@@ -1061,8 +1097,8 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     C = v.C
     dev = x.device
     pdt = weight.dtype if weight is not None else acc_t
-    gw = torch.empty((C,), device=dev, dtype=pdt) if need_gw else None
-    gb = torch.empty((C,), device=dev, dtype=pdt) if need_gb else None
+    gw = alloc(torch.empty((C,), device=dev, dtype=pdt)) if need_gw else None
+    gb = alloc(torch.empty((C,), device=dev, dtype=pdt)) if need_gb else None
     dx = None
     need_red = need_gw or need_gb or (need_dx and train)
     coef = None
@@ -1070,7 +1106,7 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     if need_red:
         part, P = _reduce(v, g, mean, True, acc_tl, acc_t, pdl)
         coef_needed = need_dx and train
-        coef = torch.empty((4, C), device=dev, dtype=acc_t) if coef_needed else None
+        coef = alloc(torch.empty((4, C), device=dev, dtype=acc_t)) if coef_needed else None
         n0, n1 = _split_count(v.M)
         BP, BCC, nprog = _combine_cfg(C, P, bwd=True)
         launch(_bn_combine_bwd_kernel, (nprog,),

@@ -1,0 +1,173 @@
+"""normkit.kernels._plan: a launcher call recorded once, replayed with new pointers.
+
+Without a GPU the replay is exercised with fake compiled kernels whose C launcher records its arguments
+(as in test_launch.py) and CPU tensors that say they are on CUDA; the CUDA test compares plans with the
+launchers on the H200, bit for bit.
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from normkit.kernels import _launch, _plan
+
+
+class _CudaLike(torch.Tensor):
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _t(n=8, offset=0, dtype=torch.float32):
+    return torch.randn(n + offset, dtype=dtype)[offset:].as_subclass(_CudaLike)
+
+
+class CudaLauncher:
+    def __init__(self, log):
+        self.log = log
+        self.global_scratch_size = self.profile_scratch_size = 0
+        self.launch_cooperative_grid, self.launch_pdl = False, False
+
+    def launch(self, *args):
+        self.log.append(args)
+
+
+class _Kernel:
+    """A JITFunction stand-in: ``kernel[grid](...)`` (Triton's path) returns a compiled kernel whose
+    launcher is a CudaLauncher."""
+
+    def __init__(self, log):
+        def fn(x, y, out, n, scale, BLOCK: "tl.constexpr"):
+            pass
+
+        self.fn = fn
+        self.compiled = NS(function="fn", packed_metadata="meta", run=CudaLauncher(log))
+        self.triton_calls = 0
+
+    def __getitem__(self, grid):
+        def go(*args, **kwargs):
+            self.triton_calls += 1
+            return self.compiled
+
+        return go
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 1234, raising=False)
+    monkeypatch.setattr(_launch, "_RAW_TRITON", True)
+    monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=None, launch_exit_hook=None))
+    _launch.set_direct(True)
+    _plan.set_plans(True)
+    log = []
+    yield NS(log=log, kernel=_Kernel(log))
+    _plan.set_plans(False)
+    _launch.set_direct(True)
+
+
+def _launcher(kernel, copy=False):
+    """Two launches: out = f(x, y) into a new tensor, then a scratch tensor; returns (out, x)."""
+    calls = []
+
+    def run(x, y):
+        calls.append(1)
+        xx = (x * 1).as_subclass(_CudaLike) if copy else x  # a copy the launcher does not note
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        scratch = _launch.alloc(torch.empty(3, dtype=torch.int32).as_subclass(_CudaLike))
+        _launch.launch(kernel, (2,), xx, y, out, 24, 0.5, BLOCK=32)
+        _launch.launch(kernel, (1, 3), out, out, scratch, 3, 2.0, BLOCK=16)
+        return out, x
+
+    return run, calls
+
+
+def test_replay_passes_new_pointers_and_allocates_the_outputs(fake):
+    run, calls = _launcher(fake.kernel)
+    x, y = _t(), _t()
+    _plan.planned("k", (x, y), lambda: run(x, y))  # records (its launches: Triton's path, then cached)
+    assert len(calls) == 1
+    x2, y2 = _t(), _t()
+    out, xr = _plan.planned("k", (x2, y2), lambda: run(x2, y2))
+    assert len(calls) == 1, "replayed, not run"
+    assert xr is x2 and out.shape == (6, 4) and out.dtype == torch.float32
+    first, second = fake.log[-2:]
+    head = (1234, "fn", False, False, None, None, "meta", None, None, None)
+    assert first[:3] == (2, 1, 1) and first[3:13] == head
+    assert first[13:] == (x2.data_ptr(), y2.data_ptr(), out.data_ptr(), 24, 0.5, 32)
+    assert second[:3] == (1, 3, 1) and second[13:16] == (out.data_ptr(), out.data_ptr(), second[15])
+    assert second[16:] == (3, 2.0, 16) and second[15] not in (out.data_ptr(), x2.data_ptr())
+
+
+def test_no_plan_when_the_launcher_copies(fake):
+    run, calls = _launcher(fake.kernel, copy=True)
+    for _ in range(3):
+        x, y = _t(), _t()
+        _plan.planned("c", (x, y), lambda: run(x, y))
+    assert len(calls) == 3 and _plan._plans["c"] is None
+
+
+@pytest.mark.parametrize("why", ["misaligned", "hook", "device"])
+def test_replay_falls_back(fake, monkeypatch, why):
+    run, calls = _launcher(fake.kernel)
+    x, y = _t(), _t()
+    _plan.planned("f", (x, y), lambda: run(x, y))
+    x2, y2 = _t(), _t()
+    if why == "misaligned":
+        x2 = _t(offset=1)  # another specialization of the first kernel
+    elif why == "hook":
+        monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=print, launch_exit_hook=None))
+    else:
+        monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 1, raising=False)
+    _plan.planned("f", (x2, y2), lambda: run(x2, y2))
+    assert len(calls) == 2
+
+
+def test_plans_off_or_direct_launch_off(fake):
+    run, calls = _launcher(fake.kernel)
+    _launch.set_direct(False)  # Triton's own path: the recording is not replayable
+    for _ in range(2):
+        x, y = _t(), _t()
+        _plan.planned("d", (x, y), lambda: run(x, y))
+    assert len(calls) == 2 and _plan._plans["d"] is None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contig", "cl", "strided"])
+def test_cuda_plans_same_bits_as_the_launchers(layout):
+    """Batch norm's training forward, backward (several output masks) and eval forward through plans
+    give the bits of the launchers, on inputs at new addresses (misaligned too) and with the running
+    statistics updated in place."""
+    from normkit.kernels import batch_norm as B
+
+    def inputs(offset):
+        base = torch.randn(16 * 32 * 7 * 7 + offset, device="cuda", dtype=torch.bfloat16)
+        x = base[offset:].view(16, 32, 7, 7) + 2
+        if layout == "cl":
+            x = x.contiguous(memory_format=torch.channels_last)
+        elif layout == "strided":
+            x = x[:, :, :, ::2]
+        return x, torch.randn_like(x)
+
+    w, b = torch.rand(32, device="cuda") + 0.5, torch.randn(32, device="cuda")
+
+    def run(x, g):
+        rm, rv = torch.zeros(32, device="cuda"), torch.ones(32, device="cuda")
+        y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        outs = [y, m, s, rm, rv, B.bn_forward_eval(x, w, b, rm, rv, 1e-5)]
+        for mask in ((True, True, True), (False, True, True), (True, False, False)):
+            outs += [t for t in B.bn_backward(g, x, w, m, s, True, mask) if t is not None]
+        return outs
+
+    try:
+        for offset in (0, 0, 1, 0, 1):
+            x, g = inputs(offset)
+            _plan.set_plans(False)
+            ref = run(x, g)
+            _plan.set_plans(True)
+            for _ in range(2):  # records, then replays
+                got = run(x, g)
+                assert all(torch.equal(a, c) for a, c in zip(ref, got))
+    finally:
+        _plan.set_plans(False)
