@@ -124,6 +124,17 @@ def test_replay_falls_back(fake, monkeypatch, why):
     assert len(calls) == 2
 
 
+def test_plans_capped(fake, monkeypatch):
+    """Keys hold scalars (a momentum of 1/num_batches_tracked changes every step): past MAX_PLANS new
+    keys run the launcher without recording, so memory stays bounded."""
+    monkeypatch.setattr(_plan, "MAX_PLANS", 2)
+    run, calls = _launcher(fake.kernel)
+    for k in range(4):
+        x, y = _t(), _t()
+        _plan.planned(("m", k), (x, y), lambda: run(x, y))
+    assert len(_plan._plans) == 2 and len(calls) == 4
+
+
 def test_plans_off_or_direct_launch_off(fake):
     run, calls = _launcher(fake.kernel)
     _launch.set_direct(False)  # Triton's own path: the recording is not replayable

@@ -31,6 +31,9 @@ from normkit.kernels import _launch
 
 _MISSING = object()
 _plans: dict = {}
+# keys hold scalars: a momentum of 1/num_batches_tracked (momentum=None modules) is a new key every step,
+# so the number of plans is capped (calls past it run the launcher)
+MAX_PLANS = 1024
 _on = os.environ.get("NORMKIT_LAUNCH_PLANS", "0") == "1"
 
 
@@ -53,6 +56,8 @@ def planned(key, inputs: tuple, run):
     ``key``; the first call with a key records it."""
     plan = _plans.get(key, _MISSING)
     if plan is _MISSING:
+        if len(_plans) >= MAX_PLANS:
+            return run()
         rec = _launch.Recorder()
         _launch._recording.rec = rec
         try:
