@@ -182,3 +182,37 @@ def test_cuda_plans_same_bits_as_the_launchers(layout):
                 assert all(torch.equal(a, c) for a, c in zip(ref, got))
     finally:
         _plan.set_plans(False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", [768, 5120])
+def test_cuda_plans_layer_and_rms_norm_same_bits(n):
+    """Layer and RMS norm's launchers through plans give the launchers' bits, on inputs at new
+    addresses (misaligned too), every output mask."""
+    from normkit.kernels import layer_norm as L
+
+    w = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+    def run(x, dy):
+        y, m, r = L.ln_forward(x, w, b, 1e-5)
+        ry, rr = L.rms_forward(x, w, 1e-6)
+        outs = [y, m, r, ry, rr]
+        for mask in ((True, True, True), (True, False, False), (False, True, True)):
+            outs += [t for t in L.ln_backward(dy, x, m, r, w, mask) if t is not None]
+            outs += [t for t in L.rms_backward(dy, x, rr, w, mask[:2]) if t is not None]
+        return outs
+
+    try:
+        for offset in (0, 0, 1, 0):
+            base = torch.randn(64 * n + offset, device="cuda", dtype=torch.bfloat16)
+            x = base[offset:].view(64, n)
+            dy = torch.randn_like(x)
+            _plan.set_plans(False)
+            ref = run(x, dy)
+            _plan.set_plans(True)
+            for _ in range(2):
+                got = run(x, dy)
+                assert all(torch.equal(a, c) for a, c in zip(ref, got))
+    finally:
+        _plan.set_plans(False)

@@ -17,7 +17,9 @@ differs from the recorded call's (another specialization), the current device is
 launch hook is installed. The caller's key must hold everything else the launcher's decisions depend
 on. A signature that gives no plan is remembered, so its calls run the launcher without recording.
 
-Off unless ``NORMKIT_LAUNCH_PLANS=1`` or ``set_plans(True)``: prepared in session 9, measured on the
+Used by the batch-norm launchers (``bn_forward_train``, ``bn_forward_eval``, ``bn_backward``) and the
+layer / RMS norm ones (``ln_forward``, ``rms_forward``, ``ln_backward``, ``rms_backward``). Off unless
+``NORMKIT_LAUNCH_PLANS=1`` or ``set_plans(True)``: prepared in session 9, measured on the
 GPU only in the next one (``benchmarks/host_overhead.py`` mode "plan").
 """
 

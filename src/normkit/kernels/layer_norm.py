@@ -76,7 +76,8 @@ import triton
 import triton.language as tl
 
 from normkit.kernels import cdiv, interpreting, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels import _plan
+from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
 __all__ = [
     "ln_forward",
@@ -1048,8 +1049,9 @@ def _num_sms(t: torch.Tensor) -> int:
 
 
 def _alloc(shape, dtype, device):
-    """Every output and scratch buffer comes from here (tests swap in a NaN-filling version)."""
-    return torch.empty(shape, dtype=dtype, device=device)
+    """Every output and scratch buffer comes from here (tests swap in a NaN-filling version); noted for
+    a launch plan being recorded (the zeroed ones are not: a call that needs them gets no plan)."""
+    return alloc(torch.empty(shape, dtype=dtype, device=device))
 
 
 def _acc(dtype):
@@ -1348,20 +1350,39 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
 # public launchers
 
 
+def _dt(t):
+    return None if t is None else t.dtype
+
+
+def _cfg_key():
+    """What of the knobs a launch plan's key holds (tests and sweeps change them)."""
+    return tuple(_CFG.values())
+
+
 def ln_forward(x2d, weight, bias, eps):
     """Layer norm forward over rows: ``(y, mean[M], rstd[M])``; stats fp32 (fp64 for fp64 input).
 
     HBM: read x, write y (2 passes); rows wider than ``_CFG['fwd_max_block']``: the split-row kernel,
     one launch up to ``_CFG['fwd_split_fused_max_block']`` (2 passes), two wider (3 at worst).
     """
-    y, _, mean, rstd = _forward(x2d, None, weight, bias, eps, False)
+    run = lambda: _forward(x2d, None, weight, bias, eps, False)  # noqa: E731
+    if _plan.enabled() and x2d.is_cuda:
+        key = ("ln_forward", x2d.shape, x2d.stride(), x2d.dtype, _dt(weight), _dt(bias), eps, _cfg_key())
+        y, _, mean, rstd = _plan.planned(key, (x2d, weight, bias), run)
+    else:
+        y, _, mean, rstd = run()
     return y, mean, rstd
 
 
 def rms_forward(x2d, weight, eps):
     """RMS norm forward over rows: ``(y, rstd[M])``, ``y = (x * rstd) * w`` in fp32, then cast.
     Passes as ``ln_forward``."""
-    y, _, _, rstd = _forward(x2d, None, weight, None, eps, True)
+    run = lambda: _forward(x2d, None, weight, None, eps, True)  # noqa: E731
+    if _plan.enabled() and x2d.is_cuda:
+        key = ("rms_forward", x2d.shape, x2d.stride(), x2d.dtype, _dt(weight), eps, _cfg_key())
+        y, _, _, rstd = _plan.planned(key, (x2d, weight), run)
+    else:
+        y, _, _, rstd = run()
     return y, rstd
 
 
@@ -1392,10 +1413,13 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
     need_dx, need_dw, need_db = (bool(v) for v in output_mask)
     pdt = weight.dtype if weight is not None else x2d.dtype
     need_dw = need_dw and weight is not None
-    return _backward(
-        dy2d, x2d, mean, rstd, weight, need_dx, need_dw, need_db, False,
-        pdt, bias_dtype if bias_dtype is not None else pdt,
-    )
+    bdt = bias_dtype if bias_dtype is not None else pdt
+    run = lambda: _backward(dy2d, x2d, mean, rstd, weight, need_dx, need_dw, need_db, False, pdt, bdt)  # noqa: E731
+    if _plan.enabled() and x2d.is_cuda:
+        key = ("ln_backward", dy2d.shape, dy2d.stride(), dy2d.dtype, x2d.stride(), x2d.dtype, _dt(mean), _dt(rstd),
+               _dt(weight), need_dx, need_dw, need_db, bdt, _cfg_key())
+        return _plan.planned(key, (dy2d, x2d, mean, rstd, weight), run)
+    return run()
 
 
 def rms_backward(dy2d, x2d, rstd, weight, output_mask):
@@ -1403,5 +1427,11 @@ def rms_backward(dy2d, x2d, rstd, weight, output_mask):
     need_dx, need_dw = (bool(v) for v in output_mask[:2])
     need_dw = need_dw and weight is not None
     pdt = weight.dtype if weight is not None else x2d.dtype
-    dx, dw, _ = _backward(dy2d, x2d, None, rstd, weight, need_dx, need_dw, False, True, pdt, pdt)
+    run = lambda: _backward(dy2d, x2d, None, rstd, weight, need_dx, need_dw, False, True, pdt, pdt)  # noqa: E731
+    if _plan.enabled() and x2d.is_cuda:
+        key = ("rms_backward", dy2d.shape, dy2d.stride(), dy2d.dtype, x2d.stride(), x2d.dtype, _dt(rstd),
+               _dt(weight), need_dx, need_dw, _cfg_key())
+        dx, dw, _ = _plan.planned(key, (dy2d, x2d, rstd, weight), run)
+    else:
+        dx, dw, _ = run()
     return dx, dw
