@@ -89,7 +89,13 @@ def test_replay_passes_new_pointers_and_allocates_the_outputs(fake):
     _plan.planned("k", (x, y), lambda: run(x, y))  # records (its launches: Triton's path, then cached)
     assert len(calls) == 1
     x2, y2 = _t(), _t()
-    out, xr = _plan.planned("k", (x2, y2), lambda: run(x2, y2))
+    made = []
+    real_empty, real_strided = torch.empty, torch.empty_strided
+    with pytest.MonkeyPatch.context() as mp:  # outputs one by one, every scratch buffer in one allocation
+        mp.setattr(torch, "empty", lambda *a, **k: made.append("scratch") or real_empty(*a, **k))
+        mp.setattr(torch, "empty_strided", lambda *a, **k: made.append("output") or real_strided(*a, **k))
+        out, xr = _plan.planned("k", (x2, y2), lambda: run(x2, y2))
+    assert made == ["scratch", "output"]
     assert len(calls) == 1, "replayed, not run"
     assert xr is x2 and out.shape == (6, 4) and out.dtype == torch.float32
     first, second = fake.log[-2:]

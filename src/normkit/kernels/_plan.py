@@ -76,10 +76,15 @@ def planned(key, inputs: tuple, run):
 
 
 class _Plan:
-    __slots__ = ("device", "aligned", "allocs", "steps", "outs")
+    """allocs: per noted allocation, (shape, stride, dtype) of an output tensor, or the byte offset of a
+    scratch buffer inside one uint8 allocation of ``scratch`` bytes (one allocation instead of several:
+    the kernels only see pointers)."""
 
-    def __init__(self, device, aligned, allocs, steps, outs):
-        self.device, self.aligned, self.allocs, self.steps, self.outs = device, aligned, allocs, steps, outs
+    __slots__ = ("device", "aligned", "allocs", "scratch", "steps", "outs")
+
+    def __init__(self, device, aligned, allocs, scratch, steps, outs):
+        self.device, self.aligned, self.allocs, self.scratch = device, aligned, allocs, scratch
+        self.steps, self.outs = steps, outs
 
     def replay(self, inputs):
         """The outputs, or None where the recorded call does not apply (module doc)."""
@@ -95,8 +100,17 @@ class _Plan:
                 return None
             ptrs.append(p)
         dev = next(t for t in inputs if t is not None).device
-        new = [torch.empty_strided(shape, stride, dtype=dtype, device=dev) for shape, stride, dtype in self.allocs]
-        ptrs += [t.data_ptr() for t in new]
+        scratch = torch.empty((self.scratch,), dtype=torch.uint8, device=dev) if self.scratch else None
+        base = scratch.data_ptr() if scratch is not None else 0
+        new = []
+        for a in self.allocs:
+            if type(a) is int:
+                new.append(None)
+                ptrs.append(base + a)
+            else:
+                t = torch.empty_strided(a[0], a[1], dtype=a[2], device=dev)
+                new.append(t)
+                ptrs.append(t.data_ptr())
         stream = torch._C._cuda_getCurrentRawStream(self.device)
         for (fn, function, coop, pdl, packed), (g0, g1, g2), base, fill, tail in self.steps:
             args = base.copy()
@@ -115,10 +129,16 @@ def _build(rec, inputs, outputs):
     for i, t in enumerate(inputs):
         if t is not None:
             slots.setdefault(id(t), i)
+    returned = {id(t) for t in outputs if t is not None}
     allocs = []
+    scratch = 0
     for j, t in enumerate(rec.allocs):
         slots[id(t)] = len(inputs) + j
-        allocs.append((tuple(t.shape), t.stride(), t.dtype))
+        if id(t) in returned:
+            allocs.append((tuple(t.shape), t.stride(), t.dtype))
+        else:  # scratch: a 512-byte aligned piece of one buffer, as the allocator would align it
+            allocs.append(scratch)
+            scratch += -(-t.numel() * t.element_size() // 512) * 512
     aligned = [None] * len(inputs)  # the alignment of each input a kernel received (part of its binary)
     steps = []
     device = None
@@ -147,4 +167,4 @@ def _build(rec, inputs, outputs):
         if t is not None and slot is None:
             return None
         outs.append(slot)
-    return _Plan(device, tuple(aligned), tuple(allocs), tuple(steps), tuple(outs))
+    return _Plan(device, tuple(aligned), tuple(allocs), scratch, tuple(steps), tuple(outs))
