@@ -186,6 +186,9 @@ def launch(kernel, grid, *args, **kwargs):
         # Triton's path for good
         _direct = False
         _cache.clear()
+        from normkit.kernels import _plan  # (plans hold raw launchers of this cache)
+
+        _plan.clear()
         if rec is not None:
             rec.replayable = False
         kernel[grid](*args, **kwargs)
