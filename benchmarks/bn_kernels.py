@@ -102,6 +102,9 @@ VARIANTS = {
     # acq_rel ticket zeroed per call by a memset) measured and deleted: fwd / bwd +2..+19 % on the rows it
     # touched (the memset and every program's release fence cost more than the PDL-overlapped combine
     # kernel); NOTES-batch_norm.md session 9
+    # session 10: L2 eviction hints (reduction loads evict_last, elementwise loads / stores evict_first, for
+    # inputs up to 64 MiB / 128 MiB / always) measured and deleted: -6..+3 % on the <= 51 MB rows (predicted
+    # -8..-15 % on the 51 MB forwards), +4..+7 % on every >= 100 MB backward when always on (NOTES-batch_norm.md)
     # 2026-12-01 (session 8): a sample-major reduction over short unaligned NCHW planes (16-byte loads, the
     # position sums split into channels once per program) measured and deleted (NOTES-batch_norm.md)
 }

@@ -141,6 +141,7 @@ def measure(paths, calls, rounds):
     """Every path in every launch mode, the modes alternating within each of ``rounds`` rounds (the
     leased host's speed drifts); per mode the fastest round."""
     out = {}
+    plans_default = _plan.enabled()
     for name, fn in paths.items():
         enable = isinstance(fn, tuple)
         if enable:
@@ -156,7 +157,7 @@ def measure(paths, calls, rounds):
             gpu = gpu_us(fn)
         finally:
             _launch.set_direct(True)
-            _plan.set_plans(False)
+            _plan.set_plans(plans_default)
             if enable:
                 normkit.disable()
         out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}

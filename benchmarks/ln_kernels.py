@@ -404,29 +404,10 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                          (2048, 65536, torch.bfloat16)):
             for lab, v in (("off", 0), ("pdl", 1 << 30)):
                 add("bwdpdl", lab, {"pdl_max_block": v}, op, M, N, "bwd", dt, dt)
-    # bwdcooprows (session 8, prepared): the cooperative backward exchanging once per BLOCK_R rows
-    # (_bwd_coop_rows_kernel) where the 16-bit wide rows take the 5-pass row-sum + column path today
-    # (0.44-0.54 SOL at 65536 / 262144) and the one-row cooperative kernel at 16384 (0.47). Session 6 found the
-    # one-row kernel latency-bound: one wait per 2048 x 2 elements. sm_90 registers (LN bf16, offline):
-    # R1 c2048 4 warps 121 (4 CTAs/SM); R2 c2048 e16 8 warps 128 (2 CTAs/SM, no spill); R2 c2048 e8 16 warps
-    # 114-127 (1); R4 c2048 e8 16 warps 128 + 16 B spill at 65536 (1); R2 c1024 e16 4 warps 139 (3).
-    # Prediction: bf16 65536 0.44-0.49 -> 0.55-0.65 SOL with R2, 262144 (chunk 8192 at S <= 32, or 4096 at
-    # S <= 64) 0.47 -> 0.50-0.60; 4096x16384 0.47 -> 0.55-0.60; fp32 65536 (0.67) within +-5 %.
-    def crows(r, ch, e, p, s_cap=32):
-        return {"bwd_coop_max_block": 1 << 30, "bwd_coop_max_block_16bit": 1 << 30, "bwd_coop_rows": r,
-                "bwd_coop_chunk": ch, "bwd_coop_ept": e, "bwd_coop_progs_per_sm": p,
-                "coop_max_programs_per_row": s_cap}
-
-    for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
-                       ("rms", ((2048, 65536), (512, 262144)))):
-        for M, N in shapes:
-            for dt in ((torch.bfloat16, torch.float32) if N == 65536 else (torch.bfloat16,)):
-                for lab, cfg in (("off", {}), ("r1_c2048_e16_p4", crows(1, 2048, 16, 4)),
-                                 ("r2_c2048_e16_p2", crows(2, 2048, 16, 2)), ("r2_c2048_e8_p1", crows(2, 2048, 8, 1)),
-                                 ("r4_c2048_e8_p1", crows(4, 2048, 8, 1)), ("r2_c1024_e16_p3", crows(2, 1024, 16, 3)),
-                                 ("r2_c2048_e16_p2_s64", crows(2, 2048, 16, 2, 64))):
-                    add("bwdcooprows", lab, cfg, op, M, N, "bwd", dt, dt)
-    # bwdmixnarrow (session 8, prepared): narrow rows with bf16 x and fp32 w/b, prefetching kernel, w held
+    # bwdcooprows (session 8; H200 session 10): the cooperative backward exchanging once per BLOCK_R rows lost
+    # on every row (RMS bf16 2048x65536 0.3844 ms on the 5-pass path against 0.4240 with one row per
+    # exchange and 0.71-1.53 with 2 or 4; LN bf16 512x262144 1.23-3.89 ms with 2-4 rows); kernel deleted
+    # bwdmixnarrow (session 8; adopted in session 10, hold): narrow rows with bf16 x and fp32 w/b, prefetching kernel, w held
     # per program instead of reloaded per 1024-wide row (4 KB of fp32 w per 4 KB of x + dy). sm_90 registers
     # (reload): 80 with fp32 w, 72 with bf16 w: occupancy is not the difference. Prediction: LN / RMS
     # 32768x768 and 16384x1024 backward 0.41-0.48 -> 0.52-0.60 SOL (bf16-w rows: 0.55-0.63).
@@ -435,7 +416,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, v in (("reload", 0), ("hold", 1)):
                 add("bwdmixnarrow", lab, {"bwd_pf_hold_w_wide_params": v}, op, M, N, "bwd", torch.float32,
                     torch.bfloat16)
-    # fwdmixnarrow (session 8): the narrow forward with bf16 x and fp32 w/b runs 4-row tiles of 8 warps
+    # fwdmixnarrow (session 8; session 10 adopted 2048): the narrow forward with bf16 x and fp32 w/b runs 4-row tiles of 8 warps
     # (tile_elems_wide_params 4096, chosen where w/b re-reads mattered at 4096 wide) against one-row tiles of
     # 2 warps with bf16 w/b; call 4: 32768x768 / 16384x1024 at 0.63 / 0.70 SOL against 0.72 / 0.77.
     # Prediction: 1024 (one row, 2 warps) -> 0.68-0.75.

@@ -25,6 +25,10 @@
 # PART=12: the CUDA tests of launch plans, host cost per call in four modes (plan: NORMKIT_LAUNCH_PLANS,
 #          prepared in session 9), resnet50 steps without and with plans.
 # PART=9: the suite bench of batch norm (every dtype), resnet50 steps, the layer-norm sweeps of PART=6.
+# Session 10:
+# PART=13: the CUDA tests of launch plans (on by default now; views of inputs / scratch in plans: the
+#          layer-norm backward's) and of batch norm's L2 eviction hints, their sweep, the layer-norm
+#          sweeps of PART=6. (The hints and the sweep's losing layer-norm kernel are deleted since.)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -126,6 +130,18 @@ elif [ "$PART" = 12 ]; then
             --out "$W/models$plans" --no-progress > "$W/models$plans.log" 2>&1; echo "models rc=$?"
         grep -iE "resnet" "$W/models$plans/summary.md" | head -20
     done
+elif [ "$PART" = 13 ]; then
+    stamp "pytest -m cuda -k 'plan or l2_hints or pdl' (launch plans on by default; L2 eviction hints: same bits)"
+    timeout 150 python3 -m pytest -q -m cuda -k "plan or l2_hints or pdl" tests > "$W/pytest_sel.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_sel.log"; grep -E "^FAILED|^E  " "$W/pytest_sel.log" | head -20
+    stamp "batch norm: L2 eviction hints"
+    timeout 200 python3 benchmarks/bn_kernels.py --out "$W" --budget 180 --only-variants l2ew,l2red,l2both,l2both128,l2bothall \
+        --shapes 256x2048x7x7,256x1024x14x14,256x64x56x56,256x512x7x7,256x256x14x14,256x128x28x28,65536x1024,256x512x28x28 \
+        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -75 "$W/bn_kernels.log" | cut -c1-200
+    stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
+    timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 150 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep (bwdcooprows|bwdmixnarrow|fwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -50
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src

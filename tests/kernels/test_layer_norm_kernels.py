@@ -603,7 +603,6 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
 
 
 _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel", "_bwd_coop_kernel",
-            "_bwd_coop_rows_kernel",
             "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
@@ -833,44 +832,10 @@ def test_coop_backward_masks_and_determinism(monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("block_r", [2, 4])
-@pytest.mark.parametrize("N", [100, 1000])
-def test_coop_rows_backward(N, block_r, monkeypatch):
-    # _bwd_coop_rows_kernel (several rows per exchange; prepared, off): the dtypes and parameter kinds of
-    # test_coop_backward, 37 rows (row groups and their last row blocks partial), every output mask, a row
-    # stride wider than N, the same bits on a second call
-    _coop_on(monkeypatch)
-    monkeypatch.setitem(L._CFG, "bwd_coop_rows", block_r)
-    seen = _record_launches(monkeypatch)
-    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none"),
-                        (torch.float64, "same")):
-        seen.clear()
-        check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
-        check_rms(37, N, dtype, kind)
-        assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_rows_kernel"] * 2
-    M = 9
-    big = torch.randn(M, N + 24, dtype=torch.float64).to(torch.bfloat16)
-    x = big[:, :N]
-    dy = torch.randn(M, N, dtype=torch.float64).to(torch.bfloat16)
-    w, b = _params(N, torch.bfloat16, "fp32")
-    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-    gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
-    for mask in ((True, True, True), (True, False, False), (False, True, True)):
-        got = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
-        again = L.ln_backward(dy, x, mean, rstd, w, mask, bias_dtype=torch.float32)
-        for want, ref, g, a in zip(mask, (gx, gw, gb), got, again):
-            if not want:
-                assert g is None
-                continue
-            assert torch.equal(g, a)
-            assert rel(g, ref) <= TOL_BWD[torch.bfloat16]
-
-
-@interp
 @pytest.mark.parametrize("rms", [False, True])
 def test_pf_hold_w_wide_params_same_bits(rms, monkeypatch):
     # narrow rows in the prefetching kernel with fp32 w and bf16 x, w held per program
-    # (bwd_pf_hold_w_wide_params; prepared, off): the same values as reloading it, so the same bits;
+    # (bwd_pf_hold_w_wide_params, the default): the same values as reloading it, so the same bits;
     # several row blocks per program; against float64 too
     seen = _record_launches(monkeypatch)
     M, N = 45, 1000
@@ -883,11 +848,12 @@ def test_pf_hold_w_wide_params_same_bits(rms, monkeypatch):
     else:
         _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
         run = lambda: L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=torch.float32)  # noqa: E731
-    reload = run()
-    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w_wide_params", 1)
+    assert L._CFG["bwd_pf_hold_w_wide_params"] == 1
     seen.clear()
     held = run()
     assert [kw.get("HOLD_W") for n, kw in seen if n == "_bwd_rows_pf_kernel"] == [True]
+    monkeypatch.setitem(L._CFG, "bwd_pf_hold_w_wide_params", 0)
+    reload = run()
     for a, c in zip(reload, held):
         assert torch.equal(a, c)
     if not rms:
@@ -940,23 +906,19 @@ def test_coop_chunk_keeps_a_row_on_the_gpu(monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("block_r", [1, 2, 4])
 @pytest.mark.parametrize("N", [20000, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_coop_backward(N, dtype, block_r, monkeypatch):
+def test_cuda_coop_backward(N, dtype, monkeypatch):
     # compiled, many rows in flight and a row's programs on different SMs: against float64, and repeated
-    # calls bit-identical (a row sum read before it was visible would show). block_r > 1: the
-    # several-rows-per-exchange kernel (prepared, off), the last row block of a group partial
+    # calls bit-identical (a row sum read before it was visible would show)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
-    monkeypatch.setitem(L._CFG, "bwd_coop_rows", block_r)
     seen = _record_launches(monkeypatch)
     M = max(8, 2 ** 23 // N) + 3
     check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
              offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_rms(M, N, dtype, "same", device="cuda")
-    kernel = "_bwd_coop_kernel" if block_r == 1 else "_bwd_coop_rows_kernel"
-    assert [n for n, _ in seen if n.startswith("_bwd")] == [kernel] * 2
+    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_coop_kernel"] * 2
     x, dy = _inputs(M, N, dtype, 0.0, "cuda")
     w, b = _params(N, dtype, "same", "cuda")
     y, mean, rstd = L.ln_forward(x, w, b, 1e-5)

@@ -60,10 +60,11 @@ def fake(monkeypatch):
     monkeypatch.setattr(_launch, "_RAW_TRITON", True)
     monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=None, launch_exit_hook=None))
     _launch.set_direct(True)
+    was = _plan.enabled()
     _plan.set_plans(True)
     log = []
     yield NS(log=log, kernel=_Kernel(log))
-    _plan.set_plans(False)
+    _plan.set_plans(was)
     _launch.set_direct(True)
 
 
@@ -112,6 +113,50 @@ def test_no_plan_when_the_launcher_copies(fake):
         x, y = _t(), _t()
         _plan.planned("c", (x, y), lambda: run(x, y))
     assert len(calls) == 3 and _plan._plans["c"] is None
+
+
+def test_views_replay_at_their_byte_offsets(fake):
+    """A kernel may get a view of an input (a reshape, a slice) or of a scratch allocation (one row of
+    it): the replay passes the new base pointer plus the recorded byte offset, and an input whose view's
+    alignment would change falls back."""
+    calls = []
+
+    def run(x, y):
+        calls.append(1)
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        scratch = _launch.alloc(torch.empty(2, 8, dtype=torch.int32).as_subclass(_CudaLike))
+        _launch.launch(fake.kernel, (2,), x.reshape(2, 4), y[4:], out, 24, 0.5, BLOCK=32)
+        _launch.launch(fake.kernel, (1,), scratch[1], scratch[0], out, 3, 2.0, BLOCK=16)
+        return (out,)
+
+    x, y = _t(), _t(12)
+    _plan.planned("v", (x, y), lambda: run(x, y))
+    x2, y2 = _t(), _t(12)
+    (out,) = _plan.planned("v", (x2, y2), lambda: run(x2, y2))
+    assert len(calls) == 1, "replayed"
+    first, second = fake.log[-2:]
+    assert first[13:16] == (x2.data_ptr(), y2.data_ptr() + 16, out.data_ptr())
+    assert second[13] - second[14] == 32, "the scratch rows keep their offsets"
+    x3, y3 = _t(), _t(12, offset=2)  # y3[4:] now starts 8 bytes off a 16-byte boundary
+    _plan.planned("v", (x3, y3), lambda: run(x3, y3))
+    assert len(calls) == 2
+
+
+def test_no_plan_for_aliased_inputs(fake):
+    """A view that lies in two inputs at once (they share memory): which one a replay should follow is
+    unknown, so there is no plan."""
+    calls = []
+
+    def run(x, y):
+        calls.append(1)
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        _launch.launch(fake.kernel, (2,), x[2:6], y, out, 24, 0.5, BLOCK=32)
+        return (out,)
+
+    base = _t(16)
+    x, y = base[:8], base[:12]
+    _plan.planned("a", (x, y), lambda: run(x, y))
+    assert _plan._plans["a"] is None
 
 
 @pytest.mark.parametrize("why", ["misaligned", "hook", "device"])
@@ -177,6 +222,7 @@ def test_cuda_plans_same_bits_as_the_launchers(layout):
             outs += [t for t in B.bn_backward(g, x, w, m, s, True, mask) if t is not None]
         return outs
 
+    was = _plan.enabled()
     try:
         for offset in (0, 0, 1, 0, 1):
             x, g = inputs(offset)
@@ -186,8 +232,10 @@ def test_cuda_plans_same_bits_as_the_launchers(layout):
             for _ in range(2):  # records, then replays
                 got = run(x, g)
                 assert all(torch.equal(a, c) for a, c in zip(ref, got))
+            made = [p is not None for p in _plan._plans.values()]
+            assert all(made) if layout != "strided" else not any(made), "strided input: copied, no plan"
     finally:
-        _plan.set_plans(False)
+        _plan.set_plans(was)
 
 
 @pytest.mark.cuda
@@ -209,6 +257,7 @@ def test_cuda_plans_layer_and_rms_norm_same_bits(n):
             outs += [t for t in L.rms_backward(dy, x, rr, w, mask[:2]) if t is not None]
         return outs
 
+    was = _plan.enabled()
     try:
         for offset in (0, 0, 1, 0):
             base = torch.randn(64 * n + offset, device="cuda", dtype=torch.bfloat16)
@@ -220,5 +269,6 @@ def test_cuda_plans_layer_and_rms_norm_same_bits(n):
             for _ in range(2):
                 got = run(x, dy)
                 assert all(torch.equal(a, c) for a, c in zip(ref, got))
+            assert all(p is not None for p in _plan._plans.values()), "every launcher call has a plan"
     finally:
-        _plan.set_plans(False)
+        _plan.set_plans(was)

@@ -100,9 +100,11 @@ _CFG = {
     # 16 elements a thread; bf16 rows of 768 / 1024: LN 0.0371 / 0.0225 -> 0.0328 / 0.0202 ms, RMS
     # 0.0346 / 0.0219 -> 0.0298 / 0.0189. With fp32 weight/bias on 16-bit rows each program re-reads
     # w and b from L2 (8 KB at 1024), so those keep 4096-element tiles (LN 768 / 1024 bf16-fp32 got
-    # 0.0387 / 0.0232 -> 0.0458 / 0.0261 ms with 1024).
+    # 0.0387 / 0.0232 -> 0.0458 / 0.0261 ms with 1024). Session 10's sweep "fwdmixnarrow" (bf16 x, fp32
+    # w/b) found 2048 in between better than both: LN 768 / 1024 0.0376 / 0.0225 (4096) -> 0.0363 / 0.0216,
+    # RMS 0.0294 / 0.0194 -> 0.0284 / 0.0191 (1024: 0.0455 / 0.0259, 0.0294 / 0.0196).
     "tile_elems": 1024,  # target BLOCK_M * BLOCK_N for narrow rows, forward
-    "tile_elems_wide_params": 4096,  # the same when weight/bias are wider than x
+    "tile_elems_wide_params": 2048,  # the same when weight/bias are wider than x
     "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= multi_row_max (several rows a program)
     # the same, multi_row_max < BLOCK_N < 8192 (one row a program): 32 measured -1 % in the sweep but
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
@@ -165,9 +167,8 @@ _CFG = {
     "bwd_coop_ept": 16,  # sm_90 registers, LN bf16 / fp32: c2048 (4 warps) 121 / 127, c4096 (8) 121 / 128
     "bwd_coop_progs_per_sm": 4,
     "coop_max_programs_per_row": 32,
-    # rows per exchange of the cooperative backward (1: _bwd_coop_kernel; 2, 4: _bwd_coop_rows_kernel).
-    # Prepared 2026-12-01 (session 8), not yet measured on a GPU: ln_kernels.py group "bwdcooprows"
-    "bwd_coop_rows": 1,
+    # (Several rows per exchange, _bwd_coop_rows_kernel, lost on every row it was swept on: H200 session 10,
+    # NOTES-layer_norm.md; deleted.)
     "coop_max_chunk": 16384,
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
@@ -198,9 +199,10 @@ _CFG = {
     # at LN 4096): the 181 vs 128 registers of the prefetching kernel were not the cause
     "bwd_pf_wide_params": 0,
     # narrow rows (prefetching kernel, one 1024-wide row a block) with w wider than x: w held per program
-    # instead of reloaded per row. Prepared 2026-12-01 (session 8), not measured: bf16 x / fp32 w reads
-    # 4 KB of w per 4 KB of x + dy there, and that backward runs at 0.41-0.48 SOL against 0.57-0.62 with bf16 w
-    "bwd_pf_hold_w_wide_params": 0,
+    # instead of reloaded per row (bf16 x / fp32 w reads 4 KB of w per 4 KB of x + dy). H200 sweep
+    # "bwdmixnarrow" (session 10), reload -> hold: LN 32768x768 0.0895 -> 0.0653 ms, 16384x1024 0.0493 ->
+    # 0.0407, RMS 0.0599 -> 0.0592, 0.0381 -> 0.0373
+    "bwd_pf_hold_w_wide_params": 1,
     # the plain rows backward on one-row blocks: w held in registers by each persistent program instead
     # of reloaded from L2 per row. H200 sweep "bwdholdw" 2026-12-01, reload -> hold: fp32 LN 8192x8192
     # 0.2684 -> 0.2130 ms (Liger 0.2198), bf16 x / fp32 w LN 16384x4096 0.2102 -> 0.1420, 8192x8192 0.1581
@@ -921,75 +923,6 @@ def _bwd_coop_kernel(
 
 
 @triton.jit
-def _bwd_coop_rows_kernel(
-    DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
-    M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
-    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr,
-    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
-    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False,
-):
-    """``_bwd_coop_kernel`` on blocks of BLOCK_R rows: one exchange (sums published, release, wait,
-    acquire) per row block instead of per row, so each wait has BLOCK_R x CHUNK elements of x and dy
-    behind it (session 6: the per-row wait made the 16-bit kernel latency-bound). The block's counter is
-    CNT[first row of the block]; w is loaded once per program. Same deadlock argument as the one-row
-    kernel (tickets; a program waits only for its own group). Never under the interpreter with S > 1."""
-    if PDL:
-        gdc_launch_dependents()
-    t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu")
-    g = (t // S).to(tl.int64)
-    s = t % S
-    cols = s * CHUNK + tl.arange(0, CHUNK)
-    cmask = cols < N
-    w = tl.zeros([CHUNK], dtype=ACC)
-    if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    dw_acc = tl.zeros([CHUNK], dtype=ACC)
-    db_acc = tl.zeros([CHUNK], dtype=ACC)
-    row0 = g * rows_per_group
-    row_end = tl.minimum(row0 + rows_per_group, M)
-    so = tl.arange(0, BLOCK_S)
-    rr = tl.arange(0, BLOCK_R)
-    for rb in range(row0, row_end, BLOCK_R):
-        rows = rb + rr
-        rmask = rows < row_end
-        m2 = rmask[:, None] & cmask[None, :]
-        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0).to(ACC)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
-        else:
-            mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
-            xhat = tl.where(m2, (x - mean[:, None]) * rstd[:, None], 0.0)
-        wdy = dy
-        if HAS_W:
-            wdy = dy * w[None, :]
-        if NEED_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if NEED_DB:
-            db_acc += tl.sum(dy, axis=0)
-        if STORE_DX:
-            st = ST + (rows * S + s) * 2
-            tl.store(st, tl.sum(wdy * xhat, axis=1), mask=rmask)
-            tl.store(st + 1, tl.sum(wdy, axis=1), mask=rmask)
-            _coop_exchange(CNT + rb, S)
-            sm = rmask[:, None] & (so < S)[None, :]
-            sums = ST + (rows[:, None] * S + so[None, :]) * 2
-            c1 = tl.sum(tl.load(sums, mask=sm, other=0.0, cache_modifier=".cg"), axis=1) / N
-            if IS_RMS:
-                dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-            else:
-                c2 = tl.sum(tl.load(sums + 1, mask=sm, other=0.0, cache_modifier=".cg"), axis=1) / N
-                dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=m2)
-    if NEED_DW:
-        tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
-    if NEED_DB:
-        tl.store(DBP + g * N + cols, db_acc, mask=cmask)
-
-
-@triton.jit
 def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
                             PDL: tl.constexpr = False):
     """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
@@ -1289,7 +1222,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
-        if pf:  # narrow rows with w wider than x may hold w (prepared, off: bwd_pf_hold_w_wide_params)
+        if pf:  # narrow rows with w wider than x hold w (bwd_pf_hold_w_wide_params)
             hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
             hold = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
@@ -1309,13 +1242,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         part, dwp, dbp = _partials(need_dw, need_db, G, N, acc_t, dev, dummy)
         args = (dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, rpg, S)
-        block_r = _CFG["bwd_coop_rows"]
-        if block_r > 1:  # several rows per exchange (prepared, off: see _CFG)
-            launch(_bwd_coop_rows_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S), BLOCK_R=block_r,
-                   num_warps=_coop_warps(coop * block_r), enable_fp_fusion=False, **flags)
-        else:
-            launch(_bwd_coop_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S),
-                   num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags)
+        launch(_bwd_coop_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S),
+               num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags)
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
