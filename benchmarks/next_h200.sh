@@ -29,6 +29,7 @@
 # PART=13: the CUDA tests of launch plans (on by default now; views of inputs / scratch in plans: the
 #          layer-norm backward's) and of batch norm's L2 eviction hints, their sweep, the layer-norm
 #          sweeps of PART=6. (The hints and the sweep's losing layer-norm kernel are deleted since.)
+# PART=14: the whole `pytest -m cuda` at the adopted code, host cost per call, resnet50 / ViT / GPT-2 steps.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -142,6 +143,16 @@ elif [ "$PART" = 13 ]; then
     timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 150 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "sweep (bwdcooprows|bwdmixnarrow|fwdmixnarrow)|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -50
+elif [ "$PART" = 14 ]; then
+    stamp "pytest -m cuda (launch plans on by default, the adopted layer-norm knobs)"
+    timeout 280 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "host cost per call (plan: the layer-norm backward too now)"
+    timeout 60 python3 benchmarks/host_overhead.py --out "$W" --calls 100 --rounds 2 > "$W/host_overhead.log" 2>&1
+    echo "host rc=$?"; grep -v -i warn "$W/host_overhead.log" | cut -c1-160 | grep -E "launcher|enable|modes|raw C"
+    stamp "whole steps: resnet50 (both layouts), ViT-B/16, GPT-2 small"
+    timeout 200 python3 -m normkit bench --models resnet50 vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
+        --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| (resnet|vit|gpt)" "$W/models/summary.md" | head -20
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
