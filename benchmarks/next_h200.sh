@@ -30,6 +30,8 @@
 #          layer-norm backward's) and of batch norm's L2 eviction hints, their sweep, the layer-norm
 #          sweeps of PART=6. (The hints and the sweep's losing layer-norm kernel are deleted since.)
 # PART=14: the whole `pytest -m cuda` at the adopted code, host cost per call, resnet50 / ViT / GPT-2 steps.
+# PART=15: the suite bench of layer and RMS norm (every dtype, peers), batch norm's per-kernel time on
+#          resnet50's channels_last layers.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -153,6 +155,18 @@ elif [ "$PART" = 14 ]; then
     stamp "whole steps: resnet50 (both layouts), ViT-B/16, GPT-2 small"
     timeout 200 python3 -m normkit bench --models resnet50 vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
         --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| (resnet|vit|gpt)" "$W/models/summary.md" | head -20
+elif [ "$PART" = 15 ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    stamp "bench: layer and RMS norm, every dtype"
+    timeout 260 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
+        --budget 240 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "batch norm: per-kernel time on resnet50's layers, channels_last (programmatic dependent launch off while profiled)"
+    timeout 120 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
+    echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
