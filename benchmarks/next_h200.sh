@@ -32,6 +32,7 @@
 # PART=14: the whole `pytest -m cuda` at the adopted code, host cost per call, resnet50 / ViT / GPT-2 steps.
 # PART=15: the suite bench of layer and RMS norm (every dtype, peers), batch norm's per-kernel time on
 #          resnet50's channels_last layers.
+# PART=16: PART=15's bench again with FlagGems importable, resnet50 steps on another lease.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -167,6 +168,18 @@ elif [ "$PART" = 15 ]; then
     stamp "batch norm: per-kernel time on resnet50's layers, channels_last (programmatic dependent launch off while profiled)"
     timeout 120 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
     echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
+elif [ "$PART" = 16 ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    stamp "bench: layer and RMS norm, every dtype, with FlagGems (its sqlalchemy / greenlet wheels carried)"
+    timeout 300 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
+        --budget 280 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
