@@ -33,6 +33,9 @@
 # PART=15: the suite bench of layer and RMS norm (every dtype, peers), batch norm's per-kernel time on
 #          resnet50's channels_last layers.
 # PART=16: PART=15's bench again with FlagGems importable, resnet50 steps on another lease.
+# Session 11:
+# PART=17: shapes outside the suite (layer / RMS widths 320 ... 20480, non-powers of two; batch norm with odd
+#          channel counts, unaligned planes, C = 3, 3-D, 2-D) side by side with the peers; resnet50 steps.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -177,6 +180,24 @@ elif [ "$PART" = 16 ]; then
     timeout 300 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
         --budget 280 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
+elif [ "$PART" = 17 ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    stamp "bench: layer and RMS norm at widths outside the suite"
+    timeout 200 python3 -m normkit bench --ops layer_norm rms_norm --shapes 131072x320 32768x1600 32768x2048 16384x3072 \
+        16384x5120 8192x6144 8192x12288 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems \
+        --budget 180 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    stamp "bench: batch norm on shapes outside the suite"
+    timeout 120 python3 -m normkit bench --ops batch_norm --shapes 256x96x56x56 128x160x17x17 128x768x17x17 64x32x112x112 \
+        32x3x224x224 128x40x28x28 8x256x128x128 2x512x64x64 4096x512 16x64x16x16x16 --dtypes bf16:fp32 fp32 \
+        --peers aten aten-native --budget 100 --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
+        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
