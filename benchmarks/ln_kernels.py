@@ -428,6 +428,38 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 2026-12-01 (session 6) "bwdpfhold": the prefetching one-row backward holding w (loaded once per
     # program) lost: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms, 2048-4096 slower
     # still (registers 128 -> 156-169); RMS 8192 2-3 % faster. Code removed.
+    # session 11: widths outside the suite (bench of call 1): forward rows that are not a power of two wide
+    # held as two power-of-two column parts (fwd_two_part_max; 5120 = 4096 + 1024 lanes instead of 8192)
+    # against one next_pow2(N) tile ("one"). Prediction: bf16 3072 / 5120 / 6144 / 12288 fwd 0.77-0.81 ->
+    # 0.86-0.92 SOL (the pow2 widths' level), 20480 (split kernel today, 0.48) -> ~0.85; 320 / 768 / 1536
+    # +5-10 %; fp32 within +-3 % (0.93-0.96 already at 1600-6144)
+    twopart = (("one", {"fwd_two_part_max": 0}), ("two", {"fwd_two_part_max": 24576}))
+    for M, N in ((131072, 320), (32768, 768), (32768, 1536), (16384, 3072), (16384, 5120), (8192, 6144),
+                 (8192, 12288), (4096, 20480)):
+        for op in ("ln", "rms"):
+            for dt, pdt in ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)):
+                for lab, cfg in twopart:
+                    add("fwdtwopart", lab, cfg, op, M, N, "fwd", pdt, dt)
+        if N >= 3072:
+            for lab, cfg in twopart:
+                add("fwdtwopart", lab, cfg, "ln", M, N, "fwd", torch.float32, torch.bfloat16)
+    # session 11: the prefetching backward at 1025-2048 wide (bwd_pf_2k_*), one 8-warp program per SM
+    # today (LN bf16 32768x2048 / 32768x1600 bwd 0.49 / 0.40 SOL). Prediction: 2-4 programs per SM ->
+    # 0.60-0.70
+    for M, N in ((32768, 2048), (32768, 1600), (65536, 1536)):
+        for op, dt in (("ln", torch.bfloat16), ("rms", torch.bfloat16), ("ln", torch.float32)):
+            for ept, pps in ((8, 1), (8, 2), (8, 4), (16, 2), (16, 4), (4, 4)):
+                add("bwd2k", f"e{ept}_p{pps}", {"bwd_pf_2k_ept": ept, "bwd_pf_2k_progs_per_sm": pps}, op, M, N,
+                    "bwd", dt, dt)
+    # session 11: LN bf16 131072x320 bwd at 0.31 SOL (RMS 0.54, LN 262144x256 0.75): the plain kernel's
+    # tile at 512 wide, or the prefetching kernel there. Prediction: the prefetching kernel -> 0.50-0.60
+    for M, N in ((131072, 320), (65536, 512), (131072, 384)):
+        for op, dt in (("ln", torch.bfloat16), ("rms", torch.bfloat16), ("ln", torch.float32)):
+            for lab, cfg in (("plain_t4096", {}), ("plain_t2048", {"bwd_tile_elems": 2048}),
+                             ("plain_t8192_e16", {"bwd_tile_elems": 8192, "bwd_ept": 16}),
+                             ("pf_t1024", {"bwd_pf_min_block": 512}),
+                             ("pf_t2048", {"bwd_pf_min_block": 512, "bwd_pf_tile_elems": 2048})):
+                add("bwd512", lab, cfg, op, M, N, "bwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -458,7 +490,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g in ("fwdsplit", "fwdwide", "fwdcoop"):  # new kernels: check y on a row subset against fp64 (same width)
+            if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":
@@ -471,7 +503,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix", "bwdholdw"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

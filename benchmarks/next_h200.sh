@@ -36,6 +36,9 @@
 # Session 11:
 # PART=17: shapes outside the suite (layer / RMS widths 320 ... 20480, non-powers of two; batch norm with odd
 #          channel counts, unaligned planes, C = 3, 3-D, 2-D) side by side with the peers; resnet50 steps.
+# PART=18: the layer-norm CUDA tests with two-part forward rows, sweeps fwdtwopart / bwd2k / bwd512.
+# PART=19: the whole `pytest -m cuda` at the adopted knobs, PART=17's layer / RMS bench again (and 512 / 384
+#          wide rows), resnet50 steps (PART=17's NCHW step was 87.8 ms against 56.6 ms of GPU time).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -198,6 +201,30 @@ elif [ "$PART" = 17 ]; then
         32x3x224x224 128x40x28x28 8x256x128x128 2x512x64x64 4096x512 16x64x16x16x16 --dtypes bf16:fp32 fp32 \
         --peers aten aten-native --budget 100 --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
         > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
+elif [ "$PART" = 18 ]; then
+    stamp "pytest -m cuda: layer / RMS kernels (two-part forward rows on)"
+    timeout 200 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+    stamp "layer / RMS sweeps: two-part forward rows, the 2048-wide prefetching backward, 512-wide backward"
+    timeout 330 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdtwopart,bwd2k,bwd512 --sweep-budget 310 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+elif [ "$PART" = 19 ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    stamp "pytest -m cuda"
+    timeout 270 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "bench: layer and RMS norm at widths outside the suite"
+    timeout 150 python3 -m normkit bench --ops layer_norm rms_norm --shapes 131072x320 65536x512 32768x1600 32768x2048 \
+        16384x3072 16384x5120 8192x6144 8192x12288 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems \
+        --budget 140 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20

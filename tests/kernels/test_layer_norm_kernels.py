@@ -606,14 +606,20 @@ _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_r
             "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
+# (forward entries: kernel, PERSIST or PHASE, and the rows kernel's second column part NB)
 _ROUTES = [
-    (64, [("_fwd_rows_kernel", False)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
-    (256, [("_fwd_rows_kernel", False)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
-    (1000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (3000, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (8192, [("_fwd_rows_kernel", False)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (16384, [("_fwd_rows_kernel", False)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
-    (20000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+    (64, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
+    (256, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
+    (320, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (1000, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (1600, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (3000, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (8192, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
+    (12288, [("_fwd_rows_kernel", False, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (16384, [("_fwd_rows_kernel", False, 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (20000, [("_fwd_rows_kernel", False, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+     ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
+    (40000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
 ]
 
@@ -626,7 +632,7 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     seen = _record_launches(monkeypatch)
 
     def routes():  # the routing kernels launched: (name, PERSIST / PHASE where given)
-        return [(n,) + tuple(kw[k] for k in ("PERSIST", "PHASE") if k in kw) for n, kw in seen if n in _KERNELS]
+        return [(n,) + tuple(kw[k] for k in ("PERSIST", "PHASE", "NB") if k in kw) for n, kw in seen if n in _KERNELS]
     x, dy = _inputs(3, N, torch.bfloat16)
     w, b = _params(N, torch.bfloat16, "same")
     for is_rms, bwd in ((False, ln_bwd), (True, rms_bwd)):
@@ -654,7 +660,46 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     y, s, rstd = L.add_rms_forward(x, r, w, 1e-6)
     _check_sum(s, x + r)
     assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
-    assert [e[0] for e in routes()] == ["_fwd_loop_kernel" if N > 16384 else "_fwd_rows_kernel"]
+    assert [e[0] for e in routes()] == ["_fwd_loop_kernel" if N > 24576 else "_fwd_rows_kernel"]
+
+
+@interp
+@pytest.mark.parametrize("N", [40, 320, 768, 1536, 3000, 5120, 12288, 20000])
+def test_two_part_rows_forward(N, monkeypatch):
+    # widths that are not powers of two held as two power-of-two column parts (_two_parts: 5120 = 4096 +
+    # 1024): each checked against float64 for layer / RMS norm, with and without the fused residual, with
+    # weight/bias in x's dtype, fp32 and absent, with the persistent kernel (w/b held per part, the next
+    # tile prefetched) and with rows of a partial last block; and within rounding of the one-part tile.
+    # Two parts at every width here (by default only from the 16384 class up)
+    monkeypatch.setitem(L._CFG, "fwd_two_part_min_block", 1)
+    monkeypatch.setitem(L._CFG, "tile_elems", 512)
+    seen = _record_launches(monkeypatch)
+    na, nb = L._two_parts(N)
+    assert nb > 0 and na + nb >= N and na + nb < L.next_pow2(N)
+    for dtype, kind in ((torch.bfloat16, "same"), (torch.float32, "fp32"), (torch.bfloat16, "none")):
+        for persist in (False, True):
+            monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1 if persist else 1 << 30)
+            monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
+            seen.clear()
+            check_ln(5, N, dtype, kind, bwd=False)
+            check_rms(5, N, dtype, kind, bwd=False)
+            x, _ = _inputs(5, N, dtype)
+            r, _ = _inputs(5, N, dtype)
+            w, b = _params(N, dtype, kind)
+            y, s, mean, rstd = L.add_ln_forward(x, r, w, b, 1e-5)
+            _check_sum(s, x + r)
+            assert rel(y, ref_ln(s, w, b, 1e-5)[0]) <= TOL[dtype]
+            parts = [(kw["BLOCK_N"], kw["NB"], kw["PERSIST"]) for name, kw in seen if name == "_fwd_rows_kernel"]
+            assert parts == [(na, nb, persist)] * 3
+    x, _ = _inputs(5, N, torch.float32)
+    w, b = _params(N, torch.float32, "same")
+    two = L.ln_forward(x + 1000.0, w, b, 1e-5)
+    monkeypatch.setitem(L._CFG, "fwd_two_part_max", 0)
+    seen.clear()
+    one = L.ln_forward(x + 1000.0, w, b, 1e-5)
+    assert [kw["NB"] for name, kw in seen if name == "_fwd_rows_kernel"] in ([0], [])
+    for u, v in zip(two, one):
+        assert torch.allclose(u, v, rtol=1e-5, atol=1e-5)
 
 
 def _record_launches(monkeypatch):

@@ -39,3 +39,9 @@ def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1); plain Python, like ``cdiv``."""
     n = max(1, int(n))
     return 1 << (n - 1).bit_length()
+
+
+def prev_pow2(n: int) -> int:
+    """The largest power of two <= n (1 for n <= 1); plain Python."""
+    n = max(1, int(n))
+    return 1 << (n.bit_length() - 1)

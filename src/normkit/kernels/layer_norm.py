@@ -11,6 +11,10 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
   one ``[BLOCK_M, BLOCK_N]`` tile per program, several rows per program up to 1024 wide
   (``BLOCK_M * BLOCK_N ~ 4K`` elements), one row above (4 where weight/bias are wider than x,
   ``'fwd_rows_wide_params'``: w/b read from L2 once per 4 rows). Read x, write y: 2 HBM passes.
+  Widths of the 16384 class and up to 24576 that are not powers of two (``'fwd_two_part_min_block'``,
+  ``'fwd_two_part_max'``) are held as two power-of-two column parts, 12288 = 8192 + 4096 and 20480 =
+  16384 + 4096 lanes instead of 16384 and 32768 (narrower ones lost with two parts: twice the row
+  reductions).
 * ``8192 <= BLOCK_N <= 16384`` with weight/bias wider than x (``'fwd_persist_min_block_wide_params'``
   .. ``'fwd_persist_max_block'``): the same kernel, persistent (1 program per SM): w/b loaded once per
   program instead of once per row, the next tile's x (and residual) loaded before this tile's
@@ -35,15 +39,16 @@ Backward (P persistent programs, each walking consecutive row blocks; dy*xhat an
 registers and written once as fp32 partials ``(P, N)``, reduced over P by one more small launch in a
 fixed order, 32-column x 128-row blocks):
 
-* ``BLOCK_N <= 512``: ``_bwd_rows_kernel`` (plain), several rows per program (``BLOCK_M * BLOCK_N ~ 4K``),
+* ``BLOCK_N <= 256``: ``_bwd_rows_kernel`` (plain), several rows per program (``BLOCK_M * BLOCK_N ~ 4K``),
   ``32 / num_warps`` programs per SM. Read x, dy, write dx: 3 passes. (The prefetching kernel measured
   slower here: 1048576x64 0.1107 vs 0.1371 ms.)
-* ``BLOCK_N == 1024`` (``'bwd_pf_min_block'`` .. ``'bwd_pf_max_block'``): ``_bwd_rows_pf_kernel``, the
-  next two row blocks' loads issued before this block's row reductions; 1024-element tiles, 8 elements
-  per thread (4 warps), 4 programs per SM. 3 passes.
+* ``BLOCK_N`` 512 or 1024 (``'bwd_pf_min_block'`` .. ``'bwd_pf_max_block'``): ``_bwd_rows_pf_kernel``,
+  the next two row blocks' loads issued before this block's row reductions; 1024-element tiles, 8
+  elements per thread (4 warps), 4 programs per SM. 3 passes.
 * ``2048 <= BLOCK_N <= 8192`` (``'bwd_pf_wide_max_block'``): the prefetching kernel, one row per block,
   8 elements per thread, 1 program per SM, two blocks ahead; at 4096 (``'bwd_pf_mid_block'``) 16
-  elements per thread and 2 programs per SM. 3 passes. Rows of more than 16 KB
+  elements per thread and 2 programs per SM; at 2048 (``'bwd_pf_2k_block'``) 16 elements per thread
+  and 4 programs per SM. 3 passes. Rows of more than 16 KB
   (``'bwd_pf_wide_max_row_bytes'``: fp32 at 8192) and w wider than x (``'bwd_pf_wide_params'``) take the
   plain kernel instead, each persistent program holding w in registers (``'bwd_hold_w'``).
 * ``BLOCK_N == 16384``, RMS only (``'bwd_max_block'``; ``'bwd_max_block_ln'`` = 8192 because the layer
@@ -75,7 +80,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normkit.kernels import cdiv, interpreting, next_pow2
+from normkit.kernels import cdiv, interpreting, next_pow2, prev_pow2
 from normkit.kernels import _plan
 from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
@@ -138,6 +143,15 @@ _CFG = {
     # 0.2262, 256x131072 LN 0.0551 -> 0.0631 (the last program's pass over a long row is the tail)
     "fwd_split_min_block": 32768,
     "fwd_split_fused_max_block": 65536,
+    # rows of a width that is not a power of two are held as two power-of-two column parts where that
+    # takes fewer lanes (12288 = 8192 + 4096 instead of 16384; _two_parts), for next_pow2(N) >= the min
+    # block and up to max lanes (0: off). H200 sweep "fwdtwopart" (session 11), one tile -> two parts, ms:
+    # 8192x12288 LN bf16 / fp32 0.1244 / 0.2536 -> 0.1187 / 0.1985, RMS 0.1141 / 0.2222 -> 0.1120 / 0.1978;
+    # 4096x20480 (split kernel before) LN 0.1662 / 0.2852 -> 0.1562 / 0.1947, bf16 x / fp32 w 0.2558 ->
+    # 0.1213; but narrower rows lost (bf16 LN 16384x3072 0.0613 -> 0.0809, 32768x768 0.0321 -> 0.0399:
+    # twice the cross-warp reductions per row), so two parts only from the 16384 class up
+    "fwd_two_part_min_block": 16384,
+    "fwd_two_part_max": 24576,
     "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
     "fwd_split_fused_warps": 16,  # last program's pass over its row
     "fwd_split_fin_block": 8192,
@@ -173,8 +187,11 @@ _CFG = {
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
-    # 64 / 256 wide: the plain kernel measured faster, 1048576x64 0.1107 vs 0.1371 ms) ...
-    "bwd_pf_min_block": 1024,
+    # 64 / 256 wide: the plain kernel measured faster, 1048576x64 0.1107 vs 0.1371 ms; 512 wide: the
+    # prefetching kernel, sweep "bwd512" (session 11), plain -> prefetching, ms: LN bf16 131072x320 0.1939 ->
+    # 0.1152, 65536x512 0.1235 -> 0.0741, 131072x384 0.1994 -> 0.1191; LN fp32 320 0.2332 -> 0.1610; RMS bf16
+    # within 1-6 % either way) ...
+    "bwd_pf_min_block": 512,
     "bwd_pf_max_block": 1024,
     "bwd_pf_tile_elems": 1024,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
     "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
@@ -215,6 +232,14 @@ _CFG = {
     "bwd_pf_mid_block": 4096,
     "bwd_pf_mid_ept": 16,
     "bwd_pf_mid_progs_per_sm": 2,
+    # ... and at BLOCK_N == bwd_pf_2k_block (1025-2048 wide; 8 warps a row): the wide defaults left one
+    # program of 8 warps per SM, with ~24 KB of x / dy in flight (LN bf16 32768x2048 bwd 0.49 SOL, session
+    # 11's bench of widths outside the suite). Sweep "bwd2k" (session 11), e8 p1 -> e16 p4 (4 warps, 4
+    # programs per SM), ms: LN bf16 32768x2048 0.1962 -> 0.1176, 32768x1600 0.1866 -> 0.1066, 65536x1536
+    # 0.3572 -> 0.1948; RMS bf16 2048 0.1869 -> 0.1125 (e8 p4: 0.1084); LN fp32 2048 0.2690 -> 0.2157
+    "bwd_pf_2k_block": 2048,
+    "bwd_pf_2k_ept": 16,
+    "bwd_pf_2k_progs_per_sm": 4,
     # dw/db partials reduction: column block and row block (more, smaller programs for narrow N)
     "red_block_n": 32,
     "red_block_p": 128,
@@ -245,19 +270,10 @@ def _rsqrt(v, ACC: tl.constexpr):
 
 
 @triton.jit
-def _fwd_rows_tile(
-    X, R, W, B, Y, S, MEAN, RSTD, w, b, row0, cols, cmask,
-    M, N, stride_x, stride_r, stride_y, stride_s, eps,
-    BLOCK_M: tl.constexpr, LOAD_WB: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr, xv_in, rv_in, GIVEN: tl.constexpr,
-):
-    """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers. w/b: given ([BLOCK_N], held
-    by a persistent program), or, with LOAD_WB, loaded here after the statistics (short live range).
-    GIVEN: x (and the residual) were loaded by the caller (``xv_in``/``rv_in``, prefetched)."""
-    rows = row0 + tl.arange(0, BLOCK_M).to(tl.int64)
-    rmask = rows < M
-    mask = rmask[:, None] & cmask[None, :]
+def _fwd_part_x(X, R, S, rows, mask, cols, stride_x, stride_r, stride_s, xv_in, rv_in,
+                HAS_RES: tl.constexpr, ACC: tl.constexpr, GIVEN: tl.constexpr):
+    """One column part of a row tile in ACC: x, or x + residual (rounded to x's dtype, stored to S).
+    GIVEN: x (and the residual) were loaded by the caller (prefetched)."""
     if GIVEN:
         xv = xv_in
     else:
@@ -272,26 +288,14 @@ def _fwd_rows_tile(
         x = sv.to(ACC)
     else:
         x = xv.to(ACC)
-    if IS_RMS:
-        ms = tl.sum(x * x, axis=1) / N
-        rstd = _rsqrt(ms + eps, ACC)
-        y = x * rstd[:, None]
-    else:
-        # shift by the row's first element: x - shift is exact for nearby values, so a large common
-        # offset costs no digits in x - mean (the fp32 mean itself cannot hold them)
-        shift = tl.load(X + rows * stride_x, mask=rmask, other=0.0)
-        if HAS_RES:
-            r0 = tl.load(R + rows * stride_r, mask=rmask, other=0.0)
-            shift = (shift.to(ACC) + r0.to(ACC)).to(xv.dtype)
-        shift = shift.to(ACC)
-        xs = tl.where(mask, x - shift[:, None], 0.0)
-        mean_s = tl.sum(xs, axis=1) / N
-        d = tl.where(mask, xs - mean_s[:, None], 0.0)
-        var = tl.sum(d * d, axis=1) / N
-        rstd = _rsqrt(var + eps, ACC)
-        y = d * rstd[:, None]
-        tl.store(MEAN + rows, shift + mean_s, mask=rmask)
-    tl.store(RSTD + rows, rstd, mask=rmask)
+    return x
+
+
+@triton.jit
+def _fwd_part_store(W, B, Y, w, b, y, rows, mask, cols, cmask, stride_y,
+                    LOAD_WB: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACC: tl.constexpr):
+    """Affine and store of one column part. w/b: held ([part width]), or, with LOAD_WB, loaded here after
+    the statistics (short live range)."""
     if LOAD_WB:
         if HAS_W:
             w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
@@ -305,14 +309,85 @@ def _fwd_rows_tile(
 
 
 @triton.jit
+def _fwd_rows_tile(
+    X, R, W, B, Y, S, MEAN, RSTD, w, b, w2, b2, row0, cols, cmask, cols2, cmask2,
+    M, N, stride_x, stride_r, stride_y, stride_s, eps,
+    BLOCK_M: tl.constexpr, NB: tl.constexpr, LOAD_WB: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
+    ACC: tl.constexpr, xv_in, rv_in, xv2_in, rv2_in, GIVEN: tl.constexpr,
+):
+    """Normalise rows ``row0 .. row0 + BLOCK_M`` held whole in registers, as one column part (``cols``)
+    or, with NB > 0, two: ``cols`` (a power of two wide) and ``cols2`` (NB wide, after it), so that a
+    width like 5120 = 4096 + 1024 occupies 5120 lanes instead of 8192. w/b (w2/b2: the second part's):
+    held by a persistent program, or, with LOAD_WB, loaded after the statistics. GIVEN: x (and the
+    residual) were loaded by the caller (``xv_in``/``rv_in``, ``xv2_in``/``rv2_in``; prefetched)."""
+    rows = row0 + tl.arange(0, BLOCK_M).to(tl.int64)
+    rmask = rows < M
+    mask = rmask[:, None] & cmask[None, :]
+    x = _fwd_part_x(X, R, S, rows, mask, cols, stride_x, stride_r, stride_s, xv_in, rv_in, HAS_RES, ACC, GIVEN)
+    if NB > 0:
+        mask2 = rmask[:, None] & cmask2[None, :]
+        x2 = _fwd_part_x(X, R, S, rows, mask2, cols2, stride_x, stride_r, stride_s, xv2_in, rv2_in,
+                         HAS_RES, ACC, GIVEN)
+    if IS_RMS:
+        ss = tl.sum(x * x, axis=1)
+        if NB > 0:
+            ss += tl.sum(x2 * x2, axis=1)
+        rstd = _rsqrt(ss / N + eps, ACC)
+        y = x * rstd[:, None]
+        if NB > 0:
+            y2 = x2 * rstd[:, None]
+    else:
+        # shift by the row's first element: x - shift is exact for nearby values, so a large common
+        # offset costs no digits in x - mean (the fp32 mean itself cannot hold them)
+        shift = tl.load(X + rows * stride_x, mask=rmask, other=0.0)
+        if HAS_RES:
+            r0 = tl.load(R + rows * stride_r, mask=rmask, other=0.0)
+            shift = (shift.to(ACC) + r0.to(ACC)).to(X.dtype.element_ty)
+        shift = shift.to(ACC)
+        xs = tl.where(mask, x - shift[:, None], 0.0)
+        s1 = tl.sum(xs, axis=1)
+        if NB > 0:
+            xs2 = tl.where(mask2, x2 - shift[:, None], 0.0)
+            s1 += tl.sum(xs2, axis=1)
+        mean_s = s1 / N
+        d = tl.where(mask, xs - mean_s[:, None], 0.0)
+        s2 = tl.sum(d * d, axis=1)
+        if NB > 0:
+            d2 = tl.where(mask2, xs2 - mean_s[:, None], 0.0)
+            s2 += tl.sum(d2 * d2, axis=1)
+        rstd = _rsqrt(s2 / N + eps, ACC)
+        y = d * rstd[:, None]
+        if NB > 0:
+            y2 = d2 * rstd[:, None]
+        tl.store(MEAN + rows, shift + mean_s, mask=rmask)
+    tl.store(RSTD + rows, rstd, mask=rmask)
+    _fwd_part_store(W, B, Y, w, b, y, rows, mask, cols, cmask, stride_y, LOAD_WB, HAS_W, HAS_B, ACC)
+    if NB > 0:
+        _fwd_part_store(W, B, Y, w2, b2, y2, rows, mask2, cols2, cmask2, stride_y, LOAD_WB, HAS_W, HAS_B, ACC)
+
+
+@triton.jit
+def _fwd_load_next(X, R, rows, M, cols, cmask, stride_x, stride_r, HAS_RES: tl.constexpr):
+    """x (and the residual) of one column part of the tile at ``rows`` (rows >= M masked off)."""
+    mask = (rows < M)[:, None] & cmask[None, :]
+    xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    rn = xn
+    if HAS_RES:
+        rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+    return xn, rn
+
+
+@triton.jit
 def _fwd_rows_kernel(
     X, R, W, B, Y, S, MEAN, RSTD,
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSIST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr,
 ):
-    """[BLOCK_M, BLOCK_N] tiles, whole rows in registers. HBM: read x (+residual), write y (+sum).
+    """[BLOCK_M, BLOCK_N] tiles (and, NB > 0, [BLOCK_M, NB] tiles of columns BLOCK_N ..), whole rows in
+    registers. HBM: read x (+residual), write y (+sum).
 
     PERSIST=False: one tile per program, w/b loaded by every program (an L2 read per tile) after the
     statistics (loaded with x, as Liger does, measured 2-40 % slower on the H200: more live registers).
@@ -324,33 +399,42 @@ def _fwd_rows_kernel(
     cmask = cols < N
     w = tl.zeros([BLOCK_N], dtype=ACC)
     b = tl.zeros([BLOCK_N], dtype=ACC)
+    if NB > 0:
+        cols2 = BLOCK_N + tl.arange(0, NB)
+        cmask2 = cols2 < N
+        w2 = tl.zeros([NB], dtype=ACC)
+        b2 = tl.zeros([NB], dtype=ACC)
+    else:  # unused stand-ins
+        cols2, cmask2, w2, b2 = cols, cmask, w, b
     if PERSIST:
         if HAS_W:
             w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+            if NB > 0:
+                w2 = tl.load(W + cols2, mask=cmask2, other=0.0).to(ACC)
         if HAS_B:
             b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+            if NB > 0:
+                b2 = tl.load(B + cols2, mask=cmask2, other=0.0).to(ACC)
         first = pid.to(tl.int64) * blocks_per_prog
         rows = first * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-        mask = (rows < M)[:, None] & cmask[None, :]
-        xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-        rn = xn
-        if HAS_RES:
-            rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
+        xn, rn = _fwd_load_next(X, R, rows, M, cols, cmask, stride_x, stride_r, HAS_RES)
+        xn2, rn2 = xn, rn
+        if NB > 0:
+            xn2, rn2 = _fwd_load_next(X, R, rows, M, cols2, cmask2, stride_x, stride_r, HAS_RES)
         for i in range(0, blocks_per_prog):
-            xv = xn
-            rv = rn
+            xv, rv, xv2, rv2 = xn, rn, xn2, rn2
             rows = rows + BLOCK_M
-            mask = (rows < tl.where(i + 1 < blocks_per_prog, M, 0))[:, None] & cmask[None, :]
-            xn = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-            if HAS_RES:
-                rn = tl.load(R + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0)
-            _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, (first + i) * BLOCK_M, cols, cmask,
-                           M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                           BLOCK_M, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, True)
+            lim = tl.where(i + 1 < blocks_per_prog, M, 0)
+            xn, rn = _fwd_load_next(X, R, rows, lim, cols, cmask, stride_x, stride_r, HAS_RES)
+            if NB > 0:
+                xn2, rn2 = _fwd_load_next(X, R, rows, lim, cols2, cmask2, stride_x, stride_r, HAS_RES)
+            _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, w2, b2, (first + i) * BLOCK_M,
+                           cols, cmask, cols2, cmask2, M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                           BLOCK_M, NB, False, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, xv, rv, xv2, rv2, True)
     else:
-        _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, pid.to(tl.int64) * BLOCK_M, cols, cmask,
-                       M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                       BLOCK_M, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, False)
+        _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, w2, b2, pid.to(tl.int64) * BLOCK_M,
+                       cols, cmask, cols2, cmask2, M, N, stride_x, stride_r, stride_y, stride_s, eps,
+                       BLOCK_M, NB, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, w, w, False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1040,10 +1124,26 @@ def _coop_warps(CH):
     return next_pow2(min(_CFG["max_warps"], max(1, CH // (32 * _CFG["bwd_coop_ept"]))))
 
 
-def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None):
+def _two_parts(N: int):
+    """(NA, NB): a row of N held as two power-of-two column parts NA + NB >= N (NA the largest power of
+    two <= N) where that takes fewer lanes than next_pow2(N), e.g. 5120 = 4096 + 1024, 768 = 512 + 256,
+    3000 -> 2048 + 1024; else (next_pow2(N), 0). Two parts for next_pow2(N) >= ``'fwd_two_part_min_block'``,
+    up to ``'fwd_two_part_max'`` lanes (0: off)."""
+    BLOCK_N = next_pow2(N)
+    NA = BLOCK_N if BLOCK_N == N else BLOCK_N // 2
+    NB = next_pow2(N - NA) if N > NA else 0
+    if (not NB or NA + NB >= BLOCK_N or NA > _CFG["fwd_max_block"] or NA + NB > _CFG["fwd_two_part_max"]
+            or BLOCK_N < _CFG["fwd_two_part_min_block"]):
+        return BLOCK_N, 0
+    return NA, NB
+
+
+def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None, width=None):
     """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
-    thread (backward holds x, dy and two accumulators per element, so it gets fewer)."""
+    thread (backward holds x, dy and two accumulators per element, so it gets fewer). ``width``: the
+    lanes a row takes when that is not BLOCK_N (two column parts); the elements per thread and the
+    one-row threshold still follow BLOCK_N's class."""
     if tile is None:
         tile = _CFG["bwd_tile_elems" if bwd else "tile_elems"]
     if ept is None:
@@ -1052,10 +1152,12 @@ def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None):
         else:
             ept = _CFG["fwd_ept_wide" if BLOCK_N >= 8192 else
                        "fwd_ept" if BLOCK_N <= _CFG["multi_row_max"] else "fwd_ept_mid"]
+    if width is None:
+        width = BLOCK_N
     if rows is None:
-        rows = max(1, tile // BLOCK_N) if BLOCK_N <= _CFG["multi_row_max"] else 1
+        rows = prev_pow2(max(1, tile // width)) if BLOCK_N <= _CFG["multi_row_max"] else 1
     BLOCK_M = rows
-    num_warps = min(_CFG["max_warps"], max(1, (BLOCK_M * BLOCK_N) // (32 * ept)))
+    num_warps = min(_CFG["max_warps"], max(1, cdiv(BLOCK_M * width, 32 * ept)))
     return BLOCK_M, next_pow2(num_warps)
 
 
@@ -1094,7 +1196,10 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         IS_RMS=is_rms, ACC=_acc(x.dtype),
     )
     BLOCK_N = next_pow2(N)
-    if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None:
+    NA, NB = _two_parts(N)
+    if NB:  # the rows kernel in two column parts; its knobs as for next_pow2(N) (at most fwd_max_block)
+        BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
+    if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
         fused = BLOCK_N <= _CFG["fwd_split_fused_max_block"]
         pre = "fwd_split_fused_" if fused else "fwd_split_"
         CH = min(_CFG[pre + "chunk"], BLOCK_N)
@@ -1114,7 +1219,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
-        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows)
+        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
+                                width=NA + NB if NB else None)
         nblocks = cdiv(M, BLOCK_M)
         per = 1
         if persist:
@@ -1123,7 +1229,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             nblocks = cdiv(nblocks, per)
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PERSIST=persist, num_warps=nw, **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=NA if NB else BLOCK_N, NB=NB, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -1199,7 +1305,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
             pf = pf and (_CFG["bwd_pf_wide_params"] or not wide_params)
         if pf:
-            kind = "bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else "bwd_pf_wide"
+            kind = ("bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else
+                    "bwd_pf_2k" if BLOCK_N == _CFG["bwd_pf_2k_block"] else "bwd_pf_wide")
             ept = _CFG[kind + "_ept"]
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
         else:
