@@ -460,6 +460,25 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                              ("pf_t1024", {"bwd_pf_min_block": 512}),
                              ("pf_t2048", {"bwd_pf_min_block": 512, "bwd_pf_tile_elems": 2048})):
                 add("bwd512", lab, cfg, op, M, N, "bwd", dt, dt)
+    # session 11: the looped forward (persistent programs, a row read in chunks twice, the second pass from
+    # L1 / L2) against the in-register rows kernel where normkit trails FlagGems: 16-bit rows of 1600-6144
+    # (0.77-0.81 SOL, FlagGems 2-10 % faster) and 4096x20480 bf16 (two-part rows 0.50, FlagGems 0.76).
+    # Prediction: 20480 bf16 -> 0.65-0.75 with 4 programs per SM (the rows kernel runs one 16-warp program
+    # per SM there, one row at a time); 1600-6144 within +-5 %
+    def loop(ch, w, pps, two=0):
+        return {"fwd_max_block": 1024 if not two else 16384, "fwd_two_part_max": two, "fwd_split_min_block": 1 << 30,
+                "fwd_chunk": ch, "fwd_loop_warps": w, "loop_progs_per_sm": pps}
+    for M, N in ((32768, 1600), (16384, 3072), (16384, 5120), (8192, 6144)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("rows", {}), ("loop_c1024_w4_p4", loop(1024, 4, 4)),
+                             ("loop_c2048_w8_p4", loop(2048, 8, 4))):
+                add("fwdloopmid", lab, cfg, op, M, N, "fwd")
+    for M, N in ((4096, 20480), (8192, 12288)):
+        for op in ("ln", "rms"):
+            for dt in (torch.bfloat16, torch.float32):
+                for lab, cfg in (("rows", {}), ("loop_c4096_w8_p4", dict(loop(4096, 8, 4), fwd_max_block=8192)),
+                                 ("loop_c2048_w4_p8", dict(loop(2048, 4, 8), fwd_max_block=8192))):
+                    add("fwdloopwide", lab, cfg, op, M, N, "fwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -490,7 +509,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart"):  # new kernels: check y on a row subset against fp64 (same width)
+            if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

@@ -39,6 +39,8 @@
 # PART=18: the layer-norm CUDA tests with two-part forward rows, sweeps fwdtwopart / bwd2k / bwd512.
 # PART=19: the whole `pytest -m cuda` at the adopted knobs, PART=17's layer / RMS bench again (and 512 / 384
 #          wide rows), resnet50 steps (PART=17's NCHW step was 87.8 ms against 56.6 ms of GPU time).
+# PART=20: conformance on CUDA at the final code; the looped forward against the rows kernel where FlagGems
+#          leads (sweeps fwdloopmid, fwdloopwide).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -228,6 +230,14 @@ elif [ "$PART" = 19 ]; then
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
+elif [ "$PART" = 20 ]; then
+    stamp "conformance"
+    timeout 200 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
+    stamp "layer / RMS sweeps: the looped forward where FlagGems leads"
+    timeout 125 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdloopwide,fwdloopmid --sweep-budget 110 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 9 ]; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
         export PYTHONPATH=/tmp/site:src
