@@ -408,9 +408,11 @@ def test_cpu_checks_in_subprocess():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("N", [64, 5120, 65537, 262144])
+@pytest.mark.parametrize("N", [64, 320, 1600, 5120, 16385, 20480, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_cuda_widths(N, dtype):
+    # 320 / 1600: the prefetching backward at 512 / 2048 wide; 16385 / 20480: two-part forward rows (a
+    # one-lane second part at 16385)
     M = max(4, min(4096, 2 ** 22 // N))
     check_ln(M, N, dtype, "same", offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_ln(M, N, dtype, "fp32", device="cuda")
