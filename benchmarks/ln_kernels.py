@@ -479,6 +479,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 for lab, cfg in (("rows", {}), ("loop_c4096_w8_p4", dict(loop(4096, 8, 4), fwd_max_block=8192)),
                                  ("loop_c2048_w4_p8", dict(loop(2048, 4, 8), fwd_max_block=8192))):
                     add("fwdloopwide", lab, cfg, op, M, N, "fwd", dt, dt)
+    # session 11 (prepared, not yet measured): the prefetching backward with rows held as two power-of-two
+    # column parts (bwd_two_part_min_block; off by default). Offline sm_90 (Triton 3.6, bf16): registers
+    # equal or lower (LN 5120 128 -> 100), but the second part's loads are narrower (5120: 1024 lanes over
+    # 16 warps, 4-byte loads; 320: 2-byte). Prediction: bf16 3072 / 5120 / 6144 bwd 0.64-0.70 -> 0.72-0.80
+    # SOL; 768 / 1536 within +-5 %; the risk is the forward's: twice the row reductions per block
+    for M, N in ((131072, 320), (32768, 768), (65536, 1536), (16384, 3072), (16384, 5120), (8192, 6144)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("one", {}), ("two", {"bwd_two_part_min_block": 1})):
+                add("bwdtwopart", lab, cfg, op, M, N, "bwd")
+        for lab, cfg in (("one", {}), ("two", {"bwd_two_part_min_block": 1})):
+            add("bwdtwopart", lab, cfg, "ln", M, N, "bwd", torch.float32, torch.float32)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -522,7 +533,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512", "bwdtwopart"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

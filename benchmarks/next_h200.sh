@@ -41,6 +41,9 @@
 #          wide rows), resnet50 steps (PART=17's NCHW step was 87.8 ms against 56.6 ms of GPU time).
 # PART=20: conformance on CUDA at the final code; the looped forward against the rows kernel where FlagGems
 #          leads (sweeps fwdloopmid, fwdloopwide).
+# For the next session:
+# PART=21: `pytest -m cuda` (new: widths 320 / 1600 / 16385 / 20480 in test_cuda_widths), the prepared two-part
+#          prefetching backward (sweep bwdtwopart).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -236,6 +239,14 @@ elif [ "$PART" = 20 ]; then
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
     stamp "layer / RMS sweeps: the looped forward where FlagGems leads"
     timeout 125 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdloopwide,fwdloopmid --sweep-budget 110 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+elif [ "$PART" = 21 ]; then
+    stamp "pytest -m cuda"
+    timeout 330 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "layer / RMS sweep: the two-part prefetching backward"
+    timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart --sweep-budget 130 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 9 ]; then
