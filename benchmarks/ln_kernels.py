@@ -490,6 +490,16 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 add("bwdtwopart", lab, cfg, op, M, N, "bwd")
         for lab, cfg in (("one", {}), ("two", {"bwd_two_part_min_block": 1})):
             add("bwdtwopart", lab, cfg, "ln", M, N, "bwd", torch.float32, torch.float32)
+    # session 11 (for the next session): the persistent rows forward (w/b held, the next row prefetched in both
+    # column parts) at the two-part widths of the 16384 class, where one 16-warp program per SM works a row
+    # at a time (LN bf16 4096x20480 0.50 SOL; the looped kernel's 4 programs per SM: 0.1585 -> 0.1268 ms).
+    # Offline sm_90 (bf16 LN): 20480 two-part 96 registers at 16 warps (1 program per SM), 16384 and 12288 64
+    # (2 per SM), persistent 127-128. So also: 32 warps (20 elements a thread) at 20480.
+    # Prediction: bf16 20480 0.50 -> 0.60-0.70, 12288 within +-5 %
+    for M, N in ((4096, 20480), (8192, 12288)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("rows", {}), ("persist", {"fwd_persist_min_block": 16384}), ("w32", {"max_warps": 32})):
+                add("fwdpersist2p", lab, cfg, op, M, N, "fwd")
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -520,7 +530,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 continue
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
-            if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide"):  # new kernels: check y on a row subset against fp64 (same width)
+            if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
+                     "fwdpersist2p"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

@@ -43,7 +43,7 @@
 #          leads (sweeps fwdloopmid, fwdloopwide).
 # For the next session:
 # PART=21: `pytest -m cuda` (new: widths 320 / 1600 / 16385 / 20480 in test_cuda_widths), the prepared two-part
-#          prefetching backward (sweep bwdtwopart).
+#          prefetching backward (sweep bwdtwopart), the persistent two-part forward (sweep fwdpersist2p).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -246,7 +246,7 @@ elif [ "$PART" = 21 ]; then
     timeout 330 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
     stamp "layer / RMS sweep: the two-part prefetching backward"
-    timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart --sweep-budget 130 \
+    timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart,fwdpersist2p --sweep-budget 150 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 9 ]; then
