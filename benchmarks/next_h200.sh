@@ -52,6 +52,13 @@ W="$OUT/next$PART"
 mkdir -p "$W"
 T0=$(date +%s)
 stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
+# the peers' wheels carried in .whl (liger-kernel, flag-gems and its needs), and the commit for the bench JSON
+use_wheels() {
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:src
+    fi
+    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+}
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -168,10 +175,7 @@ elif [ "$PART" = 14 ]; then
     timeout 200 python3 -m normkit bench --models resnet50 vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
         --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| (resnet|vit|gpt)" "$W/models/summary.md" | head -20
 elif [ "$PART" = 15 ]; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "bench: layer and RMS norm, every dtype"
     timeout 260 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
         --budget 240 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
@@ -180,10 +184,7 @@ elif [ "$PART" = 15 ]; then
     timeout 120 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
     echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
 elif [ "$PART" = 16 ]; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "bench: layer and RMS norm, every dtype, with FlagGems (its sqlalchemy / greenlet wheels carried)"
     timeout 300 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
         --budget 280 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
@@ -192,10 +193,7 @@ elif [ "$PART" = 16 ]; then
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 17 ]; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "bench: layer and RMS norm at widths outside the suite"
     timeout 200 python3 -m normkit bench --ops layer_norm rms_norm --shapes 131072x320 32768x1600 32768x2048 16384x3072 \
         16384x5120 8192x6144 8192x12288 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems \
@@ -218,10 +216,7 @@ elif [ "$PART" = 18 ]; then
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 19 ]; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "pytest -m cuda"
     timeout 270 python3 -m pytest -q -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
@@ -250,10 +245,7 @@ elif [ "$PART" = 21 ]; then
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 9 ]; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "bench: batch norm, every dtype"
     timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
         --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
@@ -276,10 +268,7 @@ elif [ "$PART" = 6 ]; then
         echo "bn_breakdown $layout rc=$?"; tail -1 "$W/bn_breakdown_$layout.log"
     done
 else
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
-    fi
-    export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
+    use_wheels
     stamp "bench: batch, layer, RMS norm, every dtype"
     timeout 330 python3 -m normkit bench --ops batch_norm layer_norm rms_norm --all-dtypes \
         --peers aten aten-native liger flaggems --budget 300 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \

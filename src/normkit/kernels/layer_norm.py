@@ -1272,7 +1272,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         IS_RMS=is_rms, ACC=_acc(x.dtype),
     )
     BLOCK_N = next_pow2(N)
-    NA, NB = _fwd_two_parts(N)
+    NA, NB = _fwd_two_parts(N)  # (NA = BLOCK_N when NB == 0)
     if NB:  # the rows kernel in two column parts; its knobs as for next_pow2(N) (at most fwd_max_block)
         BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
@@ -1296,7 +1296,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
-                                width=NA + NB if NB else None)
+                                width=NA + NB)
         nblocks = cdiv(M, BLOCK_M)
         per = 1
         if persist:
@@ -1305,7 +1305,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             nblocks = cdiv(nblocks, per)
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
-            BLOCK_M=BLOCK_M, BLOCK_N=NA if NB else BLOCK_N, NB=NB, PERSIST=persist, num_warps=nw, **flags,
+            BLOCK_M=BLOCK_M, BLOCK_N=NA, NB=NB, PERSIST=persist, num_warps=nw, **flags,
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
@@ -1380,13 +1380,12 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             cap = _CFG["bwd_pf_wide_max_row_bytes"]
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
             pf = pf and (_CFG["bwd_pf_wide_params"] or not wide_params)
-        NA, NB = _bwd_two_parts(N) if pf else (BLOCK_N, 0)
+        NA, NB = _bwd_two_parts(N) if pf else (BLOCK_N, 0)  # (NA = BLOCK_N when NB == 0)
         if pf:
             kind = ("bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else
                     "bwd_pf_2k" if BLOCK_N == _CFG["bwd_pf_2k_block"] else "bwd_pf_wide")
             ept = _CFG[kind + "_ept"]
-            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept,
-                                    width=NA + NB if NB else None)
+            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept, width=NA + NB)
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = cdiv(M, BLOCK_M)
@@ -1415,8 +1414,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
-               BLOCK_M=BLOCK_M, BLOCK_N=NA if NB else BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold,
-               **parts, **flags)
+               BLOCK_M=BLOCK_M, BLOCK_N=NA, num_warps=nw, enable_fp_fusion=False, **hold, **parts, **flags)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
