@@ -44,6 +44,10 @@
 # For the next session:
 # PART=21: `pytest -m cuda` (new: widths 320 / 1600 / 16385 / 20480 in test_cuda_widths), the prepared two-part
 #          prefetching backward (sweep bwdtwopart), the persistent two-part forward (sweep fwdpersist2p).
+# Session 12:
+# PART=22: PART=21's sweeps first, the host trace of a batch-norm forward + backward per path (host_trace.py:
+#          which aten ops and kernels the channels_last enable() path runs), then `pytest -m cuda -v` with
+#          what time is left (the log names every test run, so a second call can take the rest).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -244,6 +248,17 @@ elif [ "$PART" = 21 ]; then
     timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart,fwdpersist2p --sweep-budget 150 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+elif [ "$PART" = 22 ]; then
+    stamp "layer / RMS sweep: the two-part prefetching backward, the persistent two-part forward"
+    timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart,fwdpersist2p --sweep-budget 150 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    stamp "host trace: batch-norm forward + backward per path"
+    timeout 70 python3 benchmarks/host_trace.py --out "$W" > "$W/host_trace.log" 2>&1; echo "trace rc=$?"
+    grep -E "^==|kernels per call" "$W/host_trace.log" | cut -c1-400
+    stamp "pytest -m cuda"
+    timeout ${PYTEST_S:-300} python3 -m pytest -v -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    grep -cE " PASSED" "$W/pytest_cuda.log"; tail -1 "$W/pytest_cuda.log"; grep -E "FAILED|^E  " "$W/pytest_cuda.log" | head -20
 elif [ "$PART" = 9 ]; then
     use_wheels
     stamp "bench: batch norm, every dtype"
