@@ -48,6 +48,8 @@
 # PART=22: PART=21's sweeps first, the host trace of a batch-norm forward + backward per path (host_trace.py:
 #          which aten ops and kernels the channels_last enable() path runs), then `pytest -m cuda -v` with
 #          what time is left (the log names every test run, so a second call can take the rest).
+# PART=23: the persistent forward at every width of the 16384 class (sweep fwdpersist16k), the layer / RMS bench
+#          of the two-part widths with the peers (20480 persistent now), the layer-norm CUDA tests.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -259,6 +261,21 @@ elif [ "$PART" = 22 ]; then
     stamp "pytest -m cuda"
     timeout ${PYTEST_S:-300} python3 -m pytest -v -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     grep -cE " PASSED" "$W/pytest_cuda.log"; tail -1 "$W/pytest_cuda.log"; grep -E "FAILED|^E  " "$W/pytest_cuda.log" | head -20
+elif [ "$PART" = 23 ]; then
+    git checkout -q HEAD -- src tests 2>/dev/null && echo "src, tests at HEAD $(git rev-parse --short HEAD)"
+    use_wheels
+    stamp "layer / RMS sweep: persistent forward programs at every width of the 16384 class"
+    timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdpersist16k --sweep-budget 130 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    stamp "bench: layer / RMS norm at the two-part widths, peers"
+    timeout 150 python3 -m normkit bench --ops layer_norm rms_norm --shapes 4096x20480 8192x12288 8192x10240 \
+        --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems --budget 130 --json "$W/bench-ln/bench.json" \
+        --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
+    sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    stamp "pytest -m cuda: layer-norm kernels"
+    timeout 200 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
 elif [ "$PART" = 9 ]; then
     use_wheels
     stamp "bench: batch norm, every dtype"

@@ -676,12 +676,13 @@ def test_two_part_rows_forward(N, monkeypatch):
     monkeypatch.setitem(L._CFG, "fwd_two_part_min_block", 1)
     monkeypatch.setitem(L._CFG, "tile_elems", 512)
     seen = _record_launches(monkeypatch)
-    na, nb = L._fwd_two_parts(N)
+    na, nb = L._two_parts(N)
     assert nb > 0 and na + nb >= N and na + nb < L.next_pow2(N)
     for dtype, kind in ((torch.bfloat16, "same"), (torch.float32, "fp32"), (torch.bfloat16, "none")):
         for persist in (False, True):
             monkeypatch.setitem(L._CFG, "fwd_persist_min_block", 1 if persist else 1 << 30)
             monkeypatch.setitem(L._CFG, "fwd_persist_max_block", 1 << 20)
+            monkeypatch.setitem(L._CFG, "fwd_persist_two_part", int(persist))
             seen.clear()
             check_ln(5, N, dtype, kind, bwd=False)
             check_rms(5, N, dtype, kind, bwd=False)
@@ -705,45 +706,17 @@ def test_two_part_rows_forward(N, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("N", [320, 768, 1536, 3000, 5120])
-def test_two_part_prefetching_backward(N, monkeypatch):
-    # bwd_two_part_min_block (prepared, off by default): the prefetching backward with rows held as two
-    # power-of-two column parts, checked against float64 for layer / RMS norm (dx, dw, db; w in x's dtype,
-    # fp32 w held by the narrow kernel, no w), with several blocks per program and a partial last block,
-    # dx alone and dw / db alone; and within rounding of the one-part kernel
-    monkeypatch.setitem(L._CFG, "bwd_two_part_min_block", 1)
-    monkeypatch.setitem(L._CFG, "bwd_pf_progs_per_sm", 1)
-    monkeypatch.setitem(L._CFG, "bwd_pf_wide_progs_per_sm", 1)
-    monkeypatch.setitem(L._CFG, "bwd_pf_mid_progs_per_sm", 1)
-    monkeypatch.setitem(L._CFG, "bwd_pf_2k_progs_per_sm", 1)
+def test_two_part_rows_persistent_by_default(monkeypatch):
+    # the default routing of a 20480-wide row (16-bit and fp32): two column parts, persistent programs
+    # ('fwd_persist_two_part'), checked against float64 with more rows than programs
+    monkeypatch.setattr(L, "_num_sms", lambda x: 2)
     seen = _record_launches(monkeypatch)
-    na, nb = L._bwd_two_parts(N)
-    assert nb > 0
-    kinds = [(torch.bfloat16, "same"), (torch.float32, "same"), (torch.bfloat16, "none")]
-    if N <= 1024:  # narrow rows: fp32 w on 16-bit x stays on the prefetching kernel (held)
-        kinds.append((torch.bfloat16, "fp32"))
-    for dtype, kind in kinds:
+    for dtype in (torch.bfloat16, torch.float32):
         seen.clear()
-        check_ln(11, N, dtype, kind)
-        check_rms(11, N, dtype, kind)
-        parts = [(kw["BLOCK_N"], kw.get("NB", 0)) for name, kw in seen if name == "_bwd_rows_pf_kernel"]
-        wide_bytes = N > 1024 and L.next_pow2(N) * dtype.itemsize > L._CFG["bwd_pf_wide_max_row_bytes"]
-        assert parts == ([] if wide_bytes else [(na, nb)] * 2), (dtype, kind)  # (rows past the cap: plain kernel)
-    fp32_pf = N <= 1024 or L.next_pow2(N) * 4 <= L._CFG["bwd_pf_wide_max_row_bytes"]
-    dt = torch.float32 if fp32_pf else torch.bfloat16
-    x, dy = _inputs(11, N, dt)
-    w, b = _params(N, dt, "same")
-    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-    two = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
-    only_dx = L.ln_backward(dy, x, mean, rstd, w, (True, False, False))
-    only_dw = L.ln_backward(dy, x, mean, rstd, w, (False, True, True))
-    assert torch.equal(only_dx[0], two[0]) and torch.equal(only_dw[1], two[1]) and torch.equal(only_dw[2], two[2])
-    monkeypatch.setitem(L._CFG, "bwd_two_part_min_block", 1 << 30)
-    seen.clear()
-    one = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
-    assert [kw.get("NB", 0) for name, kw in seen if name == "_bwd_rows_pf_kernel"] == [0]
-    for u, v in zip(two, one):  # (bf16: dx rounded to bf16 may differ by an ulp)
-        assert torch.allclose(u.float(), v.float(), rtol=1e-5 if fp32_pf else 1e-2, atol=1e-6 if fp32_pf else 1e-2)
+        check_ln(5, 20480, dtype, "same", bwd=False)
+        check_rms(5, 20480, dtype, "same", bwd=False)
+        parts = [(kw["BLOCK_N"], kw["NB"], kw["PERSIST"]) for name, kw in seen if name == "_fwd_rows_kernel"]
+        assert parts == [(16384, 4096, True)] * 2
 
 
 def _record_launches(monkeypatch):

@@ -14,7 +14,7 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
   Widths of the 16384 class and up to 24576 that are not powers of two (``'fwd_two_part_min_block'``,
   ``'fwd_two_part_max'``) are held as two power-of-two column parts, 12288 = 8192 + 4096 and 20480 =
   16384 + 4096 lanes instead of 16384 and 32768 (narrower ones lost with two parts: twice the row
-  reductions).
+  reductions), persistent as below (``'fwd_persist_two_part'``).
 * ``8192 <= BLOCK_N <= 16384`` with weight/bias wider than x (``'fwd_persist_min_block_wide_params'``
   .. ``'fwd_persist_max_block'``): the same kernel, persistent (1 program per SM): w/b loaded once per
   program instead of once per row, the next tile's x (and residual) loaded before this tile's
@@ -48,8 +48,7 @@ fixed order, 32-column x 128-row blocks):
 * ``2048 <= BLOCK_N <= 8192`` (``'bwd_pf_wide_max_block'``): the prefetching kernel, one row per block,
   8 elements per thread, 1 program per SM, two blocks ahead; at 4096 (``'bwd_pf_mid_block'``) 16
   elements per thread and 2 programs per SM; at 2048 (``'bwd_pf_2k_block'``) 16 elements per thread
-  and 4 programs per SM. 3 passes. Prepared, off until measured (``'bwd_two_part_min_block'``): rows
-  that are not powers of two held as two column parts, as the forward's. Rows of more than 16 KB
+  and 4 programs per SM. 3 passes. Rows of more than 16 KB
   (``'bwd_pf_wide_max_row_bytes'``: fp32 at 8192) and w wider than x (``'bwd_pf_wide_params'``) take the
   plain kernel instead, each persistent program holding w in registers (``'bwd_hold_w'``).
 * ``BLOCK_N == 16384``, RMS only (``'bwd_max_block'``; ``'bwd_max_block_ln'`` = 8192 because the layer
@@ -153,10 +152,11 @@ _CFG = {
     # twice the cross-warp reductions per row), so two parts only from the 16384 class up
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
-    # the same for the prefetching backward (_bwd_rows_pf_kernel, NB > 0), prepared in session 11 and off
-    # (min block 1 << 30) until measured: sweep "bwdtwopart" (benchmarks/NOTES-layer_norm.md, session 11)
-    "bwd_two_part_min_block": 1 << 30,
-    "bwd_two_part_max": 8192,
+    # two-part rows (above) run persistent: with 16-bit x a 20480-wide row took 96 registers at 16 warps, one
+    # program per SM working one row at a time; the persistent program prefetches the next row. H200 sweep
+    # "fwdpersist2p" (session 12), 4096x20480 bf16 LN 0.1566 -> 0.1238 ms, RMS 0.1022 -> 0.0920; 8192x12288
+    # equal (LN 0.1179 / 0.1181, RMS 0.1113 / 0.1112)
+    "fwd_persist_two_part": 1,
     "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
     "fwd_split_fused_warps": 16,  # last program's pass over its row
     "fwd_split_fin_block": 8192,
@@ -688,12 +688,11 @@ def _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _bwd_terms(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
+def _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
                HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
                STORE_DX: tl.constexpr, HOLD_W: tl.constexpr, ACC: tl.constexpr):
-    """One column part of a row block: dw/db accumulated; with STORE_DX, (xhat, w*dy) and this part's
-    share of the row means c1 = sum(w*dy*xhat) / N, c2 = sum(w*dy) / N (RMS: c1 twice) that dx needs.
-    Masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store."""
+    """One [rows, N] block of the backward from registers: dw/db accumulated, dx returned (0 when
+    STORE_DX is off). Masked columns: xhat is junk there but dy is 0, so it reaches no sum and no store."""
     if IS_RMS:
         xhat = x * rstd[:, None]
     else:
@@ -702,9 +701,7 @@ def _bwd_terms(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
         dw_acc += dy * xhat
     if NEED_DB:
         db_acc += dy
-    wdy = dy
-    c1 = rstd
-    c2 = rstd
+    dx = dy
     if STORE_DX:
         if HAS_W:
             if HOLD_W:  # loaded once by the program
@@ -712,23 +709,12 @@ def _bwd_terms(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
             else:  # reloaded per row block (an L1/L2 hit): registers are the limit
                 w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
             wdy = dy * w[None, :]
+        else:
+            wdy = dy
         c1 = tl.sum(wdy * xhat, axis=1) / N
         c2 = c1
         if not IS_RMS:
             c2 = tl.sum(wdy, axis=1) / N
-    return xhat, wdy, c1, c2, dw_acc, db_acc
-
-
-@triton.jit
-def _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
-               HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-               STORE_DX: tl.constexpr, HOLD_W: tl.constexpr, ACC: tl.constexpr):
-    """One [rows, N] block of the backward from registers: dw/db accumulated, dx returned (dy when
-    STORE_DX is off)."""
-    xhat, wdy, c1, c2, dw_acc, db_acc = _bwd_terms(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
-                                                   HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
-    dx = dy
-    if STORE_DX:
         dx = _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS)
     return dx, dw_acc, db_acc
 
@@ -791,22 +777,13 @@ def _bwd_rows_kernel(
 
 
 @triton.jit
-def _bwd_load_part(DY, X, rows, lim, cols, cmask, stride_dy, stride_x):
-    """x, dy (input dtype) of one column part of a row block; rows >= lim are masked off."""
-    mask = (rows < lim)[:, None] & cmask[None, :]
-    xv = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-    dyv = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
-    return xv, dyv
-
-
-@triton.jit
 def _bwd_rows_pf_kernel(
     DY, X, W, MEAN, RSTD, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, HOLD_W: tl.constexpr = False, PDL: tl.constexpr = False, NB: tl.constexpr = 0,
+    ACC: tl.constexpr, HOLD_W: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
     in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
@@ -814,8 +791,6 @@ def _bwd_rows_pf_kernel(
     nothing during its reductions; Triton's pipeliner leaves loops without a dot alone). Same math,
     same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
     HOLD_W: w loaded once per program and held (as the plain kernel's HOLD_W), else reloaded per block.
-    NB > 0: rows held as two column parts, ``BLOCK_N`` and ``NB`` wide (``_bwd_two_parts``); the row
-    means c1, c2 are the sums of the two parts' shares.
     """
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
@@ -834,17 +809,6 @@ def _bwd_rows_pf_kernel(
     xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                             tl.where(1 < blocks_per_prog, M, 0), cols, cmask,
                                             stride_dy, stride_x, IS_RMS, ACC)
-    if NB > 0:
-        cols2 = BLOCK_N + tl.arange(0, NB)
-        cmask2 = cols2 < N
-        dw_acc2 = tl.zeros([BLOCK_M, NB], dtype=ACC)
-        db_acc2 = tl.zeros([BLOCK_M, NB], dtype=ACC)
-        w_held2 = dw_acc2
-        if HOLD_W and HAS_W and STORE_DX:
-            w_held2 = tl.load(W + cols2, mask=cmask2, other=0.0).to(ACC)
-        xa2, dya2 = _bwd_load_part(DY, X, rows, M, cols2, cmask2, stride_dy, stride_x)
-        xb2, dyb2 = _bwd_load_part(DY, X, rows + BLOCK_M, tl.where(1 < blocks_per_prog, M, 0), cols2, cmask2,
-                                   stride_dy, stride_x)
     for i in range(0, blocks_per_prog):
         x = xa.to(ACC)
         dy = dya.to(ACC)
@@ -857,43 +821,17 @@ def _bwd_rows_pf_kernel(
         xb, dyb, meanb, rstdb = _bwd_load_block(DY, X, MEAN, RSTD, rows + BLOCK_M,
                                                 tl.where(i + 2 < blocks_per_prog, M, 0), cols, cmask,
                                                 stride_dy, stride_x, IS_RMS, ACC)
-        if NB > 0:
-            x2 = xa2.to(ACC)
-            dy2 = dya2.to(ACC)
-            xa2, dya2 = xb2, dyb2
-            xb2, dyb2 = _bwd_load_part(DY, X, rows + BLOCK_M, tl.where(i + 2 < blocks_per_prog, M, 0), cols2,
-                                       cmask2, stride_dy, stride_x)
-            xhat, wdy, c1, c2, dw_acc, db_acc = _bwd_terms(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc,
-                                                           db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX,
-                                                           HOLD_W, ACC)
-            xhat2, wdy2, d1, d2, dw_acc2, db_acc2 = _bwd_terms(x2, dy2, mean, rstd, W, w_held2, cols2, cmask2, N,
-                                                               dw_acc2, db_acc2, HAS_W, IS_RMS, NEED_DW, NEED_DB,
-                                                               STORE_DX, HOLD_W, ACC)
-            if STORE_DX:
-                c1 = c1 + d1
-                c2 = c2 + d2
-                dx = _dx_from_sums(wdy, xhat, c1, c2, rstd, IS_RMS)
-                dx2 = _dx_from_sums(wdy2, xhat2, c1, c2, rstd, IS_RMS)
-                smask = (cur < M)[:, None] & cmask[None, :]
-                tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
-                smask2 = (cur < M)[:, None] & cmask2[None, :]
-                tl.store(DX + cur[:, None] * stride_dx + cols2[None, :], dx2, mask=smask2)
-        else:
-            # w reloaded per block by default: holding it lost with w in x's dtype (sweep "bwdpfhold"
-            # 2026-12-01: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms; RMS 2-3 % faster)
-            dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
-                                            HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
-            if STORE_DX:
-                smask = (cur < M)[:, None] & cmask[None, :]
-                tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
+        # w reloaded per block by default: holding it lost with w in x's dtype (sweep "bwdpfhold"
+        # 2026-12-01: LN bf16 / fp16 8192x8192 0.1281 / 0.1189 -> 0.1383 / 0.1396 ms; RMS 2-3 % faster)
+        dx, dw_acc, db_acc = _bwd_block(x, dy, mean, rstd, W, w_held, cols, cmask, N, dw_acc, db_acc,
+                                        HAS_W, IS_RMS, NEED_DW, NEED_DB, STORE_DX, HOLD_W, ACC)
+        if STORE_DX:
+            smask = (cur < M)[:, None] & cmask[None, :]
+            tl.store(DX + cur[:, None] * stride_dx + cols[None, :], dx, mask=smask)
     if NEED_DW:
         tl.store(DWP + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=cmask)
-        if NB > 0:
-            tl.store(DWP + pid.to(tl.int64) * N + cols2, tl.sum(dw_acc2, axis=0), mask=cmask2)
     if NEED_DB:
         tl.store(DBP + pid.to(tl.int64) * N + cols, tl.sum(db_acc, axis=0), mask=cmask)
-        if NB > 0:
-            tl.store(DBP + pid.to(tl.int64) * N + cols2, tl.sum(db_acc2, axis=0), mask=cmask2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1191,27 +1129,18 @@ def _coop_warps(CH):
     return next_pow2(min(_CFG["max_warps"], max(1, CH // (32 * _CFG["bwd_coop_ept"]))))
 
 
-def _two_parts(N: int, min_block: int, max_lanes: int, max_na: int):
+def _two_parts(N: int):
     """(NA, NB): a row of N held as two power-of-two column parts NA + NB >= N (NA the largest power of
     two <= N) where that takes fewer lanes than next_pow2(N), e.g. 5120 = 4096 + 1024, 768 = 512 + 256,
-    3000 -> 2048 + 1024; else (next_pow2(N), 0). Only for next_pow2(N) >= min_block, NA + NB <= max_lanes
-    and NA <= max_na."""
+    3000 -> 2048 + 1024; else (next_pow2(N), 0). Two parts for next_pow2(N) >= ``'fwd_two_part_min_block'``,
+    up to ``'fwd_two_part_max'`` lanes (0: off)."""
     BLOCK_N = next_pow2(N)
     NA = BLOCK_N if BLOCK_N == N else BLOCK_N // 2
     NB = next_pow2(N - NA) if N > NA else 0
-    if not NB or NA + NB >= BLOCK_N or NA > max_na or NA + NB > max_lanes or BLOCK_N < min_block:
+    if (not NB or NA + NB >= BLOCK_N or NA > _CFG["fwd_max_block"] or NA + NB > _CFG["fwd_two_part_max"]
+            or BLOCK_N < _CFG["fwd_two_part_min_block"]):
         return BLOCK_N, 0
     return NA, NB
-
-
-def _fwd_two_parts(N: int):
-    """The forward rows kernel's column parts (``'fwd_two_part_min_block'``, ``'fwd_two_part_max'``)."""
-    return _two_parts(N, _CFG["fwd_two_part_min_block"], _CFG["fwd_two_part_max"], _CFG["fwd_max_block"])
-
-
-def _bwd_two_parts(N: int):
-    """The prefetching backward's column parts (``'bwd_two_part_min_block'``, ``'bwd_two_part_max'``)."""
-    return _two_parts(N, _CFG["bwd_two_part_min_block"], _CFG["bwd_two_part_max"], 1 << 30)
 
 
 def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None, width=None):
@@ -1272,7 +1201,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         IS_RMS=is_rms, ACC=_acc(x.dtype),
     )
     BLOCK_N = next_pow2(N)
-    NA, NB = _fwd_two_parts(N)  # (NA = BLOCK_N when NB == 0)
+    NA, NB = _two_parts(N)  # (NA = BLOCK_N when NB == 0)
     if NB:  # the rows kernel in two column parts; its knobs as for next_pow2(N) (at most fwd_max_block)
         BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
@@ -1292,7 +1221,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
-        persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
+        persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"] or bool(NB and _CFG["fwd_persist_two_part"])
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
@@ -1380,12 +1309,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             cap = _CFG["bwd_pf_wide_max_row_bytes"]
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
             pf = pf and (_CFG["bwd_pf_wide_params"] or not wide_params)
-        NA, NB = _bwd_two_parts(N) if pf else (BLOCK_N, 0)  # (NA = BLOCK_N when NB == 0)
         if pf:
             kind = ("bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else
                     "bwd_pf_2k" if BLOCK_N == _CFG["bwd_pf_2k_block"] else "bwd_pf_wide")
             ept = _CFG[kind + "_ept"]
-            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept, width=NA + NB)
+            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = cdiv(M, BLOCK_M)
@@ -1410,11 +1338,10 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
             hold = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
-        parts = dict(NB=NB) if NB else {}  # (absent: the same specialization as before the knob)
         launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
-               BLOCK_M=BLOCK_M, BLOCK_N=NA, num_warps=nw, enable_fp_fusion=False, **hold, **parts, **flags)
+               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
