@@ -506,6 +506,26 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 for lab, cfg in (("rows", {"fwd_persist_two_part": 0}),
                                  ("persist", {"fwd_persist_min_block": 16384})):
                     add("fwdpersist16k", lab, cfg, op, M, N, "fwd", dt, dt)
+    # session 12: LN bf16 8192x10240 forward at 0.51 SOL (FlagGems 0.79; RMS 0.89, fp32 0.96): offline sm_90
+    # (Triton 3.6) the two-part rows kernel at 16 warps holds the 2048-wide second part at 4 elements a thread
+    # and the first at 8, and Triton converts the first part's whole tile between the two layouts, twice a
+    # row (the row's shift / mean tie the parts together; RMS has no such conversion). Capped warps
+    # (fwd_two_part_cap_warps: 16 bytes of the second part a thread; 16-bit 10240 / 9216 / 18432 at 8 / 4 / 8
+    # warps, fp32 9216 at 8)
+    # remove both conversions (80 registers at 10240, 145 at 18432, 167 at 9216; persistent: 195 / 255+spill /
+    # 255+spill), so capped rows are not persistent. Variants: the new default (cap; persistent where not
+    # capped: 20480), never persistent (cap_rows: equal to cap where capped, a noise check), uncapped with and
+    # without persistent programs (nocap_rows: session 11's kernel), one next_pow2 tile (fwd_two_part_max 0).
+    # Prediction: LN bf16 10240 0.51 -> 0.75-0.85 SOL (12288 runs 0.80), 9216 / 18432 the same kind of gain,
+    # RMS (no conversion there) and 20480 (second part 16 bytes a thread already) unchanged
+    for M, N, dt in ((8192, 9216, torch.bfloat16), (8192, 10240, torch.bfloat16), (4096, 18432, torch.bfloat16),
+                     (4096, 20480, torch.bfloat16), (8192, 9216, torch.float32)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("cap", {}), ("cap_rows", {"fwd_persist_two_part": 0}),
+                             ("nocap", {"fwd_two_part_cap_warps": 0}),
+                             ("nocap_rows", {"fwd_two_part_cap_warps": 0, "fwd_persist_two_part": 0}),
+                             ("one", {"fwd_two_part_max": 0})):
+                add("fwd2pwarps", lab, cfg, op, M, N, "fwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -537,7 +557,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
-                     "fwdpersist2p", "fwdpersist16k"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwdpersist2p", "fwdpersist16k", "fwd2pwarps"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

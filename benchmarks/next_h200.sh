@@ -49,7 +49,10 @@
 #          which aten ops and kernels the channels_last enable() path runs), then `pytest -m cuda -v` with
 #          what time is left (the log names every test run, so a second call can take the rest).
 # PART=23: the persistent forward at every width of the 16384 class (sweep fwdpersist16k), the layer / RMS bench
-#          of the two-part widths with the peers (20480 persistent now), the layer-norm CUDA tests.
+#          of the two-part widths with the peers (20480 persistent now), the layer-norm CUDA tests. (It ran
+#          03a4c5d's src and tests: its `git checkout HEAD` met the device copy's stale .git; removed since.)
+# PART=24: capped warps for two-part forward rows (sweep fwd2pwarps), the layer / RMS bench of the two-part
+#          widths with the peers, the layer-norm CUDA tests.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -262,7 +265,6 @@ elif [ "$PART" = 22 ]; then
     timeout ${PYTEST_S:-300} python3 -m pytest -v -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
     grep -cE " PASSED" "$W/pytest_cuda.log"; tail -1 "$W/pytest_cuda.log"; grep -E "FAILED|^E  " "$W/pytest_cuda.log" | head -20
 elif [ "$PART" = 23 ]; then
-    git checkout -q HEAD -- src tests 2>/dev/null && echo "src, tests at HEAD $(git rev-parse --short HEAD)"
     use_wheels
     stamp "layer / RMS sweep: persistent forward programs at every width of the 16384 class"
     timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdpersist16k --sweep-budget 130 \
@@ -275,6 +277,19 @@ elif [ "$PART" = 23 ]; then
     sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
     stamp "pytest -m cuda: layer-norm kernels"
     timeout 200 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+elif [ "$PART" = 24 ]; then
+    use_wheels
+    stamp "layer / RMS sweep: two-part forward rows at capped warps"
+    timeout 160 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwd2pwarps --sweep-budget 140 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    stamp "bench: layer / RMS norm at the two-part widths, peers"
+    timeout 170 python3 -m normkit bench --ops layer_norm rms_norm --shapes 8192x9216 8192x10240 8192x12288 \
+        4096x18432 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems --budget 150 \
+        --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
+    stamp "pytest -m cuda: layer-norm kernels"
+    timeout 150 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
 elif [ "$PART" = 9 ]; then
     use_wheels

@@ -706,17 +706,22 @@ def test_two_part_rows_forward(N, monkeypatch):
 
 
 @interp
-def test_two_part_rows_persistent_by_default(monkeypatch):
-    # the default routing of a 20480-wide row (16-bit and fp32): two column parts, persistent programs
-    # ('fwd_persist_two_part'), checked against float64 with more rows than programs
+@pytest.mark.parametrize("N, nw16, persist16, nw32", [(20480, 16, True, 16), (10240, 8, False, 16), (9216, 4, False, 8)])
+def test_two_part_rows_default_routing(N, nw16, persist16, nw32, monkeypatch):
+    # the default routing of two-part rows, checked against float64 with more rows than programs: 16-bit
+    # rows at the warps that give the second part 16 bytes a thread (fewer made Triton convert the first
+    # part between layouts), persistent where that leaves the warps uncapped; fp32 rows the same cap (4
+    # elements a thread), never persistent
     monkeypatch.setattr(L, "_num_sms", lambda x: 2)
     seen = _record_launches(monkeypatch)
-    for dtype in (torch.bfloat16, torch.float32):
+    na, nb = L._two_parts(N)
+    for dtype, nw, persist in ((torch.bfloat16, nw16, persist16), (torch.float32, nw32, False)):
         seen.clear()
-        check_ln(5, 20480, dtype, "same", bwd=False)
-        check_rms(5, 20480, dtype, "same", bwd=False)
-        parts = [(kw["BLOCK_N"], kw["NB"], kw["PERSIST"]) for name, kw in seen if name == "_fwd_rows_kernel"]
-        assert parts == [(16384, 4096, True)] * 2
+        check_ln(5, N, dtype, "same", bwd=False)
+        check_rms(5, N, dtype, "same", bwd=False)
+        got = [(kw["BLOCK_N"], kw["NB"], kw["PERSIST"], kw["num_warps"]) for name, kw in seen
+               if name == "_fwd_rows_kernel"]
+        assert got == [(na, nb, persist, nw)] * 2, dtype
 
 
 def _record_launches(monkeypatch):

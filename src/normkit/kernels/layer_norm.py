@@ -152,11 +152,16 @@ _CFG = {
     # twice the cross-warp reductions per row), so two parts only from the 16384 class up
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
-    # two-part rows (above) run persistent: with 16-bit x a 20480-wide row took 96 registers at 16 warps, one
-    # program per SM working one row at a time; the persistent program prefetches the next row. H200 sweep
-    # "fwdpersist2p" (session 12), 4096x20480 bf16 LN 0.1566 -> 0.1238 ms, RMS 0.1022 -> 0.0920; 8192x12288
-    # equal (LN 0.1179 / 0.1181, RMS 0.1113 / 0.1112)
+    # 16-bit two-part rows at full warps (below) run persistent: a 20480-wide row took 96 registers at 16 warps, one program per SM
+    # working one row at a time; the persistent program prefetches the next row. H200 sweep "fwdpersist2p"
+    # (session 12), 4096x20480 bf16 LN 0.1566 -> 0.1238 ms, RMS 0.1022 -> 0.0920; 8192x12288 equal (LN
+    # 0.1179 / 0.1181, RMS 0.1113 / 0.1112). fp32 lost (sweep "fwdpersist16k": 4096x20480 LN 0.1953 ->
+    # 0.2515, RMS 0.1663 -> 0.1780; 8192x10240 LN 0.1641 -> 0.1811)
     "fwd_persist_two_part": 1,
+    # two-part rows at most _two_part_warps(NB) warps (16 bytes of the second part a thread), else Triton
+    # converts the first part's tile between layouts (layer norm bf16 8192x10240 0.51 SOL, session 12);
+    # capped rows are not persistent (offline sm_90: 195-255 registers and spills at 9216 / 10240 / 18432)
+    "fwd_two_part_cap_warps": 1,
     "fwd_split_fused_chunk": 16384,  # one launch: chunk per program, warps, elements per step of the
     "fwd_split_fused_warps": 16,  # last program's pass over its row
     "fwd_split_fin_block": 8192,
@@ -1143,6 +1148,15 @@ def _two_parts(N: int):
     return NA, NB
 
 
+def _two_part_warps(NB: int, elem_bytes: int) -> int:
+    """The most warps at which a two-part row's second part (NB wide) still gives every thread 16 bytes:
+    with fewer (10240 = 8192 + 2048 at 16 warps, 16-bit: 4 elements a thread against the first part's 8)
+    the parts take different layouts, and Triton's layout assignment converted the whole first part
+    through shared memory, twice a row (layer norm: the row's shift and mean tie the parts together;
+    offline sm_90, Triton 3.6). Layer norm bf16 8192x10240 ran at 0.51 SOL against 0.80 at 12288."""
+    return max(1, NB * elem_bytes // (16 * 32))
+
+
 def _rows_cfg(BLOCK_N: int, bwd: bool = False, tile=None, ept=None, rows=None, width=None):
     """(BLOCK_M, num_warps) for the rows-in-registers kernels: several rows per program up to a tile
     of ``tile_elems`` (forward) / ``bwd_tile_elems`` (backward) elements, about ``*_ept`` elements per
@@ -1221,11 +1235,15 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
-        persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"] or bool(NB and _CFG["fwd_persist_two_part"])
+        persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
                                 width=NA + NB)
+        if NB and _CFG["fwd_two_part_cap_warps"] and _two_part_warps(NB, x.element_size()) < nw:
+            nw = _two_part_warps(NB, x.element_size())  # 16 bytes of the second part a thread
+        elif NB and x.element_size() == 2 and _CFG["fwd_persist_two_part"]:
+            persist = True  # (not at capped warps: the persistent tile's registers double per thread)
         nblocks = cdiv(M, BLOCK_M)
         per = 1
         if persist:
