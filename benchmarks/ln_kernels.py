@@ -526,6 +526,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                              ("nocap_rows", {"fwd_two_part_cap_warps": 0, "fwd_persist_two_part": 0}),
                              ("one", {"fwd_two_part_max": 0})):
                 add("fwd2pwarps", lab, cfg, op, M, N, "fwd", dt, dt)
+    # session 12 (call 3's bench after fwd2pwarps): bf16 x / fp32 w at 9216 fell to 0.36 SOL (0.1955 ms, Liger
+    # 0.1692): its persistent program at the capped 4 warps took 255 registers and a 240-byte stack (offline);
+    # now capped only while the first part keeps <= 32 elements a thread (9216, 18432: 16 warps again; 10240: 8
+    # warps, 193 registers). Against: uncapped everywhere, and capped one-row programs, not persistent (219 /
+    # 124 / 221 registers). Prediction: 9216 back to the uncapped kernel's speed (~0.45-0.5 SOL, ~0.15 ms), 10240
+    # cap ahead (0.76 SOL in call 3's bench against 0.49 before), rows1 within +-10 % of the default
+    for M, N in ((8192, 9216), (8192, 10240), (4096, 18432)):
+        for op in ("ln", "rms"):
+            for lab, cfg in (("default", {}), ("nocap", {"fwd_two_part_cap_warps": 0}),
+                             ("rows1", {"fwd_persist_min_block_wide_params": 1 << 30, "fwd_rows_wide_params": 1})):
+                add("fwd2pmix", lab, cfg, op, M, N, "fwd", torch.float32, torch.bfloat16)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -557,7 +568,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             v, sv = r["nk_" + which], r["nk_" + which + "_sol"]
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
-                     "fwdpersist2p", "fwdpersist16k", "fwd2pwarps"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
+                     "fwd2pmix"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

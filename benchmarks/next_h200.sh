@@ -52,7 +52,9 @@
 #          of the two-part widths with the peers (20480 persistent now), the layer-norm CUDA tests. (It ran
 #          03a4c5d's src and tests: its `git checkout HEAD` met the device copy's stale .git; removed since.)
 # PART=24: capped warps for two-part forward rows (sweep fwd2pwarps), the layer / RMS bench of the two-part
-#          widths with the peers, the layer-norm CUDA tests.
+#          widths with the peers, the layer-norm CUDA tests (cut by its 150 s timeout after 31 passed).
+# PART=25: bf16 x / fp32 w two-part rows (sweep fwd2pmix: call 3's bench had 9216 at 0.36 SOL), the whole
+#          `pytest -m cuda -v`.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -291,6 +293,14 @@ elif [ "$PART" = 24 ]; then
     stamp "pytest -m cuda: layer-norm kernels"
     timeout 150 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+elif [ "$PART" = 25 ]; then
+    stamp "layer / RMS sweep: bf16 x / fp32 w two-part rows"
+    timeout 80 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwd2pmix --sweep-budget 65 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep fwd2pmix|chose|FAILED" "$W/ln_kernels.log" | cut -c1-130
+    stamp "pytest -m cuda"
+    timeout ${PYTEST_S:-360} python3 -m pytest -v -m cuda tests > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"
+    grep -cE " PASSED" "$W/pytest_cuda.log"; tail -1 "$W/pytest_cuda.log"; grep -E "FAILED|^E  " "$W/pytest_cuda.log" | head -20
 elif [ "$PART" = 9 ]; then
     use_wheels
     stamp "bench: batch norm, every dtype"

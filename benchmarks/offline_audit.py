@@ -82,12 +82,15 @@ def record_launches(ops, quick):
     if "layer_norm" in ops:
         shapes = [(1048576, 64), (262144, 256), (32768, 768), (16384, 1024), (16384, 4096), (8192, 8192),
                   (4096, 16384), (2048, 65536), (512, 262144)]
+        # model widths outside the suite (session 11's bench), the two-part rows among them
+        shapes += [(131072, 320), (32768, 1600), (16384, 3072), (16384, 5120), (8192, 6144), (8192, 9216),
+                   (8192, 10240), (8192, 12288), (4096, 18432), (4096, 20480)]
         for M, N in shapes[::3] if quick else shapes:
-            for dt in dtypes:
+            for dt, pdt in [(dt, dt) for dt in dtypes] + ([] if quick else [(torch.bfloat16, torch.float32)]):
                 x = torch.empty(M, N, dtype=dt, **meta)
-                w, b = torch.empty(N, dtype=dt, **meta), torch.empty(N, dtype=dt, **meta)
+                w, b = torch.empty(N, dtype=pdt, **meta), torch.empty(N, dtype=pdt, **meta)
                 y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-                L.ln_backward(torch.empty_like(x), x, mean, rstd, w, (True, True, True), bias_dtype=dt)
+                L.ln_backward(torch.empty_like(x), x, mean, rstd, w, (True, True, True), bias_dtype=pdt)
                 y, rstd = L.rms_forward(x, w, 1e-6)
                 L.rms_backward(torch.empty_like(x), x, rstd, w, (True, True))
     if "group_norm" in ops:
@@ -148,7 +151,17 @@ def audit(kernel, sig, consts, attrs, options):
     os.unlink(f.name)
     ptx = c.asm["ptx"]
     loads = {k: len(re.findall(r"ld\.global(?:\.[a-z]+)*\." + re.escape(k) + r"\s", ptx)) for k in _LOADS}
-    return int(re.search(r"REG:(\d+)", res).group(1)), loads
+    return int(re.search(r"REG:(\d+)", res).group(1)), loads, tile_conversions(c.asm["ttgir"])
+
+
+def tile_conversions(ttgir: str) -> int:
+    """Layout conversions of 2-D tiles of >= 256 elements in the TTGIR, each a round trip through shared
+    memory (the two-part layer-norm forward at 10240 converted its 1x8192 tile twice a row; session 12).
+    1-D conversions (a parameter vector into the slice layout of a tile) are the usual pattern, not counted."""
+    n = 0
+    for m in re.finditer(r"ttg\.convert_layout [^:]*: tensor<([0-9]+)x([0-9]+)x[a-z0-9]+,", ttgir):
+        n += int(m.group(1)) * int(m.group(2)) >= 256
+    return n
 
 
 def _short(v):
@@ -170,7 +183,7 @@ def main():
         if key in done:
             continue
         try:
-            regs, loads = audit(kernel, sig, consts, attrs, options)
+            regs, loads, convs = audit(kernel, sig, consts, attrs, options)
         except Exception as e:  # report and go on: one kernel's failure should not hide the others
             done[key] = None
             print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
@@ -180,15 +193,17 @@ def main():
         ptrs = {n: t for n, t in sig.items() if t.startswith("*")}
         narrow = loads["b16"] + loads["b32"]
         wide = loads["v4.b32"] + loads["v2.b32"] + loads["v4.b16"] + loads["v2.b16"]
-        row = dict(kernel=kernel.fn.__name__, registers=regs, loads=loads, constexprs=cx,
+        row = dict(kernel=kernel.fn.__name__, registers=regs, loads=loads, tile_conversions=convs, constexprs=cx,
                    pointers=ptrs, options=options, flag=narrow > 2 * max(wide, 1))
         done[key] = row
         rows.append(row)
-        print(f"{'NARROW ' if row['flag'] else '       '}{row['kernel']} regs {regs} loads "
+        print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{row['kernel']} regs {regs} loads "
               + " ".join(f"{k}:{n}" for k, n in loads.items() if n)
               + f" | {json.dumps({k: str(v) for k, v in cx.items()})} {options}", flush=True)
     flagged = sum(r["flag"] for r in rows)
-    print(f"{len(rows)} specializations compiled, {flagged} load mostly 2- or 4-byte elements", flush=True)
+    converting = sum(bool(r["tile_conversions"]) for r in rows)
+    print(f"{len(rows)} specializations compiled, {flagged} load mostly 2- or 4-byte elements, {converting} convert "
+          "tiles between layouts (CONVERT)", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)

@@ -706,22 +706,25 @@ def test_two_part_rows_forward(N, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("N, nw16, persist16, nw32", [(20480, 16, True, 16), (10240, 8, False, 16), (9216, 4, False, 8)])
-def test_two_part_rows_default_routing(N, nw16, persist16, nw32, monkeypatch):
+@pytest.mark.parametrize("N, nw16, persist16, nw32, nwmix",
+                         [(20480, 16, True, 16, 16), (10240, 8, False, 16, 8), (9216, 4, False, 8, 16)])
+def test_two_part_rows_default_routing(N, nw16, persist16, nw32, nwmix, monkeypatch):
     # the default routing of two-part rows, checked against float64 with more rows than programs: 16-bit
     # rows at the warps that give the second part 16 bytes a thread (fewer made Triton convert the first
     # part between layouts), persistent where that leaves the warps uncapped; fp32 rows the same cap (4
-    # elements a thread), never persistent
+    # elements a thread), never persistent; bf16 x / fp32 w persistent, capped only while the first part
+    # keeps <= 32 elements a thread
     monkeypatch.setattr(L, "_num_sms", lambda x: 2)
     seen = _record_launches(monkeypatch)
     na, nb = L._two_parts(N)
-    for dtype, nw, persist in ((torch.bfloat16, nw16, persist16), (torch.float32, nw32, False)):
+    for dtype, kind, nw, persist in ((torch.bfloat16, "same", nw16, persist16), (torch.float32, "same", nw32, False),
+                                     (torch.bfloat16, "fp32", nwmix, True)):
         seen.clear()
-        check_ln(5, N, dtype, "same", bwd=False)
-        check_rms(5, N, dtype, "same", bwd=False)
+        check_ln(5, N, dtype, kind, bwd=False)
+        check_rms(5, N, dtype, kind, bwd=False)
         got = [(kw["BLOCK_N"], kw["NB"], kw["PERSIST"], kw["num_warps"]) for name, kw in seen
                if name == "_fwd_rows_kernel"]
-        assert got == [(na, nb, persist, nw)] * 2, dtype
+        assert got == [(na, nb, persist, nw)] * 2, (dtype, kind)
 
 
 def _record_launches(monkeypatch):

@@ -1240,8 +1240,11 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
                                 width=NA + NB)
-        if NB and _CFG["fwd_two_part_cap_warps"] and _two_part_warps(NB, x.element_size()) < nw:
-            nw = _two_part_warps(NB, x.element_size())  # 16 bytes of the second part a thread
+        cap = _two_part_warps(NB, x.element_size()) if NB and _CFG["fwd_two_part_cap_warps"] else nw
+        # a persistent program holds w/b too: capped only while the first part keeps <= fwd_ept_wide elements
+        # a thread (bf16 x / fp32 w at 9216 on 4 warps: 255 registers and a 240-byte stack, offline sm_90)
+        if cap < nw and not (persist and NA > 32 * cap * _CFG["fwd_ept_wide"]):
+            nw = cap  # 16 bytes of the second part a thread
         elif NB and x.element_size() == 2 and _CFG["fwd_persist_two_part"]:
             persist = True  # (not at capped warps: the persistent tile's registers double per thread)
         nblocks = cdiv(M, BLOCK_M)
