@@ -179,5 +179,5 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
         from normkit.ops.group_norm import update_instance_running_stats
 
         update_instance_running_stats(running_mean, running_var, mean, rstd, input.numel() // (n * c),
-                                      float(momentum), float(eps))
+                                      float(momentum), float(eps), input)
     return y

@@ -608,7 +608,8 @@ _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_r
             "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
-# (forward entries: kernel, PERSIST or PHASE, and the rows kernel's second column part NB)
+# (forward entries: kernel, PERSIST or PHASE, and the rows kernel's second column part NB; bf16 here, so the
+# two-part rows at full warps are persistent)
 _ROUTES = [
     (64, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
     (256, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
@@ -617,9 +618,9 @@ _ROUTES = [
     (1600, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (3000, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (8192, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (12288, [("_fwd_rows_kernel", False, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (12288, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
     (16384, [("_fwd_rows_kernel", False, 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
-    (20000, [("_fwd_rows_kernel", False, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+    (20000, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
     (40000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),

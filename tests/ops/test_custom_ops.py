@@ -33,6 +33,33 @@ def test_opcheck_batch_norm(training, channels_last):
     _opcheck(torch.ops.normkit.batch_norm_backward.default, (g, x, w, s1, s2, training, 1e-5, [True, False, True]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_ambiguous_channels_last_layout(dtype):
+    # (1, C, 1, W) with channels_last strides: suggest_memory_format says contiguous, torch's kernels keep
+    # channels_last. normkit's eager path (the kernels), the reference, the custom op and its fake
+    # implementation (what torch.compile plans with) must all give torch's layout (found by
+    # tests/test_randomized.py: eager kept it, the custom op made it contiguous)
+    x = torch.randn(3, 3, dtype=torch.float64).t().reshape(1, 3, 1, 3).to(dtype)  # strides (., 1, ., 3)
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    w, b = torch.rand(3) + 0.5, torch.randn(3)
+    want = torch.nn.functional.batch_norm(x.double(), None, None, w.double(), b.double(), True)
+    assert want.is_contiguous(memory_format=torch.channels_last)
+    xg = x.detach().requires_grad_(True)
+    y = normkit.batch_norm(xg, None, None, w, b, True)
+    y.backward(torch.randn_like(y))
+    yr = normkit.reference.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0]
+    yc = custom.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yf = torch.ops.normkit.batch_norm(mode.from_tensor(x), mode.from_tensor(w), mode.from_tensor(b), None, None,
+                                          True, 0.1, 1e-5)[0]
+    for t in (y, xg.grad, yr, yc, yf):
+        assert t.is_contiguous(memory_format=torch.channels_last)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y.double(), want, rtol=tol, atol=tol)
+
+
 def test_opcheck_layer_and_rms_norm():
     x = torch.randn(2, 3, 8, requires_grad=True)
     w = torch.randn(8, requires_grad=True)

@@ -8,8 +8,9 @@ Layouts. Every input is seen as one of two canonical views, both handled nativel
 * ``ncs``: contiguous ``(N, C, S)`` with ``S = prod(spatial) > 1`` (NCL, NCHW, NCDHW). A channel is
   ``N`` planes of ``S`` contiguous elements.
 
-The output (and grad_input) keeps ``x.suggest_memory_format()``; any other strides are copied once
-to that format first.
+The output (and grad_input) keeps a dense input's layout (contiguous, channels_last, channels_last_3d:
+``normkit.reference.dense_memory_format``); any other strides are copied once to
+``x.suggest_memory_format()`` first.
 
 Passes over HBM (a "pass" = one full read or write of an input-sized tensor):
 

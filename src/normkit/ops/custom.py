@@ -75,6 +75,10 @@ def _fmt(x: Tensor):
     return reference().suggest_memory_format(x)
 
 
+def _bn_fmt(x: Tensor):
+    return reference().dense_memory_format(x)
+
+
 def _in_format(t: Tensor, fmt) -> Tensor:
     """The layout the fake implementation promises (a no-op for the kernels' and reference's outputs)."""
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
@@ -109,14 +113,14 @@ def batch_norm(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], runn
                eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     _checks.check_batch_norm(x, weight, bias, running_mean, running_var, training)
     y, m, s = _bn_forward_impl(x, weight, bias, running_mean, running_var, training, momentum, eps)
-    return _in_format(y, _fmt(x)), m, s
+    return _in_format(y, _bn_fmt(x)), m, s
 
 
 @batch_norm.register_fake
 def _(x, weight, bias, running_mean, running_var, training, momentum, eps):
     acc = acc_dtype(x.dtype)
     c = x.shape[1] if training else 0
-    return (torch.empty_like(x, memory_format=_fmt(x)), x.new_empty((c,), dtype=acc),
+    return (torch.empty_like(x, memory_format=_bn_fmt(x)), x.new_empty((c,), dtype=acc),
             x.new_empty((c,), dtype=acc))
 
 
@@ -125,7 +129,7 @@ def batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], stat1
                         training: bool, eps: float, mask: List[bool]) -> Tuple[Tensor, Tensor, Tensor]:
     gi, gw, gb = _bn_backward_impl(grad, x, weight, stat1, stat2, training, eps, mask)
     if gi is not None:
-        gi = _in_format(gi, _fmt(x))
+        gi = _in_format(gi, _bn_fmt(x))
     return _or_empty(gi, x), _or_empty(gw, x), _or_empty(gb, x)
 
 
@@ -133,7 +137,7 @@ def batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], stat1
 def _(grad, x, weight, stat1, stat2, training, eps, mask):
     c = x.shape[1]
     pdt = weight.dtype if weight is not None else x.dtype
-    gi = torch.empty_like(x, memory_format=_fmt(x)) if mask[0] else x.new_empty((0,))
+    gi = torch.empty_like(x, memory_format=_bn_fmt(x)) if mask[0] else x.new_empty((0,))
     gw = x.new_empty((c,), dtype=pdt) if mask[1] else x.new_empty((0,))
     gb = x.new_empty((c,), dtype=pdt) if mask[2] else x.new_empty((0,))
     return gi, gw, gb

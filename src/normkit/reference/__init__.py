@@ -16,7 +16,7 @@ normkit's choices where the contract leaves room:
 * inputs aten does not check (wrong-size params, missing running stats, rank < 2) raise instead.
 """
 
-from normkit.reference._common import acc_dtype, suggest_memory_format
+from normkit.reference._common import acc_dtype, dense_memory_format, suggest_memory_format
 from normkit.reference.batch_norm import (
     _batch_norm_no_update,
     _batch_norm_with_update,
@@ -71,5 +71,6 @@ __all__ = [
     "native_group_norm_backward",
     "instance_norm",
     "acc_dtype",
+    "dense_memory_format",
     "suggest_memory_format",
 ]

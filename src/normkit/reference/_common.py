@@ -55,6 +55,18 @@ def suggest_memory_format(t: Tensor) -> torch.memory_format:
     return torch.channels_last if t.dim() == 4 else torch.channels_last_3d
 
 
+def dense_memory_format(t: Tensor) -> torch.memory_format:
+    """The layout batch-norm outputs take: a channels_last / channels_last_3d dense input keeps it (torch's CPU
+    kernels and CUDA's ``empty_like`` do), also where ``suggest_memory_format`` calls it contiguous (an
+    ambiguous (1, C, 1, W) input with channels_last strides); anything else: ``suggest_memory_format``."""
+    if t.layout == torch.strided and not t.is_contiguous():
+        if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+            return torch.channels_last
+        if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+            return torch.channels_last_3d
+    return suggest_memory_format(t)
+
+
 def to_format(y: Tensor, memory_format: torch.memory_format) -> Tensor:
     """``y`` laid out in ``memory_format`` (differentiable; no copy when already laid out so)."""
     return y.contiguous(memory_format=memory_format)

@@ -3,7 +3,7 @@
 Conventions (docs/ARCHITECTURE.md): saved stats are (mean, invstd) of shape (C,) in training and empty
 (0,) tensors in eval; statistics and arithmetic use float32 for fp16/bf16/fp32 inputs and float64 for
 float64 inputs (torch's CPU kernels accumulate fp32 inputs in double for the statistics; the difference is
-within fp32 tolerances); outputs keep ``input``'s dtype and suggested memory format. Parameters of any
+within fp32 tolerances); outputs keep ``input``'s dtype and memory format (``dense_memory_format``). Parameters of any
 floating dtype are accepted (mixed precision on every device). Every function is differentiable plain
 torch except the documented in-place running-stat updates, which run under ``no_grad``.
 """
@@ -24,7 +24,7 @@ from normkit.reference._common import (
     empty_stat,
     invstd_from_var,
     param_dtype,
-    suggest_memory_format,
+    dense_memory_format,
     to_format,
 )
 
@@ -82,7 +82,7 @@ def _normalize(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
         y = y * channel_view(weight.to(cdt), nd)
     if bias is not None:
         y = y + channel_view(bias.to(cdt), nd)
-    return to_format(y.to(input.dtype), suggest_memory_format(input))
+    return to_format(y.to(input.dtype), dense_memory_format(input))
 
 
 def _forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -177,7 +177,7 @@ def _backward(grad_out, input, weight, running_mean, running_var, save_mean, sav
                   - xmu * channel_view(invstd * invstd * sum_gx / n, nd)) * channel_view(scale, nd)
         else:
             gi = g * channel_view(scale, nd)
-        grad_input = to_format(gi.to(input.dtype), suggest_memory_format(input))
+        grad_input = to_format(gi.to(input.dtype), dense_memory_format(input))
     if output_mask[1]:
         grad_weight = (sum_gx * invstd).to(param_dtype(weight, input))
     if output_mask[2]:

@@ -20,7 +20,7 @@ from normkit.reference._common import (
     channel_view,
     invstd_from_var,
     param_dtype,
-    suggest_memory_format,
+    dense_memory_format,
     to_format,
 )
 from normkit.reference.batch_norm import _batch_stats, _normalize, _update_running_stats
@@ -122,4 +122,4 @@ def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, inv
     xmu = input.to(cdt) - channel_view(mean, nd)
     gi = (grad_out.to(cdt) - channel_view(sum_dy.to(cdt) / n, nd)
           - xmu * channel_view(invstd * invstd * sum_dy_xmu.to(cdt) / n, nd)) * channel_view(scale, nd)
-    return to_format(gi.to(input.dtype), suggest_memory_format(input))
+    return to_format(gi.to(input.dtype), dense_memory_format(input))
