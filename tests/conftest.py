@@ -10,6 +10,14 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+# tests/test_randomized.py draws its cases from this base seed: fresh per session unless given, and printed in
+# the session header, so that a run cut short (a timeout before pytest prints its failures) can be replayed
+os.environ.setdefault("NORMKIT_RANDOM_SEED", str(int.from_bytes(os.urandom(4), "little")))
+
+
+def pytest_report_header(config):
+    return f"NORMKIT_RANDOM_SEED={os.environ['NORMKIT_RANDOM_SEED']} (tests/test_randomized.py)"
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
