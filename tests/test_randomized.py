@@ -214,6 +214,18 @@ def spread(x64, dims):
     return ratio.max().item()
 
 
+def shift_cancellation(x64, dims):
+    """max over channels of 1 + ((mean - first) / std)^2, first = the channel's first element x[0, c, 0, ...].
+    The batch-norm kernels sum x - first and (x - first)^2 in fp32 across programs (the contract's shifted
+    one-pass form: "shift by a per-channel value such as the first element"), so the fp32 rounding of those
+    sums reaches the variance amplified by this factor: ~10 for a first element 3 std out (found by this
+    test: fp32 running_var 7e-6 off at n = 490 there; NOTES-batch_norm.md, session 12)."""
+    first = x64[(0, slice(None)) + (0,) * (x64.dim() - 2)]
+    m = x64.mean(dims)
+    s = x64.var(dims, unbiased=False).sqrt().clamp_min(1e-300)
+    return (1 + ((m - first) / s) ** 2).max().item()
+
+
 def check_param_grads(ctx, pairs, dtype, tol_table, extra, abs_sum, xhat_max):
     """Parameter gradients are sums over the batch (dw = Σ g·x̂, db = Σ g) that may cancel: the
     denominator is floored at 1e-2 of the sum of the terms' sizes (A = ||Σ|g|·max|x̂|||, as for grad_input),
@@ -334,6 +346,9 @@ def run_batch_norm(case_id, device):
 
     dims = [0] + list(range(2, nd))
     extra = 4 * EPS32 * spread(x64.detach(), dims) if training else 0.0
+    # the variance's rounding (relative), and what it does to invstd and everything scaled by it
+    var_extra = 8 * EPS32 * shift_cancellation(x64.detach(), dims) if training else 0.0
+    extra += var_extra / 2
     ctx.check(y.dtype == dtype and y.shape == x.shape, f"y dtype/shape {y.dtype} {tuple(y.shape)}")
     ctx.check(same_layout(y, y_layout), f"y strides {y.stride()}, torch's {y_layout.stride()}")
     ctx.close(y, y64.detach(), TOL[dtype] + extra, "y", den=_y_den(y64, w, x, eps))
@@ -348,7 +363,7 @@ def run_batch_norm(case_id, device):
             if training and name == "running_mean":
                 terms = terms + abs(momentum) * batch["running_var"].sqrt()
             den = torch.linalg.vector_norm(terms).item()
-            ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else 0), name, den=den)
+            ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else var_extra), name, den=den)
     if training:
         invstd = 1 / torch.sqrt(x64.detach().var(dims, unbiased=False) + eps)
     else:
@@ -627,9 +642,15 @@ def run_instance_norm(case_id, device):
     ctx.check(y.dtype == dtype and y.shape == x.shape, "y dtype/shape")
     ctx.close(y, y64.detach(), TOL[dtype] + extra, "y", den=_y_den(y64, w, x, eps))
     if stats:
+        xd = x64.detach()
         for name, got, want in (("running_mean", rmn, rm64), ("running_var", rvn, rv64)):
             ctx.check(got.dtype == pdt, f"{name} dtype")
-            ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else 0), name)
+            den = None
+            if use_input_stats and name == "running_mean":  # the batch means' rounding is relative to the spread
+                terms = abs(1 - momentum) * rm.double().abs() + abs(momentum) * (
+                    xd.mean(dims).mean(0).abs() + xd.var(dims, unbiased=False).sqrt().mean(0))
+                den = torch.linalg.vector_norm(terms).item()
+            ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else 0), name, den=den)
     if use_input_stats:
         rstd = 1 / torch.sqrt(x64.detach().var(dims, unbiased=False, keepdim=True) + eps)
     else:
@@ -779,8 +800,14 @@ def run_modules(case_id, device):
             sp_ratio = 0.0
             xm = ((xd - ref.running_mean.view(cv)).abs() / torch.sqrt(ref.running_var.view(cv) + eps)).max().item()
         extra = 4 * EPS32 * sp_ratio
+        var_extra = 0.0
+        if cls.startswith("Batch") and batch:  # the batch variance's rounding (see shift_cancellation)
+            var_extra = 8 * EPS32 * shift_cancellation(xd, red)
+            extra += var_extra / 2
         extra_b = extra
-        if cls == "GroupNorm" and not mixed and dtype != F32:  # 16-bit saved statistics (see test_group_norm)
+        # 16-bit saved statistics (see test_group_norm): fp32 only where the module has fp32 parameters
+        has_params = any(True for _ in mod.parameters())
+        if cls == "GroupNorm" and not (mixed and has_params) and dtype != F32:
             extra_b += torch.finfo(dtype).eps * (sp_ratio + 1)
         tag = f"step {step} ({'train' if train else 'eval'})"
         w = getattr(ref, "weight", None)
@@ -798,7 +825,7 @@ def run_modules(case_id, device):
             if name == "num_batches_tracked":
                 ctx.check(int(bf) == int(bf64), f"{tag} num_batches_tracked {int(bf)} != {int(bf64)}")
                 continue
-            ctx.close(bf, bf64, TOL_RUNNING[bf.dtype] + (extra if "mean" in name else 0.0), f"{tag} {name}")
+            ctx.close(bf, bf64, TOL_RUNNING[bf.dtype] + (extra if "mean" in name else var_extra), f"{tag} {name}")
             with torch.no_grad():  # the next step starts from normkit's (rounded) buffers on both sides
                 bf64.copy_(bf.cpu())
 
