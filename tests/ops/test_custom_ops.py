@@ -54,10 +54,28 @@ def test_batch_norm_ambiguous_channels_last_layout(dtype):
     with FakeTensorMode() as mode:
         yf = torch.ops.normkit.batch_norm(mode.from_tensor(x), mode.from_tensor(w), mode.from_tensor(b), None, None,
                                           True, 0.1, 1e-5)[0]
-    for t in (y, xg.grad, yr, yc, yf):
+    for t in (y, yr, yc, yf):  # (x.grad: autograd gives the leaf's strides)
         assert t.is_contiguous(memory_format=torch.channels_last)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(y.double(), want, rtol=tol, atol=tol)
+
+
+def test_rms_norm_ambiguous_channels_last_layout():
+    # the same (1, C, 1, W) input: torch's rms_norm makes it contiguous (suggest_memory_format), unlike its batch
+    # norm; eager, the custom op's fake implementation and the reference must agree (found by
+    # tests/test_randomized.py: eager kept channels_last)
+    x = torch.randn(3, 3, dtype=torch.float64).t().reshape(1, 3, 1, 3).to(torch.bfloat16)
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    want = torch.nn.functional.rms_norm(x.double(), (3,), eps=0.1)
+    assert want.is_contiguous()
+    y = normkit.rms_norm(x, (3,), None, 0.1)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yf = torch.ops.normkit.rms_norm(mode.from_tensor(x), [3], None, 0.1)[0]
+    for t in (y, normkit.reference.rms_norm(x, [3], None, 0.1), yf):  # (x.grad: autograd gives the leaf's strides)
+        assert t.is_contiguous()
+    torch.testing.assert_close(y.double(), want, rtol=2e-2, atol=2e-2)
 
 
 def test_opcheck_layer_and_rms_norm():

@@ -153,13 +153,14 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
 
 
 def rms_memory_format(input: Tensor) -> torch.memory_format:
-    """The layout of aten `rms_norm`'s output and grad_input: channels_last / channels_last_3d inputs keep
-    it, everything else is contiguous."""
-    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
-        return torch.channels_last
-    if input.dim() == 5 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last_3d):
-        return torch.channels_last_3d
-    return torch.contiguous_format
+    """The layout of aten `rms_norm`'s output and grad_input: ``input.suggest_memory_format()``, i.e.
+    channels_last / channels_last_3d inputs keep it, everything else (an ambiguous (1, C, 1, W) input with
+    channels_last strides too, unlike batch norm) is contiguous."""
+    if input.dim() not in (4, 5) or input.is_contiguous():
+        return torch.contiguous_format
+    from normkit.reference import suggest_memory_format
+
+    return suggest_memory_format(input)
 
 
 def keep_channels_last(y: Tensor, input: Tensor) -> Tensor:
