@@ -75,6 +75,24 @@ use_wheels() {
     fi
     export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
 }
+# ln_kernels.py sweep groups ($1) within a budget of $2 s; its choices
+ln_sweep() {
+    timeout $(( $2 + 20 )) python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups "$1" --sweep-budget "$2" \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+}
+# layer / RMS bench with the peers (budget $1 s) at the shapes that follow
+ln_bench() {
+    local budget=$1; shift
+    timeout $(( budget + 20 )) python3 -m normkit bench --ops layer_norm rms_norm --shapes "$@" --dtypes bf16 fp32 bf16:fp32 \
+        --peers aten liger flaggems --budget "$budget" --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
+}
+# the layer-norm kernels' CUDA tests within $1 s
+ln_cuda_tests() {
+    timeout "$1" python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+}
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -262,9 +280,7 @@ elif [ "$PART" = 21 ]; then
     grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
 elif [ "$PART" = 22 ]; then
     stamp "layer / RMS sweep: the two-part prefetching backward, the persistent two-part forward"
-    timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdtwopart,fwdpersist2p --sweep-budget 150 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    ln_sweep bwdtwopart,fwdpersist2p 150
     stamp "host trace: batch-norm forward + backward per path"
     timeout 70 python3 benchmarks/host_trace.py --out "$W" > "$W/host_trace.log" 2>&1; echo "trace rc=$?"
     grep -E "^==|kernels per call" "$W/host_trace.log" | cut -c1-400
@@ -274,35 +290,22 @@ elif [ "$PART" = 22 ]; then
 elif [ "$PART" = 23 ]; then
     use_wheels
     stamp "layer / RMS sweep: persistent forward programs at every width of the 16384 class"
-    timeout 150 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwdpersist16k --sweep-budget 130 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    ln_sweep fwdpersist16k 130
     stamp "bench: layer / RMS norm at the two-part widths, peers"
-    timeout 150 python3 -m normkit bench --ops layer_norm rms_norm --shapes 4096x20480 8192x12288 8192x10240 \
-        --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems --budget 130 --json "$W/bench-ln/bench.json" \
-        --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
-    sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    ln_bench 130 4096x20480 8192x12288 8192x10240
     stamp "pytest -m cuda: layer-norm kernels"
-    timeout 200 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+    ln_cuda_tests 200
 elif [ "$PART" = 24 ]; then
     use_wheels
     stamp "layer / RMS sweep: two-part forward rows at capped warps"
-    timeout 160 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwd2pwarps --sweep-budget 140 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    ln_sweep fwd2pwarps 140
     stamp "bench: layer / RMS norm at the two-part widths, peers"
-    timeout 170 python3 -m normkit bench --ops layer_norm rms_norm --shapes 8192x9216 8192x10240 8192x12288 \
-        4096x18432 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems --budget 150 \
-        --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
+    ln_bench 150 8192x9216 8192x10240 8192x12288 4096x18432 4096x20480
     stamp "pytest -m cuda: layer-norm kernels"
-    timeout 150 python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
+    ln_cuda_tests 150
 elif [ "$PART" = 25 ]; then
     stamp "layer / RMS sweep: bf16 x / fp32 w two-part rows"
-    timeout 80 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups fwd2pmix --sweep-budget 65 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "sweep fwd2pmix|chose|FAILED" "$W/ln_kernels.log" | cut -c1-130
+    ln_sweep fwd2pmix 65
     stamp "pytest -m cuda"
     timeout ${PYTEST_S:-330} python3 -m pytest -v -m cuda tests --ignore=tests/test_randomized.py > "$W/pytest_cuda.log" 2>&1
     echo "pytest rc=$?"; grep -cE " PASSED" "$W/pytest_cuda.log"; tail -1 "$W/pytest_cuda.log"

@@ -9,8 +9,8 @@ the saved statistics of the aten-named ops with ``torch.nn.functional`` run in f
 inputs. Without CUDA the kernels run under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1).
 
 Seeds: a fresh base seed from ``os.urandom`` each run; every assertion message carries the base seed, the
-case id and the drawn case. Replay with ``NORMKIT_RANDOM_SEED=<seed> pytest tests/test_randomized.py -k
-<case id>``. ``NORMKIT_RANDOM_CASES=<factor>`` multiplies the number of cases (bug hunting; the default
+case id and the drawn case. Replay with ``NORMKIT_RANDOM_SEED=<seed> pytest
+'tests/test_randomized.py::test_randomized[<case id>]'``. ``NORMKIT_RANDOM_CASES=<factor>`` multiplies the number of cases (bug hunting; the default
 keeps the file well under 90 s on a 2-core CPU under the interpreter).
 
 Device: the cases are drawn on the CPU; ``NORMKIT_RANDOM_DEVICE=cuda`` (default ``cpu``) hands normkit CUDA
@@ -76,13 +76,11 @@ class Ctx:
         self.device = str(device)
 
     def msg(self, what):
-        if self.device == "cpu":
-            return (f"{what}\n  replay: NORMKIT_RANDOM_SEED={BASE_SEED} python -m pytest tests/test_randomized.py "
-                    f"-k '{self.case_id}'\n  case: {self.desc}")
         cases = os.environ.get("NORMKIT_RANDOM_CASES")
         env = f"NORMKIT_RANDOM_SEED={BASE_SEED}" + (f" NORMKIT_RANDOM_CASES={cases}" if cases else "")
+        test = "test_randomized" if self.device == "cpu" else "test_randomized_cuda"
         return (f"{what}\n  replay ({self.device}): {env} python -m pytest "
-                f"'tests/test_randomized.py::test_randomized_cuda[{self.case_id}]'\n  case: {self.desc}")
+                f"'tests/test_randomized.py::{test}[{self.case_id}]'\n  case: {self.desc}")
 
     def check(self, cond, what):
         assert cond, self.msg(what)
@@ -805,7 +803,7 @@ def run_modules(case_id, device):
             var_extra = 8 * EPS32 * shift_cancellation(xd, red)
             extra += var_extra / 2
         extra_b = extra
-        # 16-bit saved statistics (see test_group_norm): fp32 only where the module has fp32 parameters
+        # 16-bit saved statistics (see run_group_norm): fp32 only where the module has fp32 parameters
         has_params = any(True for _ in mod.parameters())
         if cls == "GroupNorm" and not (mixed and has_params) and dtype != F32:
             extra_b += torch.finfo(dtype).eps * (sp_ratio + 1)
@@ -842,36 +840,12 @@ def run_case(op, case_id, device):
     RUNNERS[op](case_id, device)
 
 
-@pytest.mark.parametrize("case_id", _case_ids("batch_norm"))
-def test_batch_norm(case_id):
-    run_case("batch_norm", case_id, DEVICE)
-
-
-@pytest.mark.parametrize("case_id", _case_ids("layer_norm"))
-def test_layer_norm(case_id):
-    run_case("layer_norm", case_id, DEVICE)
-
-
-@pytest.mark.parametrize("case_id", _case_ids("rms_norm"))
-def test_rms_norm(case_id):
-    run_case("rms_norm", case_id, DEVICE)
-
-
-@pytest.mark.parametrize("case_id", _case_ids("group_norm"))
-def test_group_norm(case_id):
-    run_case("group_norm", case_id, DEVICE)
-
-
-@pytest.mark.parametrize("case_id", _case_ids("instance_norm"))
-def test_instance_norm(case_id):
-    run_case("instance_norm", case_id, DEVICE)
-
-
-@pytest.mark.parametrize("case_id", _case_ids("module"))
-def test_modules(case_id):
-    """Two training steps and one eval step of a normkit.nn module against torch's module in float64
-    (momentum None: cumulative average; buffers, outputs, gradients)."""
-    run_case("module", case_id, DEVICE)
+@pytest.mark.parametrize("op,case_id", [pytest.param(op, cid, id=cid) for op in N_CASES for cid in _case_ids(op)])
+def test_randomized(op, case_id):
+    """One drawn case of ``op`` on NORMKIT_RANDOM_DEVICE (the CPU unless set). "module": two training steps
+    and one eval step of a normkit.nn module against torch's module in float64 (momentum None: cumulative
+    average; buffers, outputs, gradients)."""
+    run_case(op, case_id, DEVICE)
 
 
 # the same cases (the first N_CASES ids draw the same case as the CPU tests), CUDA_MULT times as many, on CUDA

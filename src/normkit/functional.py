@@ -178,6 +178,5 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
     if running_mean is not None or running_var is not None:
         from normkit.ops.group_norm import update_instance_running_stats
 
-        update_instance_running_stats(running_mean, running_var, mean, rstd, input.numel() // (n * c),
-                                      float(momentum), float(eps), input)
+        update_instance_running_stats(running_mean, running_var, mean, rstd, input, float(momentum), float(eps))
     return y

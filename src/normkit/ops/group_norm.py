@@ -9,6 +9,8 @@ validate with `normkit._checks` and run `normkit.reference` (no kernels yet).
 
 from __future__ import annotations
 
+import math
+
 from typing import List, Optional
 
 import torch
@@ -99,27 +101,27 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
     n, c = input.shape[0], input.shape[1]
     hxw = input.numel() // (n * c)
     y, mean, rstd = _group_norm_core(input, weight, bias, n, c, hxw, c, eps, fp32_stats=True)
-    update_instance_running_stats(running_mean, running_var, mean, rstd, hxw, momentum, eps, input)
+    update_instance_running_stats(running_mean, running_var, mean, rstd, input, momentum, eps)
     return y
 
 
 def update_instance_running_stats(running_mean: Optional[Tensor], running_var: Optional[Tensor], mean: Tensor,
-                                  rstd: Tensor, hxw: int, momentum: float, eps: float,
-                                  input: Optional[Tensor] = None) -> None:
+                                  rstd: Tensor, input: Tensor, momentum: float, eps: float) -> None:
     """running = (1 - momentum) * running + momentum * batch average of the per-(n, c) statistics (what
     ATen's batch norm on the (1, N*C, *) view leaves after averaging over N); the variance is the unbiased
-    one. Given ``input``, it is computed from the input (in its accumulation type); otherwise it is
-    recovered from rstd in float64 (var = rstd^-2 - eps), which loses ~eps/var·1e-7 relative: all of it
-    once var is far below eps (an input of scale 1e-6 with eps 1e-5 got a running variance of 0)."""
+    one, computed from ``input`` in its accumulation type: recovering it from rstd (var = rstd^-2 - eps) loses
+    ~eps/var·1e-7 relative, all of it once var is far below eps (scale 1e-6 with eps 1e-5 gave 0). Only a
+    2-D input (no spatial dims: one element per instance) takes that route."""
     with torch.no_grad():
         if running_mean is not None:
             running_mean.mul_(1 - momentum).add_(mean.mean(0).to(running_mean.dtype), alpha=momentum)
         if running_var is not None:
-            if input is not None and input.dim() > 2:
+            if input.dim() > 2:
                 x = input.to(acc_dtype(input.dtype))
-                var = torch.var(x, dim=tuple(range(2, x.dim())), correction=1 if hxw > 1 else 0)
+                spatial = tuple(range(2, x.dim()))
+                var = torch.var(x, dim=spatial, correction=1 if math.prod(x.shape[2:]) > 1 else 0)
             else:
-                var = (rstd.double().pow(-2) - eps).clamp_min(0) * (hxw / max(hxw - 1, 1))
+                var = (rstd.double().pow(-2) - eps).clamp_min(0)
             running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)
 
 
