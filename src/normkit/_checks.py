@@ -15,6 +15,7 @@ Two levels:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -289,12 +290,35 @@ def check_batch_norm_functional(input: Tensor, running_mean, running_var, weight
     return True
 
 
-def check_batch_norm_eps(eps, training: bool) -> None:
-    """``F.batch_norm``: eps > 0 in training, eps >= 0 in eval (eps is printed as passed: 0 or 0.0)."""
+@functools.cache
+def _torch_rejects_eps_zero_in_eval() -> bool:
+    """torch 2.13's F.batch_norm takes eps = 0 in eval (eps > 0 only in training); torch 2.11's rejects
+    eps <= 0 in either mode, with another message. Asked of the installed torch once, on the CPU."""
+    stat = torch.ones(1)
+    try:
+        torch.nn.functional.batch_norm(torch.ones(2, 1), stat, stat.clone(), training=False, eps=0.0)
+    except ValueError:
+        return True
+    return False
+
+
+def batch_norm_eps_error(eps, training: bool) -> Optional[str]:
+    """The installed torch's ``F.batch_norm`` message for this eps, None where it accepts it (eps is
+    printed as passed: 0 or 0.0)."""
+    if _torch_rejects_eps_zero_in_eval():
+        return f"batch_norm eps must be positive, but got {eps}" if eps <= 0.0 else None
     if training and eps <= 0.0:
-        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+        return f"batch_norm eps must be positive during training, but got {eps}"
     if eps < 0.0:
-        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+        return f"batch_norm eps must be non-negative, but got {eps}"
+    return None
+
+
+def check_batch_norm_eps(eps, training: bool) -> None:
+    """``F.batch_norm``'s eps check, as the installed torch makes it (``batch_norm_eps_error``)."""
+    message = batch_norm_eps_error(eps, training)
+    if message is not None:
+        raise ValueError(message)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Every bad input raises torch's exact error type and message (compared with torch where it raises)."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -185,6 +187,38 @@ VS_TORCH = [
 def test_error_matches_torch(case):
     _, ours, theirs = case
     raises_like(ours, theirs)
+
+
+@pytest.mark.parametrize("rejects_zero_in_eval", [False, True], ids=["torch-2.13", "torch-2.11"])
+def test_batch_norm_eps_rule_of_either_torch(monkeypatch, rejects_zero_in_eval):
+    """F.batch_norm's eps rule changed between torch 2.11 (eps > 0 always) and 2.13 (eps > 0 in training,
+    eps >= 0 in eval); normkit asks the installed torch which one holds (tests above: the installed one)."""
+    monkeypatch.setattr(_checks, "_torch_rejects_eps_zero_in_eval", lambda: rejects_zero_in_eval)
+    old = "batch_norm eps must be positive, but got {}"
+    expected = {  # (eps, training): message, None where accepted
+        (0.0, True): old if rejects_zero_in_eval else "batch_norm eps must be positive during training, but got {}",
+        (0, True): old if rejects_zero_in_eval else "batch_norm eps must be positive during training, but got {}",
+        (0.0, False): old if rejects_zero_in_eval else None,
+        (-1.0, False): old if rejects_zero_in_eval else "batch_norm eps must be non-negative, but got {}",
+        (1e-5, True): None, (1e-5, False): None,
+    }
+    for (eps, training), message in expected.items():
+        message = None if message is None else message.format(eps)
+        assert _checks.batch_norm_eps_error(eps, training) == message, (eps, training)
+        if message is None:
+            _checks.check_batch_norm_eps(eps, training)
+        else:
+            with pytest.raises(ValueError, match=re.escape(message)):
+                _checks.check_batch_norm_eps(eps, training)
+
+
+def test_eps_zero_in_eval_as_the_installed_torch():
+    try:
+        F.batch_norm(_x(2, 3), _v(3), _v(3), training=False, eps=0.0)
+    except ValueError as error:
+        raises_like(lambda: _checks.check_batch_norm_eps(0.0, False), exc=ValueError, message=str(error))
+    else:
+        _checks.check_batch_norm_eps(0.0, False)
 
 
 # Where aten is unchecked (segfaults, out-of-bounds reads, silent garbage): normkit's documented errors.

@@ -16,6 +16,7 @@ import zlib
 from typing import Callable
 
 import torch
+from normkit import _checks
 
 FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm", "sync_batch_norm")
 
@@ -455,10 +456,10 @@ def error_cases() -> list:
           f_bn(lambda d: _t(d, 1, 3)), "ValueError",
           "Expected more than 1 value per channel when training, got input size torch.Size([1, 3])"),
         E("batch_norm", "F.batch_norm", "F.batch_norm/err_train_eps0",
-          f_bn(x234, eps=0.0), "ValueError", "batch_norm eps must be positive during training, but got 0.0"),
+          f_bn(x234, eps=0.0), "ValueError", _checks.batch_norm_eps_error(0.0, True)),
         E("batch_norm", "F.batch_norm", "F.batch_norm/err_eval_eps_negative",
           f_bn(x234, rm=c3, rv=rv3, training=False, eps=-1.0), "ValueError",
-          "batch_norm eps must be non-negative, but got -1.0"),
+          _checks.batch_norm_eps_error(-1.0, False)),
     ]
     for which in ("weight", "bias", "running_mean", "running_var"):
         kw = dict(w=c3, b=c3, rm=c3, rv=rv3)
