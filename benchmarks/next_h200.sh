@@ -60,6 +60,10 @@
 # PART=26: the CUDA tests call 4's timeout cut (tests/test_aten.py, tests/test_functional.py), the randomized
 #          test on CUDA again (half its cases; the seed is in pytest's header now: call 4's four batch-norm
 #          failures lost theirs), conformance on CUDA at the final code.
+# PART=27: batch norm's new shift (the mean of a channel's first 8 elements): the batch-norm kernel CUDA tests, the
+#          randomized test's batch-norm / module / instance-norm cases on CUDA (seed given, SIGINT on timeout so
+#          pytest still prints its failures), and the training forward before (ab_old/: the previous commit's src,
+#          untracked) against after, bn_kernels.py twice each, alternating.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -326,6 +330,25 @@ elif [ "$PART" = 26 ]; then
     stamp "conformance"
     timeout 170 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
+elif [ "$PART" = 27 ]; then
+    stamp "batch-norm kernel CUDA tests"
+    timeout -s INT 200 python3 -m pytest -q -m cuda tests/kernels/test_batch_norm_kernels.py > "$W/pytest_bn.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_bn.log"; grep -E "^FAILED|^E  " "$W/pytest_bn.log" | head -20
+    stamp "randomized test on CUDA: batch norm, modules, instance norm"
+    seed=${SEED:-$RANDOM$RANDOM}; echo "NORMKIT_RANDOM_SEED=$seed"
+    NORMKIT_RANDOM_SEED=$seed NORMKIT_RANDOM_CASES=${RANDOM_CASES:-0.5} timeout -s INT ${RANDOM_S:-200} python3 -m pytest -q \
+        --tb=short -m cuda tests/test_randomized.py -k "batch_norm or module or instance" > "$W/pytest_randomized_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_randomized_cuda.log" | head -30 | cut -c1-400
+    for round in ${AB_ROUNDS:-1 2}; do
+        for side in before after; do
+            stamp "training forward, $side (round $round)"
+            src=src; [ "$side" = before ] && src=ab_old/src
+            PYTHONPATH=$src timeout 150 python3 benchmarks/bn_kernels.py --out "$W/$side$round" --no-variants --modes ${AB_MODES:-fwd} \
+                --dtypes bf16,fp32 --budget ${AB_BUDGET:-40} > "$W/$side$round.log" 2>&1; echo "bn_kernels rc=$?"
+        done
+        python3 benchmarks/ab_compare.py "$W/before$round/bn_kernels.jsonl" "$W/after$round/bn_kernels.jsonl" \
+            --json "$W/ab$round.json" | tail -${AB_TAIL:-3}
+    done
 elif [ "$PART" = 9 ]; then
     use_wheels
     stamp "bench: batch norm, every dtype"

@@ -391,6 +391,45 @@ def test_large_offset_keeps_digits(layout):
 
 
 @interp
+@pytest.mark.parametrize("shape,layout", [((6, 4, 9, 9), "contig"), ((6, 4, 9, 9), "cl"), ((486, 4), "contig"),
+                                          ((2, 3, 5, 7, 7), "cl")])
+def test_far_first_elements_keep_variance_digits(shape, layout):
+    """The sums are shifted by the mean of a channel's first 8 elements (not the first element alone):
+    with the first 4 std out, a shift of that element alone multiplies the fp32 sums' rounding into the
+    variance by 1 + 4^2 = 17 (about 3e-6 relative here, measured); the mean of 8 keeps it near 1."""
+    torch.manual_seed(21)
+    x = torch.randn(shape, dtype=torch.float64) + 1000.0
+    first = (0, slice(None)) + (0,) * (len(shape) - 2)
+    x[first] += 4.0 * x.std(dims_of(x))  # each channel's first element
+    x = x.float()
+    if layout == "cl":
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    rm, rv = torch.zeros(shape[1]), torch.ones(shape[1])
+    y, mean, invstd = B.bn_forward_train(x, None, None, rm, rv, 1.0, 1e-5)
+    yr, mr, ir, var = ref_fwd(x, None, None, 1e-5)
+    n = x.numel() // shape[1]
+    assert relerr(invstd, ir) < 4e-7
+    assert relerr(rv, var * n / (n - 1)) < 8e-7
+    assert relerr(y, yr) < 2e-6
+
+
+@pytest.mark.parametrize("m,expected", [(1, 1), (2, 2), (3, 2), (7, 4), (8, 8), (10**12, 8)])
+def test_shift_count(m, expected):
+    assert B._shift_count(m) == expected
+
+
+@interp
+@pytest.mark.parametrize("shape", [(1, 2, 1, 1), (3, 2), (1, 2, 3), (5, 2, 1, 1), (7, 2, 1), (2, 2, 3, 3)])
+def test_constant_channel_exact_for_any_count(shape):
+    """The shift of a constant channel is its value exactly, whatever the element count (the repeated
+    elements of ``_bn_shift``'s tree double exactly), so eps == 0 gives ATen's invstd = 0 there."""
+    x = torch.full(shape, 0.3).float()
+    y, mean, invstd = B.bn_forward_train(x, None, None, None, None, 0.1, 0.0)
+    assert torch.equal(mean, torch.full((2,), 0.3)) and torch.equal(invstd, torch.zeros(2))
+    assert torch.equal(y, torch.zeros(shape))
+
+
+@interp
 def test_supports():
     assert B.supports(torch.randn(2, 3))
     assert B.supports(torch.randn(2, 3, 4, dtype=torch.bfloat16))
@@ -408,6 +447,17 @@ def test_cpu_checks_in_subprocess():
 # CUDA: large shapes (run by the lead on the GPU machine)
 
 
+def _var_mean_f64(x):
+    """Per-channel biased variance and mean in float64, two passes over chunks of 2^26 elements (a
+    float64 copy of a > 2^31-element input would not fit; its fp32 reduction is no reference)."""
+    per_channel = x.transpose(0, 1).reshape(x.shape[1], -1)
+    step = max(1, 2**26 // x.shape[1])
+    chunks = per_channel.split(step, dim=1)
+    mean = sum(c.double().sum(1) for c in chunks) / per_channel.shape[1]
+    var = sum(((c.double() - mean[:, None]) ** 2).sum(1) for c in chunks) / per_channel.shape[1]
+    return var, mean
+
+
 def _cuda_check(x, dtype_tol, params_dtype=torch.float32):
     C = x.shape[1]
     w = (torch.rand(C, device=x.device) + 0.5).to(params_dtype)
@@ -416,7 +466,7 @@ def _cuda_check(x, dtype_tol, params_dtype=torch.float32):
     y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
     d = dims_of(x)
     xf = x.float()
-    var, mr = torch.var_mean(xf.double() if x.numel() < 2**28 else xf, dim=d, correction=0)
+    var, mr = _var_mean_f64(x)
     # the batch mean of randn is ~0: measure its error against the channel's std, not its size
     assert ((mean.double() - mr.double()).abs() * torch.sqrt(var.double())).max() < 1e-5
     assert relerr(invstd, 1 / torch.sqrt(var.double() + 1e-5)) < 1e-5
