@@ -213,17 +213,15 @@ def spread(x64, dims):
 
 
 def shift_cancellation(x64, dims):
-    """max over channels of 1 + ((mean - shift) / std)^2, shift = the mean of the channel's first K = min(8, n)
-    elements (K a power of two; batch order: sample 0's plane first). The batch-norm kernels sum x - shift and
-    (x - shift)^2 in fp32 across programs, so the fp32 rounding of those sums reaches the variance amplified
-    by this factor (~1-2 with this shift; up to ~10 with the first element alone, found by this test:
-    NOTES-batch_norm.md, session 12)."""
-    per_channel = x64.transpose(0, 1).reshape(x64.shape[1], -1)  # (C, n) in the kernels' element order
-    k = min(8, 1 << (per_channel.shape[1].bit_length() - 1))
-    shift = per_channel[:, :k].mean(1)
+    """max over channels of 1 + ((mean - first) / std)^2, first = the channel's first element x[0, c, 0, ...].
+    The batch-norm kernels sum x - first and (x - first)^2 in fp32 across programs (the contract's shifted
+    one-pass form: "shift by a per-channel value such as the first element"), so the fp32 rounding of those
+    sums reaches the variance amplified by this factor: ~10 for a first element 3 std out (found by this
+    test: fp32 running_var 7e-6 off at n = 490 there; NOTES-batch_norm.md, sessions 12 and 13)."""
+    first = x64[(0, slice(None)) + (0,) * (x64.dim() - 2)]
     m = x64.mean(dims)
     s = x64.var(dims, unbiased=False).sqrt().clamp_min(1e-300)
-    return (1 + ((m - shift) / s) ** 2).max().item()
+    return (1 + ((m - first) / s) ** 2).max().item()
 
 
 def check_param_grads(ctx, pairs, dtype, tol_table, extra, abs_sum, xhat_max):

@@ -393,10 +393,11 @@ def test_large_offset_keeps_digits(layout):
 @interp
 @pytest.mark.parametrize("shape,layout", [((6, 4, 9, 9), "contig"), ((6, 4, 9, 9), "cl"), ((486, 4), "contig"),
                                           ((2, 3, 5, 7, 7), "cl")])
-def test_far_first_elements_keep_variance_digits(shape, layout):
-    """The sums are shifted by the mean of a channel's first 8 elements (not the first element alone):
-    with the first 4 std out, a shift of that element alone multiplies the fp32 sums' rounding into the
-    variance by 1 + 4^2 = 17 (about 3e-6 relative here, measured); the mean of 8 keeps it near 1."""
+def test_far_first_elements_variance_within_the_shift_bound(shape, layout):
+    """The sums are shifted by each channel's first element, so their fp32 rounding reaches the variance
+    multiplied by 1 + ((mean - first) / std)^2 (17 or more for a first element moved 4 std out: 7e-6..1.2e-5 relative,
+    measured). The error stays within 8 u times that factor (the randomized test's allowance); a better
+    shift cost the H200 forward 3-13 % (NOTES-batch_norm.md, session 13)."""
     torch.manual_seed(21)
     x = torch.randn(shape, dtype=torch.float64) + 1000.0
     first = (0, slice(None)) + (0,) * (len(shape) - 2)
@@ -408,21 +409,20 @@ def test_far_first_elements_keep_variance_digits(shape, layout):
     y, mean, invstd = B.bn_forward_train(x, None, None, rm, rv, 1.0, 1e-5)
     yr, mr, ir, var = ref_fwd(x, None, None, 1e-5)
     n = x.numel() // shape[1]
-    assert relerr(invstd, ir) < 4e-7
-    assert relerr(rv, var * n / (n - 1)) < 8e-7
-    assert relerr(y, yr) < 2e-6
-
-
-@pytest.mark.parametrize("m,expected", [(1, 1), (2, 2), (3, 2), (7, 4), (8, 8), (10**12, 8)])
-def test_shift_count(m, expected):
-    assert B._shift_count(m) == expected
+    xd = x.double()
+    factor = (1 + ((mr - xd[first]) ** 2 / var)).max().item()
+    assert factor > 16  # far out indeed
+    eps32 = torch.finfo(torch.float32).eps
+    assert relerr(rv, var * n / (n - 1)) < 8 * eps32 * factor
+    assert relerr(invstd, ir) < 4 * eps32 * factor
+    assert relerr(y, yr) < 2e-6 + 4 * eps32 * factor  # y carries invstd's error
 
 
 @interp
 @pytest.mark.parametrize("shape", [(1, 2, 1, 1), (3, 2), (1, 2, 3), (5, 2, 1, 1), (7, 2, 1), (2, 2, 3, 3)])
 def test_constant_channel_exact_for_any_count(shape):
-    """The shift of a constant channel is its value exactly, whatever the element count (the repeated
-    elements of ``_bn_shift``'s tree double exactly), so eps == 0 gives ATen's invstd = 0 there."""
+    """A constant channel's sums about its first element are exactly 0 whatever the element count, so
+    eps == 0 gives ATen's invstd = 0 there."""
     x = torch.full(shape, 0.3).float()
     y, mean, invstd = B.bn_forward_train(x, None, None, None, None, 0.1, 0.0)
     assert torch.equal(mean, torch.full((2,), 0.3)) and torch.equal(invstd, torch.zeros(2))
@@ -511,6 +511,7 @@ def test_cuda_rows_1d():
 @pytest.mark.parametrize("kind", ["rows", "ncs"])
 def test_cuda_over_2_31_elements(kind):
     """> 2^31 elements in bf16 (about 4.3 GB a tensor; ~35 GB peak with the checks)."""
+    torch.cuda.empty_cache()  # the other case's blocks, still cached, would count as used
     free, _ = torch.cuda.mem_get_info()
     if free < 48 * 2**30:
         pytest.skip("needs ~48 GiB free")

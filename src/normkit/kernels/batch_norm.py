@@ -47,12 +47,11 @@ eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
 
 Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the
-mean of the channel's first 8 elements (``_bn_shift``), in fp32 (fp64 for fp64 input); partials are
-combined in fp64 in a fixed order. The sums' rounding reaches the variance multiplied by
-1 + ((mean - shift) / std)^2: ~1-2 with this shift, up to ~10 with the first element alone. The
-normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and ``c = b - (mean - shift) * a``,
-so a large common offset costs no digits. No atomics, no host synchronisation, the same bits on every
-run (the split depends on the shape only, never on the device).
+channel's first element, in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
+order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
+``c = b - (mean - shift) * a``, so a large common offset costs no digits. No atomics, no host
+synchronisation, the same bits on every run (the split depends on the shape only, never on the
+device).
 """
 
 import functools
@@ -154,49 +153,6 @@ def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr,
 
 
 @triton.jit
-def _bn_shift_elem(x_ptr, j, ch64, cmask, C, S, ROWS: tl.constexpr, ACC: tl.constexpr):
-    """Element j of channels ch64."""
-    if ROWS:
-        off = j * C + ch64
-    else:
-        n = j // S
-        off = (n * C + ch64) * S + (j - n * S)
-    return tl.load(x_ptr + off, mask=cmask, other=0.0).to(ACC)
-
-
-@triton.jit
-def _bn_shift(x_ptr, ch, cmask, C, S, K, ROWS: tl.constexpr, ACC: tl.constexpr):
-    """The forward's per-channel shift: the mean of the channel's first K elements (``_shift_count``: 8,
-    or fewer, a power of two; element j at row j of a rows view, at (j // S, j % S) of an ncs one).
-    Elements j % K for j < 8, summed as a fixed pairwise tree and scaled by 1/8: exactly the mean's
-    rounding of K elements, the same bits in every reduction program and in the combine, and a constant
-    channel's value exactly (variance 0). Rounded to x's dtype: for 16-bit inputs x - shift is then
-    exact in fp32 and the sums of those differences mostly are too (an fp32 shift would round them)."""
-    c = ch.to(tl.int64)
-    v0 = _bn_shift_elem(x_ptr, 0, c, cmask, C, S, ROWS, ACC)
-    v1 = _bn_shift_elem(x_ptr, 1 % K, c, cmask, C, S, ROWS, ACC)
-    v2 = _bn_shift_elem(x_ptr, 2 % K, c, cmask, C, S, ROWS, ACC)
-    v3 = _bn_shift_elem(x_ptr, 3 % K, c, cmask, C, S, ROWS, ACC)
-    v4 = _bn_shift_elem(x_ptr, 4 % K, c, cmask, C, S, ROWS, ACC)
-    v5 = _bn_shift_elem(x_ptr, 5 % K, c, cmask, C, S, ROWS, ACC)
-    v6 = _bn_shift_elem(x_ptr, 6 % K, c, cmask, C, S, ROWS, ACC)
-    v7 = _bn_shift_elem(x_ptr, 7 % K, c, cmask, C, S, ROWS, ACC)
-    mean = (((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7))) * 0.125
-    return mean.to(x_ptr.dtype.element_ty).to(ACC)
-
-
-@triton.jit
-def _bn_ref(x_ptr, ref_ptr, ch, cmask, C, S, shift_k, ROWS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr):
-    """What the reduction subtracts: the saved mean (backward) or ``_bn_shift`` (forward). Called after
-    the first step's loads are issued, so that waiting for the shift's elements overlaps them."""
-    if BWD:
-        ref = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)
-    else:
-        ref = _bn_shift(x_ptr, ch, cmask, C, S, shift_k, ROWS, ACC)
-    return ref
-
-
-@triton.jit
 def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr):
     """Offsets' rows and masks of loop step i of the rows reduction: row chunks p + (UNROLL*i + j)*P,
     j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first."""
@@ -245,14 +201,14 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 @triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    M, C, P, NCB, n_iter, shift_k,
+    M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
-    sum((x-shift)^2), shift = _bn_shift. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
+    sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
     part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums)."""
     if PDL:
         gdc_launch_dependents()
@@ -261,12 +217,16 @@ def _bn_reduce_rows_kernel(
     p = pid // NCB
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
+    if BWD:
+        ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    else:
+        ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(ACC)
+    ref2 = ref[None, :]
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
     x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
                                                         BM, UNROLL, BWD)
-    ref2 = _bn_ref(x_ptr, ref_ptr, cols, cmask, C, 1, shift_k, True, BWD, ACC)[None, :]
     for i in range(0, n_iter):
         c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
         x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
@@ -301,7 +261,7 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 @triton.jit
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S, NC, NSC, P, NCB, n_iter, shift_k,
+    C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
@@ -317,14 +277,20 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    # step 0 peeled: its loads go out before the shift's, whose sum the accumulation waits for
-    o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
-    xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
-    xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
-    ref2 = _bn_ref(x_ptr, ref_ptr, ch, cmask, C, S, shift_k, False, BWD, ACC)[:, None]
-    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
-    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
-    for i in range(1, n_iter):
+    first = 0
+    if BWD:
+        # step 0 peeled, its loads issued before the saved mean's (H200: NCHW bf16 backward 3-4.5 % faster;
+        # the same peel with the forward's shift load was not measured alone: NOTES-batch_norm.md, session 13)
+        o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
+        xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
+        xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
+        ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[:, None]
+        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
+        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
+        first = 1
+    else:
+        ref2 = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)[:, None]
+    for i in range(first, n_iter):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
@@ -337,24 +303,22 @@ def _bn_reduce_ncs(
 @triton.jit
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S, NC, NSC, P, NCB, n_iter, shift_k,
+    C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, shift_k, CB, BS, BWD, ACC,
-                   PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S: tl.constexpr, NC, NSC, P, NCB, n_iter, shift_k,
+    C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, shift_k, CB, BS, BWD, ACC,
-                   PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
@@ -374,10 +338,10 @@ def _bn_sum_partials(part_ptr, ch, cmask, C, P, BP: tl.constexpr, BCC: tl.conste
 
 @triton.jit
 def _bn_combine_fwd_kernel(
-    part_ptr, x_ptr, coef_ptr, mean_ptr, invstd_ptr,
+    part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr,
     w_ptr, b_ptr, rm_ptr, rv_ptr,
-    C, S, shift_k, P, n0, n1, e0, e1, e2, m0, m1, m2,
-    BP: tl.constexpr, BCC: tl.constexpr, ROWS: tl.constexpr,
+    C, P, n0, n1, e0, e1, e2, m0, m1, m2,
+    BP: tl.constexpr, BCC: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr,
     ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
@@ -391,7 +355,7 @@ def _bn_combine_fwd_kernel(
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
     # every per-channel load is issued before the partial sums: their latencies overlap
-    shift = _bn_shift(x_ptr, ch, cmask, C, S, shift_k, ROWS, ACC).to(tl.float64)  # the reduction's bits
+    shift = tl.load(x_ptr + ch.to(tl.int64) * shift_stride, mask=cmask, other=0.0).to(tl.float64)
     if HAS_W:
         w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
     if HAS_B:
@@ -743,11 +707,6 @@ def _split_count(n):
     return a, float(n - int(a))
 
 
-def _shift_count(m):
-    """How many of a channel's m elements ``_bn_shift`` averages: 8, or the largest power of two <= m."""
-    return min(8, 1 << (m.bit_length() - 1))
-
-
 def _acc(x):
     return (tl.float64, torch.float64) if x.dtype == torch.float64 else (tl.float32, torch.float32)
 
@@ -985,7 +944,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     rr = ref if ref is not None else x
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
-            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"], _shift_count(v.M),
+            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
@@ -993,7 +952,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
-            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], _shift_count(v.M),
+            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
             CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
             num_warps=nw,
         )
@@ -1079,12 +1038,13 @@ def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     e = _split3(eps)
     m = _split3(momentum if momentum is not None else 0.0)
     BP, BCC, nprog = _combine_cfg(C, P)
+    shift_stride = 1 if v.kind == "rows" else v.S
     launch(_bn_combine_fwd_kernel, (nprog,),
-        part, v.x, coef, mean, invstd,
+        part, v.x, shift_stride, coef, mean, invstd,
         weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
-        C, v.S, _shift_count(v.M), P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
-        BP=BP, BCC=BCC, ROWS=v.kind == "rows", HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
+        C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
+        BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
         F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
     )
     y = v.empty()
