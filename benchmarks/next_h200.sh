@@ -60,10 +60,10 @@
 # PART=26: the CUDA tests call 4's timeout cut (tests/test_aten.py, tests/test_functional.py), the randomized
 #          test on CUDA again (half its cases; the seed is in pytest's header now: call 4's four batch-norm
 #          failures lost theirs), conformance on CUDA at the final code.
-# PART=27: batch norm's new shift (the mean of a channel's first 8 elements): the batch-norm kernel CUDA tests, the
+# PART=27: batch norm A/B (session 13: the mean-of-8 forward shift, not adopted): the batch-norm kernel CUDA tests, the
 #          randomized test's batch-norm / module / instance-norm cases on CUDA (seed given, SIGINT on timeout so
 #          pytest still prints its failures), and the training forward before (ab_old/: the previous commit's src,
-#          untracked) against after, bn_kernels.py twice each, alternating.
+#          git-excluded: run with carry=["ab_old"]) against after, bn_kernels.py (AB_ROUNDS, AB_MODES), alternating.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}

@@ -274,6 +274,8 @@ def _bn_reduce_ncs(
     p = pid // NCB
     ch = cb * CB + tl.arange(0, CB)
     cmask = ch < C
+    if not BWD:  # the shift: the channel's first element
+        ref2 = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)[:, None]
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
@@ -288,8 +290,6 @@ def _bn_reduce_ncs(
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
         first = 1
-    else:
-        ref2 = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)[:, None]
     for i in range(first, n_iter):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
