@@ -52,8 +52,8 @@ FACTOR = float(os.environ.get("NORMKIT_RANDOM_CASES", "1"))
 DEVICE = os.environ.get("NORMKIT_RANDOM_DEVICE", "cpu")  # where normkit runs; the oracle stays on the CPU
 CUDA_MULT = 3  # the CUDA test's case counts, relative to the CPU's
 
-N_CASES = {"batch_norm": 80, "layer_norm": 50, "rms_norm": 40, "group_norm": 50, "instance_norm": 30,
-           "module": 20}
+N_CASES = {"batch_norm": 80, "layer_norm": 50, "rms_norm": 40, "add_norm": 30, "group_norm": 50,
+           "instance_norm": 30, "module": 20}
 
 
 def _case_ids(op, mult=1):
@@ -522,6 +522,67 @@ def run_rms_norm(case_id, device):
         ctx.close(rs, rstd, TOL[F32], "rstd")
 
 
+def run_add_norm(case_id, device):
+    """``normkit.add_layer_norm`` / ``add_rms_norm``: s = x + residual rounded to the dtype (compared with
+    torch's add within an ulp: the interpreter truncates fp32 -> bf16), y = the norm of that s, and the
+    gradients of x and residual (equal: s's gradient) with s itself used downstream too."""
+    r = random.Random(_seed(case_id))
+    g = torch.Generator().manual_seed(_seed(case_id))
+    rms = r.random() < 0.5
+    dtype = r.choice([F32, BF16, F16])
+    shape, ns = draw_rows_shape(r, rms)
+    layout, res_layout = r.choice(_row_layouts(len(shape))), r.choice(_row_layouts(len(shape)))
+    scale, offset = draw_values(r, dtype)
+    pdt, affine, w, b = draw_params(r, g, tuple(ns), dtype,
+                                    affine=r.choice(["weight", "weight", "none"]) if rms else None)
+    if rms:
+        b = None
+        eps = r.choice([None, 1e-6, 1e-5])
+    else:
+        eps = r.choice([1e-5, 1e-6, 1e-3])
+    desc = dict(op="add_rms_norm" if rms else "add_layer_norm", shape=shape, ns=ns, dtype=dtype, pdt=pdt,
+                affine=affine, eps=eps, layout=layout, res_layout=res_layout, scale=scale, offset=offset)
+    ctx = Ctx(case_id, desc, device)
+    x = make_input(g, shape, dtype, layout, scale, offset)
+    res = make_input(g, shape, dtype, res_layout, 0.5 * scale, 0.0)
+    gy, gs = randn(g, shape).to(dtype), randn(g, shape).to(dtype)
+
+    x_d, res_d, w_d, b_d = (to_device(t, device) for t in (x, res, w, b))
+    xl, rl = leaf(x_d), leaf(res_d)
+    wl, bl = None if w is None else leaf(w_d), None if b is None else leaf(b_d)
+    if rms:
+        y, s_out = normkit.add_rms_norm(xl, rl, ns, wl, eps)
+    else:
+        y, s_out = normkit.add_layer_norm(xl, rl, ns, wl, bl, eps)
+    torch.autograd.backward([y, s_out], [to_device(gy, device), to_device(gs, device)])
+
+    s_ref = x + res  # torch's add in the dtype
+    ctx.check(s_out.dtype == dtype and s_out.shape == x.shape, "s dtype/shape")
+    ulp = torch.finfo(dtype).eps * s_ref.double().abs().clamp_min(torch.finfo(dtype).tiny)
+    ctx.check(bool(((s_out.detach().cpu().double() - s_ref.double()).abs() <= ulp).all()), "s != x + residual")
+    s64 = s_out.detach().cpu().double().contiguous().requires_grad_(True)  # the norm of normkit's s
+    w64, b64 = d64(wl), d64(bl)
+    eps64 = (EPS32 if eps is None else eps) if rms else eps
+    y64 = F.rms_norm(s64, ns, w64, eps64) if rms else F.layer_norm(s64, ns, w64, b64, eps64)
+    torch.autograd.backward([y64, s64], [gy.double().contiguous(), gs.double().contiguous()])
+
+    dims = list(range(len(shape) - len(ns), len(shape)))
+    sd = s64.detach()
+    extra = 0.0 if rms or math.prod(ns) == 1 else 4 * EPS32 * spread(sd, dims)
+    ctx.check(y.dtype == dtype and y.shape == x.shape, "y dtype/shape")
+    ctx.close(y, y64.detach(), TOL[dtype] + extra, "y", den=_y_den(y64, w, None if rms else s_out, eps64))
+    centred = sd if rms else sd - sd.mean(dims, keepdim=True)
+    rstd = 1 / torch.sqrt((centred ** 2).mean(dims, keepdim=True) + eps64)
+    wd = 1.0 if w64 is None else w64.detach()
+    cancel = torch.linalg.vector_norm(gy.double() * wd * rstd).item()
+    den = max(torch.linalg.vector_norm(s64.grad).item(), 1e-2 * cancel)
+    for name, leaf_t in (("x.grad", xl), ("residual.grad", rl)):
+        ctx.check(leaf_t.grad is not None and leaf_t.grad.dtype == dtype, f"{name} dtype")
+        ctx.close(leaf_t.grad, s64.grad, TOL_BWD[dtype], name, den=den, slack=extra * cancel)
+    check_param_grads(ctx, [("weight", wl, w64), ("bias", bl, b64)], dtype, TOL_BWD, extra, row_abs_sum(gy, ns),
+                      xhat_max(s64, dims, eps64, rms=rms))
+
+
 # ------------------------------------------------------------------------------------------- group norm
 
 
@@ -839,7 +900,8 @@ def run_modules(case_id, device):
 # ------------------------------------------------------------------------------------------- test entries
 
 RUNNERS = {"batch_norm": run_batch_norm, "layer_norm": run_layer_norm, "rms_norm": run_rms_norm,
-           "group_norm": run_group_norm, "instance_norm": run_instance_norm, "module": run_modules}
+           "add_norm": run_add_norm, "group_norm": run_group_norm, "instance_norm": run_instance_norm,
+           "module": run_modules}
 
 
 def run_case(op, case_id, device):
