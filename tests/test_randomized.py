@@ -158,8 +158,9 @@ def leaf(t):
 
 
 def strided_copy(t, device):
-    """a copy of ``t`` on ``device`` with ``t``'s sizes, strides and storage offset (``t.to(device)`` makes
-    non-dense and overlapping tensors contiguous): the whole underlying storage is copied, then viewed."""
+    """a copy of ``t`` on ``device`` (the CPU too) with ``t``'s sizes, strides and storage offset
+    (``t.to(device)`` and ``t.clone()`` make non-dense tensors contiguous): the whole underlying storage is
+    copied, then viewed."""
     n = t.untyped_storage().nbytes() // t.element_size()
     flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
     out = flat.to(device, copy=True).as_strided(t.shape, t.stride(), t.storage_offset())
@@ -259,13 +260,24 @@ def xhat_max(x64, dims, eps, rms=False):
     return ((x - m).abs() / torch.sqrt(((x - m) ** 2).mean(dims, keepdim=True) + eps)).max().item()
 
 
+def maybe_strided(r, t):
+    """``t``, or (1 time in 4) the same values as a strided view: every other element of a larger tensor
+    (parameters and running statistics are not always dense: slices of a packed buffer, views)."""
+    if t is None or r.random() >= 0.25:
+        return t
+    big = torch.zeros(tuple(t.shape[:-1]) + (2 * t.shape[-1],), dtype=t.dtype)
+    view = big[..., ::2]
+    view.copy_(t)
+    return view
+
+
 def draw_params(r, g, C_shape, dtype, affine=None, scale=1.0):
     pdt = r.choice([dtype, F32])
     if affine is None:
         affine = r.choice(["both", "both", "weight", "bias", "none"])
     w = (positive(g, C_shape) * r.choice([1.0, -1.0])).to(pdt) if affine in ("both", "weight") else None
     b = randn(g, C_shape).to(pdt) if affine in ("both", "bias") else None
-    return pdt, affine, w, b
+    return pdt, affine, maybe_strided(r, w), maybe_strided(r, b)
 
 
 # ------------------------------------------------------------------------------------------- batch norm
@@ -318,10 +330,10 @@ def run_batch_norm(case_id, device):
     x = make_input(g, shape, dtype, layout, scale, offset)
     if stats:
         if training:
-            rm, rv = randn(g, (C,)).to(pdt), positive(g, (C,)).to(pdt)
+            rm, rv = maybe_strided(r, randn(g, (C,)).to(pdt)), maybe_strided(r, positive(g, (C,)).to(pdt))
         else:  # running statistics of data like this batch
-            rm = (offset + randn(g, (C,), 0.3 * scale)).to(pdt)
-            rv = (positive(g, (C,)) * scale * scale).to(pdt)
+            rm = maybe_strided(r, (offset + randn(g, (C,), 0.3 * scale)).to(pdt))
+            rv = maybe_strided(r, (positive(g, (C,)) * scale * scale).to(pdt))
     else:
         rm = rv = None
     gout = make_input(g, shape, dtype, layout if grad_layout == "same" and layout != "expanded" else "contig",
@@ -329,7 +341,7 @@ def run_batch_norm(case_id, device):
 
     x_d, w_d, b_d = to_device(x, device), to_device(w, device), to_device(b, device)
     xl, wl, bl = leaf(x_d), None if w is None else leaf(w_d), None if b is None else leaf(b_d)
-    rmn, rvn = (None, None) if rm is None else (to_device(rm.clone(), device), to_device(rv.clone(), device))
+    rmn, rvn = (None, None) if rm is None else (strided_copy(rm, device), strided_copy(rv, device))
     try:  # torch's (CPU) output layout for this input's strides, or its error (eps = 0 in eval: torch 2.11)
         with torch.no_grad():
             y_layout = F.batch_norm(x.double(), None if rm is None else rm.double(),
@@ -688,15 +700,15 @@ def run_instance_norm(case_id, device):
     ctx = Ctx(case_id, desc, device)
     x = make_input(g, shape, dtype, layout, scale, offset)
     if stats:
-        rm = (offset + randn(g, (C,), 0.3 * scale)).to(pdt)
-        rv = (positive(g, (C,)) * scale * scale).to(pdt)
+        rm = maybe_strided(r, (offset + randn(g, (C,), 0.3 * scale)).to(pdt))
+        rv = maybe_strided(r, (positive(g, (C,)) * scale * scale).to(pdt))
     else:
         rm = rv = None
     gout = randn(g, shape).to(dtype)
 
     x_d, w_d, b_d = to_device(x, device), to_device(w, device), to_device(b, device)
     xl, wl, bl = leaf(x_d), None if w is None else leaf(w_d), None if b is None else leaf(b_d)
-    rmn, rvn = (None, None) if rm is None else (to_device(rm.clone(), device), to_device(rv.clone(), device))
+    rmn, rvn = (None, None) if rm is None else (strided_copy(rm, device), strided_copy(rv, device))
     y = normkit.instance_norm(xl, rmn, rvn, wl, bl, use_input_stats, momentum, eps)
     y.backward(to_device(gout, device))
     x64, w64, b64 = d64(xl), d64(wl), d64(bl)

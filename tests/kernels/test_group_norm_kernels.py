@@ -330,6 +330,21 @@ def test_strided_inputs(dtype):
         check_gn(x, 4 if C % 4 == 0 else 2, w, b, seed=5, tag=name)
 
 
+@interp
+@pytest.mark.parametrize("fmt", ["contig", "cl"])
+@pytest.mark.parametrize("shape", [(2, 6, 5, 1), (3, 6, 40, 40)])  # one program a group; split statistics
+def test_strided_params(shape, fmt):
+    """weight / bias as strided views (every other element of a buffer): read at their strides, not as if
+    dense (found by tests/test_randomized.py: y off by 4.5 before the fix)."""
+    x = torch.randn(shape, dtype=F32)
+    if fmt == "cl":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.rand(2 * shape[1]) + 0.5)[::2]
+    b = torch.randn(3 * shape[1])[1::3]
+    assert not w.is_contiguous() and not b.is_contiguous()
+    check_gn(x, 3, w, b, seed=7, tag="strided params")
+
+
 def _suggest_memory_format(t):
     from normkit.reference._common import suggest_memory_format
 

@@ -60,6 +60,7 @@ class Case:
     backward: bool = True  # False: ATen's own backward is broken here (see the case), forward only
     gradgrad: bool = False  # F-level: also check double backward (rule gradgrad, contract §8)
     ranks: tuple | None = None  # sync_batch_norm: batch size N of each simulated rank (shape[0] = sum)
+    strided_params: bool = False  # weight, bias, running stats as strided views (every other element)
 
     @property
     def input_dtype(self) -> torch.dtype:
@@ -144,13 +145,18 @@ def make_inputs(case: Case, device: str) -> dict:
     rm = _randn(gen, pshape, 0.5)
     rv = torch.rand(pshape, generator=gen, dtype=torch.float64) + 0.5
     dt, pdt = case.input_dtype, case.param_dtype
+
+    def param(t):
+        t = t.to(pdt).to(device)
+        return _layout(t, "noncontig") if case.strided_params else t
+
     out = {
         "x": _layout(x.to(dt), case.layout).to(device),
         "grad_out": _layout(g.to(dt), case.layout if case.layout != "noncontig" else "contiguous").to(device),
-        "weight": w.to(pdt).to(device) if case.weight else None,
-        "bias": b.to(pdt).to(device) if case.bias else None,
-        "running_mean": rm.to(pdt).to(device) if case.stats else None,
-        "running_var": rv.to(pdt).to(device) if case.stats else None,
+        "weight": param(w) if case.weight else None,
+        "bias": param(b) if case.bias else None,
+        "running_mean": param(rm) if case.stats else None,
+        "running_var": param(rv) if case.stats else None,
     }
     return out
 
@@ -224,6 +230,8 @@ def batch_norm_cases() -> list:
         layout="channels_last_3d", training=False)
     add("4x3x5x6_noncontig_train", ("fp32", "fp16", "bf16+fp32"), shape=(4, 3, 5, 6), layout="noncontig")
     add("4x3x5x6_noncontig_eval", ("fp32",), shape=(4, 3, 5, 6), layout="noncontig", training=False)
+    add("4x3x5x5_strided_params_train", ("fp32", "bf16+fp32"), shape=(4, 3, 5, 5), strided_params=True)
+    add("4x3x5x5_strided_params_eval", ("fp32",), shape=(4, 3, 5, 5), strided_params=True, training=False)
     # momentum, statistics
     add("8x4x7_train_m0.1", ("fp32", "fp64"), shape=(8, 4, 7), momentum=0.1)
     add("8x4x7_train_m1.5", ("fp32",), shape=(8, 4, 7), momentum=1.5)
@@ -275,6 +283,7 @@ def layer_norm_cases() -> list:
         add(f"6x16_w{int(w)}b{int(b)}", ("fp32", "bf16+fp32") if w else ("fp32",), shape=(6, 16), weight=w, bias=b)
     add("2x3x4x5_channels_last", ("fp32", "fp16"), shape=(2, 3, 4, 5), layout="channels_last")
     add("4x6x10_noncontig", ("fp32", "bf16"), shape=(4, 6, 10), layout="noncontig")
+    add("4x6x10_strided_params", ("fp32", "bf16+fp32"), shape=(4, 6, 10), strided_params=True)
     add("8x64_offset1000", ALL_DTYPES, shape=(8, 64), offset=1000.0, sensitive=True)
     add("5x40_constant_row", ("fp32", "fp64"), shape=(5, 40), constant=True, sensitive=True)
     add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
@@ -297,10 +306,12 @@ def rms_norm_cases() -> list:
     add("4x5x32", ("fp32", "fp16"), shape=(4, 5, 32), eps=1e-6)
     add("3x4x5_ns2d", ("fp32", "bf16"), shape=(3, 4, 5), norm_ndim=2)
     add("6x16_no_weight", ("fp32", "bf16"), shape=(6, 16), weight=False)
+    add("6x16_strided_weight", ("fp32", "bf16"), shape=(6, 16), strided_params=True)
     add("0x8_empty_rows", ("fp32",), shape=(0, 8))
     add("2x3x4x5_channels_last", ("fp32",), shape=(2, 3, 4, 5), layout="channels_last",
         fn=("rms_norm", "F.rms_norm"))
     add("4x6x10_noncontig", ("fp32", "bf16"), shape=(4, 6, 10), layout="noncontig")
+    add("4x6x10_strided_params", ("fp32", "bf16+fp32"), shape=(4, 6, 10), strided_params=True)
     add("8x64_offset1000", ("fp32", "bf16"), shape=(8, 64), offset=1000.0, sensitive=True)
     add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
     return cases
@@ -330,6 +341,10 @@ def group_norm_cases() -> list:
         layout="channels_last")
     add("2x4x3x3x3_G2_channels_last_3d", ("fp32",), shape=(2, 4, 3, 3, 3), groups=2, layout="channels_last_3d")
     add("3x6x7_G3_noncontig", ("fp32",), shape=(3, 6, 7), groups=3, layout="noncontig", fn=("F.group_norm",))
+    # strided weight / bias through F.group_norm (which hands aten a dense weight: torch 2.13's CPU
+    # native_group_norm and its backward read a strided one as if dense, y / dx off by ~4)
+    add("3x6x7_G3_strided_params", ("fp32", "bf16+fp32"), shape=(3, 6, 7), groups=3, strided_params=True,
+        fn=("F.group_norm",))
     add("4x4x32_G2_offset1000", ("fp32", "bf16"), shape=(4, 4, 32), groups=2, offset=1000.0, sensitive=True)
     add("3x4x9_G2_constant_channel", ("fp32",), shape=(3, 4, 9), groups=4, constant=True, sensitive=True)
     return cases
@@ -353,6 +368,7 @@ def instance_norm_cases() -> list:
     add("1x2x3_no_kwargs", ("fp32",), shape=(1, 2, 3), weight=False, bias=False, stats=False)
     add("2x3x5x5_channels_last", ("fp32",), shape=(2, 3, 5, 5), layout="channels_last")
     add("2x3x4x6_noncontig", ("fp32",), shape=(2, 3, 4, 6), layout="noncontig")
+    add("2x3x4x6_strided_params", ("fp32",), shape=(2, 3, 4, 6), strided_params=True)
     add("2x3x32_offset1000", ("fp32",), shape=(2, 3, 32), offset=1000.0, sensitive=True)
     return cases
 
