@@ -154,6 +154,44 @@ def test_add_norms_return_sum_and_grads():
     assert torch.autograd.gradcheck(lambda a, c, v: normkit.add_rms_norm(a, c, [16], v), (x, r, w))
 
 
+_TRANSFORM_CALLS = {  # (normkit's call, torch's call) on one sample of a (B, 3, 6) batch
+    "batch_norm": (lambda t, w: normkit.batch_norm(t, None, None, w, None, training=True),
+                   lambda t, w: F.batch_norm(t, None, None, w, None, training=True)),
+    "layer_norm": (lambda t, w: normkit.layer_norm(t, [6], w.repeat(2)[:6]),
+                   lambda t, w: F.layer_norm(t, [6], w.repeat(2)[:6])),
+    "rms_norm": (lambda t, w: normkit.rms_norm(t, [6], w.repeat(2)[:6]),
+                 lambda t, w: F.rms_norm(t, [6], w.repeat(2)[:6])),
+    "group_norm": (lambda t, w: normkit.group_norm(t, 3, w),
+                   lambda t, w: F.group_norm(t, 3, w)),
+    "instance_norm": (lambda t, w: normkit.instance_norm(t, weight=w),
+                      lambda t, w: F.instance_norm(t, weight=w)),
+    "add_layer_norm": (lambda t, w: sum(normkit.add_layer_norm(t, t * 0.5, [6], w.repeat(2)[:6])),
+                       lambda t, w: F.layer_norm(t * 1.5, [6], w.repeat(2)[:6]) + t * 1.5),
+    "add_rms_norm": (lambda t, w: sum(normkit.add_rms_norm(t, t * 0.5, [6], w.repeat(2)[:6])),
+                     lambda t, w: F.rms_norm(t * 1.5, [6], w.repeat(2)[:6]) + t * 1.5),
+}
+
+
+@pytest.mark.parametrize("op", list(_TRANSFORM_CALLS))
+def test_torch_func_transforms_use_torchs_op(op):
+    """vmap / grad / per-sample gradients (vmap of grad) over normkit's functions give torch's values: inside
+    a torch.func transform normkit calls torch's own op (its autograd Functions take plain tensors)."""
+    from torch.func import grad, vmap
+
+    ours, theirs = _TRANSFORM_CALLS[op]
+    x = _fresh((4, 2, 3, 6), torch.float64)
+    w = _fresh((3,), torch.float64)
+    torch.testing.assert_close(vmap(ours, in_dims=(0, None))(x, w), vmap(theirs, in_dims=(0, None))(x, w))
+
+    def loss(f):
+        return lambda t, w: (f(t, w) ** 3).sum()
+
+    torch.testing.assert_close(grad(loss(ours), argnums=(0, 1))(x[0], w), grad(loss(theirs), argnums=(0, 1))(x[0], w))
+    per_sample = vmap(grad(loss(ours), argnums=1), in_dims=(0, None))(x, w)
+    torch.testing.assert_close(per_sample, vmap(grad(loss(theirs), argnums=1), in_dims=(0, None))(x, w))
+    assert not normkit.functional._in_transform(x, w)  # plain tensors still take normkit's path
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_gradgradcheck_batch_norm(training):
     x = _leaf(_fresh((3, 2, 4), F64))

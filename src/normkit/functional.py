@@ -11,7 +11,8 @@ through `normkit::group_norm` the same way; instance norm through it too, with o
 through batch norm's eval mode when it uses running statistics).
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
-they run the Triton kernels through the interpreter.
+they run the Triton kernels through the interpreter. Inside `torch.func` transforms (vmap, grad, jvp, ...)
+every function here calls torch's own (`_in_transform`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def _ops():
     from normkit.ops import custom
 
     return custom
+
+
+_is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+def _in_transform(*tensors: Optional[Tensor]) -> bool:
+    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) wraps any of these tensors. normkit's
+    autograd Functions and kernels take plain tensors, so such calls go to torch's own functional op (whose
+    batching and derivative rules exist; under `enable()` its CUDA kernels still reach normkit's)."""
+    return _is_wrapped is not None and any(t is not None and _is_wrapped(t) for t in tensors)
 
 
 def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
@@ -69,6 +80,9 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.batch_norm`; running statistics are updated in place in training."""
+    if _in_transform(input, running_mean, running_var, weight, bias):
+        return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum,
+                                              eps)
     if training:
         _checks.verify_batch_size(input.size())
     _checks.check_batch_norm_eps(eps, training)
@@ -87,6 +101,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
 def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
+    if _in_transform(input, weight, bias):
+        return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     ns = _shape_list(normalized_shape)
     _checks.check_layer_norm(input, ns, weight, bias)
     return _ops().layer_norm_autograd(input, ns, weight, bias, float(eps))[0]
@@ -102,6 +118,8 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
              eps: Optional[float] = None) -> Tensor:
     """Like `torch.nn.functional.rms_norm`: eps=None means the machine epsilon of the compute type (fp32,
     fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
+    if _in_transform(input, weight):
+        return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     from normkit.ops.layer_norm import check_rms_norm_rank, keep_channels_last
 
     ns = _shape_list(normalized_shape, "rms_norm")
@@ -118,6 +136,10 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                    bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)` (one kernel on GPU)."""
+    if _in_transform(x, residual, weight, bias):
+        _check_residual(x, residual)
+        s = x + residual
+        return torch.nn.functional.layer_norm(s, normalized_shape, weight, bias, eps), s
     ns = _shape_list(normalized_shape, "add_layer_norm")
     _check_residual(x, residual)
     _checks.check_layer_norm(x, ns, weight, bias)
@@ -128,6 +150,10 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`."""
+    if _in_transform(x, residual, weight):
+        _check_residual(x, residual)
+        s = x + residual
+        return torch.nn.functional.rms_norm(s, normalized_shape, weight, eps), s
     from normkit.ops.layer_norm import check_rms_norm_rank
 
     ns = _shape_list(normalized_shape, "add_rms_norm")
@@ -141,6 +167,8 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
+    if _in_transform(input, weight, bias):
+        return torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)
     _checks.check_group_norm_functional(input, num_groups)
     _checks.check_group_norm(input, weight, bias, input.shape[0], input.shape[1], math.prod(input.shape[2:]),
                              num_groups)
@@ -155,6 +183,9 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
     parameters), with fp32 saved statistics; running statistics, when given, move towards the batch
     average of the per-instance mean and unbiased variance. With running statistics it is batch norm's
     eval mode on the input itself."""
+    if _in_transform(input, running_mean, running_var, weight, bias):
+        return torch.nn.functional.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats,
+                                                 momentum, eps)
     if use_input_stats:
         _checks.verify_spatial_size(input.size())
     _require_float("instance_norm", "momentum", 7, momentum)
