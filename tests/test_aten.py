@@ -40,6 +40,32 @@ def _dumps():
     return {op: torch._C._dispatch_dump("aten::" + op) for op in OPS}
 
 
+@pytest.mark.parametrize("op", ["batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm"])
+def test_torch_func_transforms_under_enable(op):
+    """vmap and grad over torch's functional ops with normkit enabled give torch's values: the Autograd-key
+    overrides (rms_norm, instance_norm) step aside inside a transform (normkit's autograd Functions do not
+    support transforms) and the backend-key kernels take the unwrapped tensors."""
+    from torch.func import grad, vmap
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 2, 3, 6, dtype=torch.float64)
+    w3, w6 = torch.randn(3, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    f = {"batch_norm": lambda t: F.batch_norm(t, None, None, w3, None, training=True),
+         "layer_norm": lambda t: F.layer_norm(t, [6], w6),
+         "rms_norm": lambda t: F.rms_norm(t, [6], w6),
+         "group_norm": lambda t: F.group_norm(t, 3, w3),
+         "instance_norm": lambda t: F.instance_norm(t, weight=w3)}[op]
+
+    def loss(t):
+        return (f(t) ** 3).sum()
+
+    want_v, want_g = vmap(f)(x), grad(loss)(x[0])
+    with normkit.enabled(_dispatch_key="CPU"):
+        got_v, got_g = vmap(f)(x), grad(loss)(x[0])
+    torch.testing.assert_close(got_v, want_v)
+    torch.testing.assert_close(got_g, want_g)
+
+
 def test_unmodified_model_routes_through_normkit_and_matches():
     torch.manual_seed(0)
     net, ref = SmallNet(), SmallNet()

@@ -216,13 +216,23 @@ def _make_kernel(name, impl, takes, original):
     return kernel
 
 
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+
+
+def _in_functorch_transform() -> bool:
+    """Inside a torch.func transform (vmap, grad, ...): the Autograd-key overrides below would run normkit's
+    autograd Functions, which do not support those transforms, so the original (composite) kernel runs and
+    reaches normkit's backend-key kernels below the transform."""
+    return _functorch_level is not None and _functorch_level() is not None
+
+
 def _make_rms_norm_autograd(original):
     """`aten::rms_norm` is CompositeImplicitAutograd: on devices without a fused kernel, and for a weight
     whose dtype differs from the input's, it never reaches `_fused_rms_norm`.  Overriding it at the
     Autograd key routes it through normkit's custom op, which carries its own autograd."""
 
     def kernel(keyset, x, normalized_shape, weight=None, eps=None):
-        if _active and not _state.depth and _takes("rms_norm", x, weight):
+        if _active and not _state.depth and not _in_functorch_transform() and _takes("rms_norm", x, weight):
             from normkit import functional
 
             _counts["rms_norm"] += 1
@@ -248,7 +258,8 @@ def _make_instance_norm_autograd(original):
 
     def kernel(keyset, x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
                cudnn_enabled):
-        if _active and not _state.depth and _takes("group_norm", x, weight, bias, running_mean, running_var):
+        if (_active and not _state.depth and not _in_functorch_transform()
+                and _takes("group_norm", x, weight, bias, running_mean, running_var)):
             _counts["instance_norm"] += 1
             return _run_inside(_instance_norm, (x, weight, bias, running_mean, running_var, use_input_stats,
                                                 momentum, eps), {})
