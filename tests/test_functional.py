@@ -154,6 +154,49 @@ def test_add_norms_return_sum_and_grads():
     assert torch.autograd.gradcheck(lambda a, c, v: normkit.add_rms_norm(a, c, [16], v), (x, r, w))
 
 
+_AUTOCAST_CALLS = {  # (normkit's call, torch's), on a (4, 6, 5, 5) bf16 input and fp32 parameters
+    "batch_norm": (lambda t, w: normkit.batch_norm(t, None, None, w[:6], None, training=True),
+                   lambda t, w: F.batch_norm(t, None, None, w[:6], None, training=True)),
+    "layer_norm": (lambda t, w: normkit.layer_norm(t, [5], w[:5]), lambda t, w: F.layer_norm(t, [5], w[:5])),
+    "rms_norm": (lambda t, w: normkit.rms_norm(t, [5], w[:5]), lambda t, w: F.rms_norm(t, [5], w[:5])),
+    "group_norm": (lambda t, w: normkit.group_norm(t, 3, w[:6]), lambda t, w: F.group_norm(t, 3, w[:6])),
+    "instance_norm": (lambda t, w: normkit.instance_norm(t, weight=w[:6]),
+                      lambda t, w: F.instance_norm(t, weight=w[:6])),
+    "add_layer_norm": (lambda t, w: normkit.add_layer_norm(t, t, [5], w[:5])[0],
+                       lambda t, w: F.layer_norm(t + t, [5], w[:5])),
+    "add_rms_norm": (lambda t, w: normkit.add_rms_norm(t, t, [5], w[:5])[0],
+                     lambda t, w: F.rms_norm(t + t, [5], w[:5])),
+}
+
+
+@pytest.mark.parametrize("policy", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", list(_AUTOCAST_CALLS))
+def test_autocast_follows_torchs_policy(op, policy, monkeypatch):
+    """Under autocast normkit's functions give torch's output dtype: torch's autocast runs layer / group / RMS
+    norm in fp32 on CUDA and none of the norms on the CPU. "cuda": CUDA's lists emulated on the CPU (the
+    CPU's autocast key mapped to CUDA's registrations), against torch's op on fp32 copies as CUDA's autocast
+    would call it."""
+    from normkit import functional as NF
+
+    ours, theirs = _AUTOCAST_CALLS[op]
+    if policy == "cuda":
+        monkeypatch.setitem(NF._AUTOCAST_KEYS, "cpu", "AutocastCUDA")
+    x = _fresh((4, 6, 5, 5), torch.bfloat16).requires_grad_()
+    w = _fresh((6,), torch.float32, 0.3, 1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = ours(x, w)
+    upcast = policy == "cuda" and op not in ("batch_norm", "instance_norm")
+    if upcast:
+        want = theirs(x.float(), w)  # autocast's fp32 policy: fp32 tensors, autocast off inside
+    else:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = theirs(x, w)
+    assert y.dtype == want.dtype == (torch.float32 if upcast else torch.bfloat16)
+    torch.testing.assert_close(y, want, **_tol(y.dtype))
+    (gx,) = torch.autograd.grad(y.float().sum(), x)
+    assert gx.dtype == torch.bfloat16
+
+
 _TRANSFORM_CALLS = {  # (normkit's call, torch's call) on one sample of a (B, 3, 6) batch
     "batch_norm": (lambda t, w: normkit.batch_norm(t, None, None, w, None, training=True),
                    lambda t, w: F.batch_norm(t, None, None, w, None, training=True)),
@@ -371,6 +414,28 @@ def test_cuda_functional_vs_float64_reference(dtype, layout):
         g = torch.randn_like(y)
         for a, e in zip(_grads(y, (xs2, lws), g), _grads(yr, (xr2, lwr), g.double())):
             torch.testing.assert_close(a.double(), e, rtol=tol["rtol"] * 4, atol=tol["atol"] * 4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cls,args,shape", [("LayerNorm", (64,), (8, 16, 64)), ("RMSNorm", (64,), (8, 16, 64)),
+                                            ("GroupNorm", (4, 32), (8, 32, 6, 6)), ("BatchNorm2d", (32,), (8, 32, 6, 6)),
+                                            ("InstanceNorm2d", (32,), (8, 32, 6, 6))])
+def test_cuda_autocast_modules_match_torch(cls, args, shape):
+    """normkit.nn modules under CUDA autocast give torch.nn's output dtype and values (layer / group / RMS
+    norm in fp32, the others in the input's dtype), gradients in the input's dtype."""
+    torch.manual_seed(0)
+    ours, theirs = getattr(normkit.nn, cls)(*args).cuda(), getattr(torch.nn, cls)(*args).cuda()
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y, want = ours(x), theirs(x2)
+    assert y.dtype == want.dtype
+    torch.testing.assert_close(y, want, **_tol(y.dtype if y.dtype != torch.float32 else torch.bfloat16))
+    y.float().square().sum().backward()
+    want.float().square().sum().backward()
+    assert x.grad.dtype == x2.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(x.grad, x2.grad, rtol=3e-2, atol=3e-2)
 
 
 @pytest.mark.cuda

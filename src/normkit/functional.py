@@ -12,7 +12,8 @@ through batch norm's eval mode when it uses running statistics).
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
 they run the Triton kernels through the interpreter. Inside `torch.func` transforms (vmap, grad, jvp, ...)
-every function here calls torch's own (`_in_transform`).
+every function here calls torch's own (`_in_transform`). Under autocast, layer / group / RMS norm cast to fp32
+where torch's autocast would (`_autocast_fp32`: CUDA).
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ def _in_transform(*tensors: Optional[Tensor]) -> bool:
     autograd Functions and kernels take plain tensors, so such calls go to torch's own functional op (whose
     batching and derivative rules exist; under `enable()` its CUDA kernels still reach normkit's)."""
     return _is_wrapped is not None and any(t is not None and _is_wrapped(t) for t in tensors)
+
+
+_AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "AutocastXPU", "mps": "AutocastMPS"}
+
+
+def _autocast_fp32(op: str, x: Tensor) -> bool:
+    """Whether torch's autocast would run ``aten::<op>`` on x in fp32: autocast on for x's device and the op
+    in that device's autocast lists (CUDA: layer_norm, group_norm and rms_norm, all with the fp32 policy;
+    CPU: none of the norms). normkit's layer / group / RMS norm then do what torch's would: fp16 / bf16
+    tensors cast to fp32, an fp32 output (a drop-in module must not change the dtype autocast gives)."""
+    key = _AUTOCAST_KEYS.get(x.device.type)
+    return (key is not None and torch.is_autocast_enabled(x.device.type)
+            and torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key))
+
+
+def _fp32(t: Optional[Tensor]) -> Optional[Tensor]:
+    """autocast's fp32 cast: fp16 / bf16 tensors to fp32, anything else as it is."""
+    return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
@@ -103,6 +122,9 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
     if _in_transform(input, weight, bias):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
+    if _autocast_fp32("layer_norm", input):
+        with torch.autocast(input.device.type, enabled=False):
+            return layer_norm(_fp32(input), normalized_shape, _fp32(weight), _fp32(bias), eps)
     ns = _shape_list(normalized_shape)
     _checks.check_layer_norm(input, ns, weight, bias)
     return _ops().layer_norm_autograd(input, ns, weight, bias, float(eps))[0]
@@ -120,6 +142,9 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
     fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
     if _in_transform(input, weight):
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
+    if _autocast_fp32("rms_norm", input):
+        with torch.autocast(input.device.type, enabled=False):
+            return rms_norm(_fp32(input), normalized_shape, _fp32(weight), eps)
     from normkit.ops.layer_norm import check_rms_norm_rank, keep_channels_last
 
     ns = _shape_list(normalized_shape, "rms_norm")
@@ -136,10 +161,10 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                    bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)` (one kernel on GPU)."""
-    if _in_transform(x, residual, weight, bias):
-        _check_residual(x, residual)
+    if _in_transform(x, residual, weight, bias) or _autocast_fp32("layer_norm", x):
+        _check_residual(x, residual)  # autocast: the sum in the input dtype, its norm in fp32 (as torch's)
         s = x + residual
-        return torch.nn.functional.layer_norm(s, normalized_shape, weight, bias, eps), s
+        return layer_norm(s, normalized_shape, weight, bias, eps), s
     ns = _shape_list(normalized_shape, "add_layer_norm")
     _check_residual(x, residual)
     _checks.check_layer_norm(x, ns, weight, bias)
@@ -150,10 +175,10 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`."""
-    if _in_transform(x, residual, weight):
+    if _in_transform(x, residual, weight) or _autocast_fp32("rms_norm", x):
         _check_residual(x, residual)
         s = x + residual
-        return torch.nn.functional.rms_norm(s, normalized_shape, weight, eps), s
+        return rms_norm(s, normalized_shape, weight, eps), s
     from normkit.ops.layer_norm import check_rms_norm_rank
 
     ns = _shape_list(normalized_shape, "add_rms_norm")
@@ -169,6 +194,9 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, 
     """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
     if _in_transform(input, weight, bias):
         return torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)
+    if _autocast_fp32("group_norm", input):
+        with torch.autocast(input.device.type, enabled=False):
+            return group_norm(_fp32(input), num_groups, _fp32(weight), _fp32(bias), eps)
     _checks.check_group_norm_functional(input, num_groups)
     _checks.check_group_norm(input, weight, bias, input.shape[0], input.shape[1], math.prod(input.shape[2:]),
                              num_groups)
