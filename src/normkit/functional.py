@@ -43,10 +43,16 @@ def _in_transform(*tensors: Optional[Tensor]) -> bool:
     """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) wraps any of these tensors. normkit's
     autograd Functions and kernels take plain tensors, so such calls go to torch's own functional op (whose
     batching and derivative rules exist; under `enable()` its CUDA kernels still reach normkit's)."""
-    return _is_wrapped is not None and any(t is not None and _is_wrapped(t) for t in tensors)
+    if _is_wrapped is None or torch.compiler.is_compiling():  # Dynamo cannot trace the check (nor needs it)
+        return False
+    return any(t is not None and _is_wrapped(t) for t in tensors)
 
 
 _AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "AutocastXPU", "mps": "AutocastMPS"}
+# (op, autocast key) pairs torch registers, looked up once: Dynamo traces dict lookups, not the dispatcher query
+_AUTOCAST_OPS = frozenset((op, key) for op in ("layer_norm", "group_norm", "rms_norm")
+                          for key in _AUTOCAST_KEYS.values()
+                          if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key))
 
 
 def _autocast_fp32(op: str, x: Tensor) -> bool:
@@ -54,9 +60,7 @@ def _autocast_fp32(op: str, x: Tensor) -> bool:
     in that device's autocast lists (CUDA: layer_norm, group_norm and rms_norm, all with the fp32 policy;
     CPU: none of the norms). normkit's layer / group / RMS norm then do what torch's would: fp16 / bf16
     tensors cast to fp32, an fp32 output (a drop-in module must not change the dtype autocast gives)."""
-    key = _AUTOCAST_KEYS.get(x.device.type)
-    return (key is not None and torch.is_autocast_enabled(x.device.type)
-            and torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key))
+    return (op, _AUTOCAST_KEYS.get(x.device.type)) in _AUTOCAST_OPS and torch.is_autocast_enabled(x.device.type)
 
 
 def _fp32(t: Optional[Tensor]) -> Optional[Tensor]:

@@ -153,6 +153,23 @@ def test_modules_compile_fullgraph():
     assert int(m[0].num_batches_tracked) == 2
 
 
+def test_modules_compile_fullgraph_under_autocast(monkeypatch):
+    """fullgraph compile of the modules under autocast with CUDA's policy (emulated on the CPU): layer / group /
+    RMS norm in fp32 as torch's autocast runs them, batch norm in the input dtype."""
+    from normkit import functional as NF
+
+    monkeypatch.setitem(NF._AUTOCAST_KEYS, "cpu", "AutocastCUDA")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(nknn.BatchNorm2d(3), nknn.GroupNorm(1, 3), nknn.LayerNorm(6), nknn.RMSNorm(6))
+    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
+    x = torch.randn(4, 3, 5, 6).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = compiled(x)
+        want = m(x)
+    assert y.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_empty_batch_with_other_channel_count_like_torch(training):
     # torch.batch_norm checks no sizes for an empty batch: the module returns an empty output (and counts it)
