@@ -217,8 +217,8 @@ _TRANSFORM_CALLS = {  # (normkit's call, torch's call) on one sample of a (B, 3,
 
 @pytest.mark.parametrize("op", list(_TRANSFORM_CALLS))
 def test_torch_func_transforms_use_torchs_op(op):
-    """vmap / grad / per-sample gradients (vmap of grad) over normkit's functions give torch's values: inside
-    a torch.func transform normkit calls torch's own op (its autograd Functions take plain tensors)."""
+    """vmap / grad / per-sample gradients (vmap of grad) / forward-mode dual tensors through normkit's functions
+    give torch's values: there normkit calls torch's own op (its autograd Functions take plain tensors)."""
     from torch.func import grad, vmap
 
     ours, theirs = _TRANSFORM_CALLS[op]
@@ -233,6 +233,14 @@ def test_torch_func_transforms_use_torchs_op(op):
     per_sample = vmap(grad(loss(ours), argnums=1), in_dims=(0, None))(x, w)
     torch.testing.assert_close(per_sample, vmap(grad(loss(theirs), argnums=1), in_dims=(0, None))(x, w))
     assert not normkit.functional._in_transform(x, w)  # plain tensors still take normkit's path
+    import torch.autograd.forward_ad as fwAD  # forward mode with dual tensors
+
+    tangent = torch.randn_like(x[0])
+    with fwAD.dual_level():
+        got = fwAD.unpack_dual(ours(fwAD.make_dual(x[0], tangent), w)).tangent
+        want = fwAD.unpack_dual(theirs(fwAD.make_dual(x[0], tangent), w)).tangent
+        assert not normkit.functional._in_transform(x, w)
+    torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("training", [True, False])

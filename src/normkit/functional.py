@@ -11,8 +11,8 @@ through `normkit::group_norm` the same way; instance norm through it too, with o
 through batch norm's eval mode when it uses running statistics).
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
-they run the Triton kernels through the interpreter. Inside `torch.func` transforms (vmap, grad, jvp, ...)
-every function here calls torch's own (`_in_transform`). Under autocast, layer / group / RMS norm cast to fp32
+they run the Triton kernels through the interpreter. Inside `torch.func` transforms (vmap, grad, jvp, ...) and
+on forward-mode dual tensors every function here calls torch's own (`_in_transform`). Under autocast, layer / group / RMS norm cast to fp32
 where torch's autocast would (`_autocast_fp32`: CUDA).
 """
 
@@ -22,6 +22,7 @@ import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from normkit import _checks
@@ -40,12 +41,16 @@ _is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapp
 
 
 def _in_transform(*tensors: Optional[Tensor]) -> bool:
-    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) wraps any of these tensors. normkit's
-    autograd Functions and kernels take plain tensors, so such calls go to torch's own functional op (whose
-    batching and derivative rules exist; under `enable()` its CUDA kernels still reach normkit's)."""
-    if _is_wrapped is None or torch.compiler.is_compiling():  # Dynamo cannot trace the check (nor needs it)
+    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) wraps any of these tensors, or any is a
+    forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's autograd Functions and kernels take
+    plain tensors, so such calls go to torch's own functional op (whose batching and derivative rules exist;
+    under `enable()` its CUDA kernels still reach normkit's)."""
+    if torch.compiler.is_compiling():  # Dynamo cannot trace these checks (nor needs them)
         return False
-    return any(t is not None and _is_wrapped(t) for t in tensors)
+    if _is_wrapped is not None and any(t is not None and _is_wrapped(t) for t in tensors):
+        return True
+    return _forward_ad._current_level >= 0 and any(
+        t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
 _AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "AutocastXPU", "mps": "AutocastMPS"}
