@@ -180,7 +180,7 @@ def test_autocast_follows_torchs_policy(op, policy, monkeypatch):
 
     ours, theirs = _AUTOCAST_CALLS[op]
     if policy == "cuda":
-        monkeypatch.setitem(NF._AUTOCAST_KEYS, "cpu", "AutocastCUDA")
+        monkeypatch.setattr(NF, "_AUTOCAST_OPS", NF._autocast_registrations({"cpu": "AutocastCUDA"}))
     x = _fresh((4, 6, 5, 5), torch.bfloat16).requires_grad_()
     w = _fresh((6,), torch.float32, 0.3, 1.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -425,9 +425,9 @@ def test_cuda_functional_vs_float64_reference(dtype, layout):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cls,args,shape", [("LayerNorm", (64,), (8, 16, 64)), ("RMSNorm", (64,), (8, 16, 64)),
-                                            ("GroupNorm", (4, 32), (8, 32, 6, 6)), ("BatchNorm2d", (32,), (8, 32, 6, 6)),
-                                            ("InstanceNorm2d", (32,), (8, 32, 6, 6))])
+@pytest.mark.parametrize("cls,args,shape", [
+    ("LayerNorm", (64,), (8, 16, 64)), ("RMSNorm", (64,), (8, 16, 64)), ("GroupNorm", (4, 32), (8, 32, 6, 6)),
+    ("BatchNorm2d", (32,), (8, 32, 6, 6)), ("InstanceNorm2d", (32,), (8, 32, 6, 6))])
 def test_cuda_autocast_modules_match_torch(cls, args, shape):
     """normkit.nn modules under CUDA autocast give torch.nn's output dtype and values (layer / group / RMS
     norm in fp32, the others in the input's dtype), gradients in the input's dtype."""

@@ -12,8 +12,8 @@ through batch norm's eval mode when it uses running statistics).
 
 On CPU without `TRITON_INTERPRET=1` the ops run the reference; with it (set before Triton is imported)
 they run the Triton kernels through the interpreter. Inside `torch.func` transforms (vmap, grad, jvp, ...) and
-on forward-mode dual tensors every function here calls torch's own (`_in_transform`). Under autocast, layer / group / RMS norm cast to fp32
-where torch's autocast would (`_autocast_fp32`: CUDA).
+on forward-mode dual tensors every function here calls torch's own (`_in_transform`). Under autocast, layer /
+group / RMS norm cast to fp32 where torch's autocast would (`_autocast_fp32`: CUDA).
 """
 
 from __future__ import annotations
@@ -37,27 +37,34 @@ def _ops():
     return custom
 
 
-_is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
 
 
 def _in_transform(*tensors: Optional[Tensor]) -> bool:
-    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) wraps any of these tensors, or any is a
+    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) is active, or any of these tensors is a
     forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's autograd Functions and kernels take
     plain tensors, so such calls go to torch's own functional op (whose batching and derivative rules exist;
     under `enable()` its CUDA kernels still reach normkit's)."""
     if torch.compiler.is_compiling():  # Dynamo cannot trace these checks (nor needs them)
         return False
-    if _is_wrapped is not None and any(t is not None and _is_wrapped(t) for t in tensors):
+    if _functorch_level is not None and _functorch_level() is not None:  # wrapped tensors exist only in there
         return True
     return _forward_ad._current_level >= 0 and any(
         t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
 _AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU", "xpu": "AutocastXPU", "mps": "AutocastMPS"}
-# (op, autocast key) pairs torch registers, looked up once: Dynamo traces dict lookups, not the dispatcher query
-_AUTOCAST_OPS = frozenset((op, key) for op in ("layer_norm", "group_norm", "rms_norm")
-                          for key in _AUTOCAST_KEYS.values()
-                          if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key))
+
+
+def _autocast_registrations(keys: dict) -> frozenset:
+    """(op, device type) pairs for which torch registers an autocast kernel of the norms that have one
+    (``keys``: device type -> its autocast dispatch key)."""
+    return frozenset((op, dev) for op in ("layer_norm", "group_norm", "rms_norm") for dev, key in keys.items()
+                     if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key))
+
+
+# looked up once: Dynamo traces a set lookup, not the dispatcher query
+_AUTOCAST_OPS = _autocast_registrations(_AUTOCAST_KEYS)
 
 
 def _autocast_fp32(op: str, x: Tensor) -> bool:
@@ -65,7 +72,8 @@ def _autocast_fp32(op: str, x: Tensor) -> bool:
     in that device's autocast lists (CUDA: layer_norm, group_norm and rms_norm, all with the fp32 policy;
     CPU: none of the norms). normkit's layer / group / RMS norm then do what torch's would: fp16 / bf16
     tensors cast to fp32, an fp32 output (a drop-in module must not change the dtype autocast gives)."""
-    return (op, _AUTOCAST_KEYS.get(x.device.type)) in _AUTOCAST_OPS and torch.is_autocast_enabled(x.device.type)
+    dev = "cuda" if x.is_cuda else ("cpu" if x.is_cpu else x.device.type)
+    return (op, dev) in _AUTOCAST_OPS and torch.is_autocast_enabled(dev)
 
 
 def _fp32(t: Optional[Tensor]) -> Optional[Tensor]:

@@ -158,7 +158,7 @@ def test_modules_compile_fullgraph_under_autocast(monkeypatch):
     RMS norm in fp32 as torch's autocast runs them, batch norm in the input dtype."""
     from normkit import functional as NF
 
-    monkeypatch.setitem(NF._AUTOCAST_KEYS, "cpu", "AutocastCUDA")
+    monkeypatch.setattr(NF, "_AUTOCAST_OPS", NF._autocast_registrations({"cpu": "AutocastCUDA"}))
     torch.manual_seed(0)
     m = torch.nn.Sequential(nknn.BatchNorm2d(3), nknn.GroupNorm(1, 3), nknn.LayerNorm(6), nknn.RMSNorm(6))
     compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
