@@ -216,9 +216,10 @@ def check_gn(x, G, w=None, b=None, eps=1e-5, dy=None, mask=(True, True, True), t
     first_elem = C == G and K._Geometry(x, fmt, G).cl
     mean_extra = 24 * EPS32 * std * first_elem
     if sd == F32:
-        # fp32 statistics: within a few ulps (of |mean| + std for the mean). Far from zero (|mean| > 50 std:
-        # the +1000 offset) rstd is held to 1e-5 relative
-        bound = 8 * EPS32 * (mr.abs() + 0.01 * std) + 1e-7 * std + mean_extra
+        # fp32 statistics: within a few ulps (of |mean| + std for the mean: split sums of 3 x 6 x 40 x 40 reach
+        # 2.2 eps·std over 80 random inputs). Far from zero (|mean| > 50 std: the +1000 offset) rstd is held
+        # to 1e-5 relative
+        bound = 8 * EPS32 * (mr.abs() + 0.01 * std) + 4 * EPS32 * std + mean_extra
         assert ((mean.double() - mr).abs() <= bound).all(), tag + " mean"
         rtol = 8 * EPS32 + 1e-6 + 1e-5 * (mr.abs() * rr > 50) + 6e-6 * first_elem
         assert ((rstd.double() - rr).abs() <= rtol * rr).all(), tag + " rstd"
@@ -226,7 +227,7 @@ def check_gn(x, G, w=None, b=None, eps=1e-5, dy=None, mask=(True, True, True), t
         # 16-bit statistics (no mixed params): the fp32 ones rounded to the input dtype, to nearest (within
         # that dtype's eps of the value; half an ulp, plus what the fp32 value may be off)
         for got, ref, name, extra in ((mean, mr, "mean", mean_extra), (rstd, rr, "rstd", 6e-6 * first_elem * rr)):
-            bound = 0.5 * _ulp(ref, sd) + 8 * EPS32 * ref.abs() + 1e-7 * std + extra
+            bound = 0.5 * _ulp(ref, sd) + 8 * EPS32 * ref.abs() + 4 * EPS32 * std + extra
             assert ((got.double() - ref).abs() <= bound).all(), tag + " " + name
 
     # y: the output uses the fp32 mean, which is off by an ulp or two of |mean| (far from zero that is
