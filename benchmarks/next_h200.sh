@@ -64,6 +64,11 @@
 #          randomized test's batch-norm / module / instance-norm cases on CUDA (seed given, SIGINT on timeout so
 #          pytest still prints its failures), and the training forward before (ab_old/: the previous commit's src,
 #          git-excluded: run with carry=["ab_old"]) against after, bn_kernels.py (AB_ROUNDS, AB_MODES), alternating.
+# For the next session:
+# PART=28: the CUDA tests session 13 could not run (tests/test_functional.py: the modules under real CUDA autocast;
+#          tests/test_aten.py; the batch-norm kernel tests at the final code), then the suite bench of batch norm
+#          (every dtype, with the peers: the NCHW backward's peeled first step, -3..-4.5 % in bn_kernels.py) and
+#          resnet50 steps.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -349,6 +354,19 @@ elif [ "$PART" = 27 ]; then
         python3 benchmarks/ab_compare.py "$W/before$round/bn_kernels.jsonl" "$W/after$round/bn_kernels.jsonl" \
             --json "$W/ab$round.json" | tail -${AB_TAIL:-3}
     done
+elif [ "$PART" = 28 ]; then
+    use_wheels
+    stamp "pytest -m cuda: functional (autocast modules), enable(), batch-norm kernels"
+    timeout -s INT 240 python3 -m pytest -q --tb=short -m cuda tests/test_functional.py tests/test_aten.py \
+        tests/kernels/test_batch_norm_kernels.py > "$W/pytest_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "bench: batch norm, every dtype"
+    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
+        --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 9 ]; then
     use_wheels
     stamp "bench: batch norm, every dtype"
