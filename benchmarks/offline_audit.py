@@ -17,6 +17,7 @@ launchers are run as on a 132-SM GPU (the H200).
 """
 
 import argparse
+import hashlib
 import inspect
 import json
 import os
@@ -155,7 +156,19 @@ def audit(kernel, sig, consts, attrs, options):
     os.unlink(f.name)
     ptx = c.asm["ptx"]
     loads = {k: len(re.findall(r"ld\.global(?:\.[a-z]+)*\." + re.escape(k) + r"\s", ptx)) for k in _LOADS}
-    return int(re.search(r"REG:(\d+)", res).group(1)), loads, tile_conversions(c.asm["ttgir"])
+    return int(re.search(r"REG:(\d+)", res).group(1)), loads, tile_conversions(c.asm["ttgir"]), code_digest(ptx)
+
+
+def code_digest(ptx: str) -> str:
+    """A digest of the PTX instructions alone: no debug sections, line info, comments or parameter loads (a
+    parameter added or removed upstream renumbers them), so that two revisions' kernels compare equal when
+    they would run the same instructions (benchmarks/ptx_compare.py)."""
+    body = ptx[ptx.index("{"):]
+    body = body.split(".section", 1)[0]
+    skip = (".loc", "//", ".file", "$L__tmp")
+    keep = [line.strip() for line in body.splitlines()
+            if line.strip() and not line.strip().startswith(skip) and "ld.param" not in line]
+    return hashlib.sha256("\n".join(keep).encode()).hexdigest()[:16]
 
 
 def tile_conversions(ttgir: str) -> int:
@@ -187,18 +200,20 @@ def main():
         if key in done:
             continue
         try:
-            regs, loads, convs = audit(kernel, sig, consts, attrs, options)
+            regs, loads, convs, digest = audit(kernel, sig, consts, attrs, options)
         except Exception as e:  # report and go on: one kernel's failure should not hide the others
             done[key] = None
             print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
         names = list(inspect.signature(kernel.fn).parameters)
-        cx = {names[k[0]]: _short(v) for k, v in consts.items() if sig[names[k[0]]] == "constexpr"}
+        declared = {n for n, prm in inspect.signature(kernel.fn).parameters.items()
+                    if "constexpr" in str(prm.annotation)}
+        cx = {names[k[0]]: _short(v) for k, v in consts.items() if names[k[0]] in declared}
         ptrs = {n: t for n, t in sig.items() if t.startswith("*")}
         narrow = loads["b16"] + loads["b32"]
         wide = loads["v4.b32"] + loads["v2.b32"] + loads["v4.b16"] + loads["v2.b16"]
         row = dict(kernel=kernel.fn.__name__, registers=regs, loads=loads, tile_conversions=convs, constexprs=cx,
-                   pointers=ptrs, options=options, flag=narrow > 2 * max(wide, 1))
+                   pointers=ptrs, options=options, flag=narrow > 2 * max(wide, 1), code=digest)
         done[key] = row
         rows.append(row)
         print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{row['kernel']} regs {regs} loads "
