@@ -42,9 +42,9 @@ def _dumps():
 
 @pytest.mark.parametrize("op", ["batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm"])
 def test_torch_func_transforms_under_enable(op):
-    """vmap and grad over torch's functional ops with normkit enabled give torch's values: the Autograd-key
-    overrides (rms_norm, instance_norm) step aside inside a transform (normkit's autograd Functions do not
-    support transforms) and the backend-key kernels take the unwrapped tensors."""
+    """vmap, grad and forward-mode dual tensors through torch's functional ops with normkit enabled give torch's
+    values: the Autograd-key overrides (rms_norm, instance_norm) step aside there (normkit's autograd Functions
+    have no vmap / jvp rules) and the backend-key kernels take the unwrapped tensors."""
     from torch.func import grad, vmap
 
     torch.manual_seed(0)
@@ -59,11 +59,19 @@ def test_torch_func_transforms_under_enable(op):
     def loss(t):
         return (f(t) ** 3).sum()
 
-    want_v, want_g = vmap(f)(x), grad(loss)(x[0])
+    def tangent_of(t):  # forward mode with dual tensors
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(f(fwAD.make_dual(x[0], t))).tangent
+
+    import torch.autograd.forward_ad as fwAD
+
+    t = torch.randn_like(x[0])
+    want_v, want_g, want_t = vmap(f)(x), grad(loss)(x[0]), tangent_of(t)
     with normkit.enabled(_dispatch_key="CPU"):
-        got_v, got_g = vmap(f)(x), grad(loss)(x[0])
+        got_v, got_g, got_t = vmap(f)(x), grad(loss)(x[0]), tangent_of(t)
     torch.testing.assert_close(got_v, want_v)
     torch.testing.assert_close(got_g, want_g)
+    torch.testing.assert_close(got_t, want_t)
 
 
 def test_unmodified_model_routes_through_normkit_and_matches():

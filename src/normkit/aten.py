@@ -216,25 +216,18 @@ def _make_kernel(name, impl, takes, original):
     return kernel
 
 
-_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
-
-
-def _in_functorch_transform() -> bool:
-    """Inside a torch.func transform (vmap, grad, ...): the Autograd-key overrides below would run normkit's
-    autograd Functions, which do not support those transforms, so the original (composite) kernel runs and
-    reaches normkit's backend-key kernels below the transform."""
-    return _functorch_level is not None and _functorch_level() is not None
-
-
 def _make_rms_norm_autograd(original):
     """`aten::rms_norm` is CompositeImplicitAutograd: on devices without a fused kernel, and for a weight
     whose dtype differs from the input's, it never reaches `_fused_rms_norm`.  Overriding it at the
     Autograd key routes it through normkit's custom op, which carries its own autograd."""
 
     def kernel(keyset, x, normalized_shape, weight=None, eps=None):
-        if _active and not _state.depth and not _in_functorch_transform() and _takes("rms_norm", x, weight):
-            from normkit import functional
+        from normkit import functional
 
+        # inside torch.func transforms / on dual tensors the original (composite) kernel runs: normkit's
+        # autograd Functions have no vmap / jvp rules; its backend-key kernels below still take the tensors
+        if (_active and not _state.depth and not functional._in_transform(x, weight)
+                and _takes("rms_norm", x, weight)):
             _counts["rms_norm"] += 1
             return _run_inside(functional.rms_norm, (x, list(normalized_shape), weight, eps), {})
         _fallbacks["rms_norm"] += 1
@@ -258,7 +251,9 @@ def _make_instance_norm_autograd(original):
 
     def kernel(keyset, x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps,
                cudnn_enabled):
-        if (_active and not _state.depth and not _in_functorch_transform()
+        from normkit import functional
+
+        if (_active and not _state.depth and not functional._in_transform(x, weight, bias, running_mean, running_var)
                 and _takes("group_norm", x, weight, bias, running_mean, running_var)):
             _counts["instance_norm"] += 1
             return _run_inside(_instance_norm, (x, weight, bias, running_mean, running_var, use_input_stats,
