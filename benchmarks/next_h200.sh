@@ -97,6 +97,16 @@ ln_bench() {
         --peers aten liger flaggems --budget "$budget" --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
         > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
 }
+# the suite bench of batch norm (every dtype, with the peers) and resnet50 training steps
+bn_bench_and_resnet() {
+    stamp "bench: batch norm, every dtype"
+    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
+        --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+}
 # the layer-norm kernels' CUDA tests within $1 s
 ln_cuda_tests() {
     timeout "$1" python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
@@ -360,22 +370,10 @@ elif [ "$PART" = 28 ]; then
     timeout -s INT 240 python3 -m pytest -q --tb=short -m cuda tests/test_functional.py tests/test_aten.py \
         tests/kernels/test_batch_norm_kernels.py > "$W/pytest_cuda.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
-    stamp "bench: batch norm, every dtype"
-    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
-        --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
-    stamp "resnet50 training steps (both layouts), with and without enable()"
-    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
-        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    bn_bench_and_resnet
 elif [ "$PART" = 9 ]; then
     use_wheels
-    stamp "bench: batch norm, every dtype"
-    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
-        --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
-    stamp "resnet50 training steps (both layouts), with and without enable()"
-    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
-        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    bn_bench_and_resnet
     stamp "layer / RMS: cooperative backward, several rows per exchange; narrow mixed-dtype backward / forward"
     timeout 170 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooprows,bwdmixnarrow,fwdmixnarrow --sweep-budget 150 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"

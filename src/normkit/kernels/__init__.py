@@ -35,6 +35,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def dense_param(t):
+    """A per-channel / per-column tensor (weight, bias, running or saved statistics) as the kernels index it,
+    element i at offset i: a strided view copied once (None stays None)."""
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1); plain Python, like ``cdiv``."""
     n = max(1, int(n))

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normkit.kernels import cdiv, next_pow2
+from normkit.kernels import cdiv, dense_param, next_pow2
 from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 from normkit.reference._common import suggest_memory_format
 
@@ -581,7 +581,7 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     """`native_group_norm` on the kernels: (y in x's suggested layout, mean (N, G), rstd (N, G))."""
     fmt = memory_format(x)
     x = _dense(x, fmt)
-    weight, bias = _dense_param(weight), _dense_param(bias)
+    weight, bias = dense_param(weight), dense_param(bias)
     geo = _Geometry(x, fmt, G)
     N, C, HW = geo.N, geo.C, geo.HW
     dev = x.device
@@ -629,11 +629,6 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     return y, mean, rstd
 
 
-def _dense_param(p):
-    """weight / bias as the kernels index them (element c at offset c): a strided view copied once."""
-    return p if p is None or p.is_contiguous() else p.contiguous()
-
-
 def _arg(p, x):
     """A pointer argument for an absent parameter (never read: HAS_W / HAS_B are constexpr False)."""
     return x if p is None else p
@@ -660,7 +655,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     fmt = memory_format(x)
     x = _dense(x, fmt)
     dy = _dense(dy, fmt)  # the kernels index dy with x's (N, HxW, C) strides
-    weight = _dense_param(weight)
+    weight = dense_param(weight)
     geo = _Geometry(x, fmt, G)
     N, C, HW = geo.N, geo.C, geo.HW
     dev = x.device

@@ -80,7 +80,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normkit.kernels import cdiv, interpreting, next_pow2, prev_pow2
+from normkit.kernels import cdiv, dense_param, interpreting, next_pow2, prev_pow2
 from normkit.kernels import _plan
 from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 
@@ -1100,10 +1100,6 @@ def _row_stride(t: torch.Tensor) -> int:
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
-def _param(p):
-    return None if p is None else p.contiguous()
-
-
 def _loop_programs(x, M, row_bytes):
     """Programs of the looped forward: enough to fill the GPU, few enough that the rows in flight
     (re-read by the second loop) fit in ``_CFG['l2_budget']`` bytes of L2."""
@@ -1199,7 +1195,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             mean.zero_()
         rstd.fill_(float("nan"))
         return y, s, mean, rstd
-    weight, bias = _param(weight), _param(bias)
+    weight, bias = dense_param(weight), dense_param(bias)
     dummy = x
     args = (
         x, residual if residual is not None else dummy,
@@ -1299,7 +1295,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     dy = _rows(dy)
     M, N = x.shape
     dev = x.device
-    weight = _param(weight)
+    weight = dense_param(weight)
     dx = _alloc((M, N), dtype=x.dtype, device=dev) if need_dx else None
     if M == 0 or N == 0:
         dw = torch.zeros((N,), dtype=dw_dtype, device=dev) if need_dw else None

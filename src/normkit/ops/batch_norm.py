@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
+from normkit.kernels import dense_param
 from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.reference._common import acc_dtype
 
@@ -43,11 +44,6 @@ def _bn_kernels(x: Tensor, *params):
     return mod
 
 
-def _c(t: Optional[Tensor]) -> Optional[Tensor]:
-    """The kernels index per-channel tensors as dense `(C,)` arrays: give them contiguous ones."""
-    return t if t is None or t.is_contiguous() else t.contiguous()
-
-
 # new_empty(0) rather than new_empty((0,)): the same tensor, and an int parses faster than a tuple (~0.5 us)
 def _empty_stats(x: Tensor) -> Tuple[Tensor, Tensor]:
     dt = acc_dtype(x.dtype)
@@ -70,17 +66,17 @@ def _forward_core(x, weight, bias, running_mean, running_var, training, momentum
     if mod is None:
         return tuple(reference().native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                    momentum, eps))
-    weight, bias = _c(weight), _c(bias)
+    weight, bias = dense_param(weight), dense_param(bias)
     if training:
         # non-contiguous running stats: update a dense copy, then write it back in place
-        rm, rv = _c(running_mean), _c(running_var)
+        rm, rv = dense_param(running_mean), dense_param(running_var)
         out = tuple(mod.bn_forward_train(x, weight, bias, rm, rv, momentum, eps))
         if rm is not running_mean:
             running_mean.copy_(rm)
         if rv is not running_var:
             running_var.copy_(rv)
         return out
-    y = mod.bn_forward_eval(x, weight, bias, _c(running_mean), _c(running_var), eps)
+    y = mod.bn_forward_eval(x, weight, bias, dense_param(running_mean), dense_param(running_var), eps)
     return (y,) + _empty_stats(x)
 
 
@@ -144,7 +140,8 @@ def _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, sa
         acc = acc_dtype(x.dtype)
         mean = running_mean.to(acc)
         invstd = torch.rsqrt(running_var.to(acc) + eps)
-    gi, gw, gb = mod.bn_backward(grad_out, x, _c(weight), _c(mean), _c(invstd), train, mask)
+    gi, gw, gb = mod.bn_backward(grad_out, x, dense_param(weight), dense_param(mean), dense_param(invstd), train,
+                                 mask)
     # gradient dtype of an absent weight: the input's (the reference's rule; the kernels use fp32)
     pdt = weight.dtype if weight is not None else x.dtype
     if gw is not None and gw.dtype != pdt:
