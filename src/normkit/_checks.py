@@ -15,7 +15,6 @@ Two levels:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional, Sequence
 
@@ -290,16 +289,23 @@ def check_batch_norm_functional(input: Tensor, running_mean, running_var, weight
     return True
 
 
-@functools.cache
-def _torch_rejects_eps_zero_in_eval() -> bool:
+def _probe_eps_zero_in_eval() -> bool:
     """torch 2.13's F.batch_norm takes eps = 0 in eval (eps > 0 only in training); torch 2.11's rejects
-    eps <= 0 in either mode, with another message. Asked of the installed torch once, on the CPU."""
+    eps <= 0 in either mode, with another message. Asked of the installed torch on the CPU."""
     stat = torch.ones(1)
     try:
         torch.nn.functional.batch_norm(torch.ones(2, 1), stat, stat.clone(), training=False, eps=0.0)
     except ValueError:
         return True
     return False
+
+
+# Asked at import: a first ask inside torch.compile would be traced with fake tensors and raise there.
+_REJECTS_EPS_ZERO_IN_EVAL = _probe_eps_zero_in_eval()
+
+
+def _torch_rejects_eps_zero_in_eval() -> bool:
+    return _REJECTS_EPS_ZERO_IN_EVAL
 
 
 def batch_norm_eps_error(eps, training: bool) -> Optional[str]:
