@@ -537,6 +537,24 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, cfg in (("default", {}), ("nocap", {"fwd_two_part_cap_warps": 0}),
                              ("rows1", {"fwd_persist_min_block_wide_params": 1 << 30, "fwd_rows_wide_params": 1})):
                 add("fwd2pmix", lab, cfg, op, M, N, "fwd", torch.float32, torch.bfloat16)
+    # session 14: the cooperative backward with the next row's loads issued before the wait for this row's
+    # siblings (bwd_coop_pipe), and 8 programs per SM (offline sm_90: 72-89 registers at c2048 / 4 warps,
+    # pipelined or not, so 4 per SM was not a register limit). Against the 5-pass path (cols) and the
+    # unpipelined kernel at the suite's wide rows, 16-bit included (bwd_coop_max_block_16bit lifted).
+    # Prediction: the wait overlaps a row's load round trip: bf16 65536 / 262144 0.44-0.54 -> 0.60-0.70 SOL,
+    # fp32 65536 0.67 -> 0.75-0.80.
+    def cpipe(pipe, p):
+        return {"bwd_coop_max_block": 1 << 30, "bwd_coop_max_block_16bit": 1 << 30, "bwd_coop_pipe": pipe,
+                "bwd_coop_progs_per_sm": p}
+
+    for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
+                       ("rms", ((2048, 65536), (512, 262144)))):
+        for M, N in shapes:
+            for dt in (torch.bfloat16, torch.float32):
+                for lab, cfg in (("cols", {"bwd_coop_max_block": 0, "bwd_coop_max_block_16bit": 0}),
+                                 ("coop_p4", cpipe(0, 4)), ("pipe_p4", cpipe(1, 4)),
+                                 ("coop_p8", cpipe(0, 8)), ("pipe_p8", cpipe(1, 8))):
+                    add("bwdcooppipe", lab, cfg, op, M, N, "bwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -582,7 +600,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdcooppipe", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

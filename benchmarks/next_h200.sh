@@ -69,6 +69,9 @@
 #          tests/test_aten.py; the batch-norm kernel tests at the final code), then the suite bench of batch norm
 #          (every dtype, with the peers: the NCHW backward's peeled first step, -3..-4.5 % in bn_kernels.py) and
 #          resnet50 steps.
+# PART=29: session 14: the CUDA tests of the eps-probe fix (test_functional's compile test) and of the pipelined
+#          cooperative backward (test_cuda_coop_backward, pipe 0 / 1), its sweep (bwdcooppipe: cols / coop / pipe at 4
+#          and 8 programs per SM, wide rows, bf16 and fp32), batch norm's per-kernel time on resnet50's layers.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -371,6 +374,18 @@ elif [ "$PART" = 28 ]; then
         tests/kernels/test_batch_norm_kernels.py > "$W/pytest_cuda.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
     bn_bench_and_resnet
+elif [ "$PART" = 29 ]; then
+    stamp "pytest -m cuda: compile test (eps probe), cooperative backward (pipelined or not)"
+    timeout -s INT 170 python3 -m pytest -q --tb=short -m cuda tests/test_functional.py -k compile \
+        tests/kernels/test_layer_norm_kernels.py::test_cuda_coop_backward > "$W/pytest_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "layer / RMS: pipelined cooperative backward (sweep bwdcooppipe)"
+    timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooppipe --sweep-budget 200 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep bwdcooppipe|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -60
+    stamp "batch norm: per-kernel time on resnet50's layers, channels_last"
+    timeout 110 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
+    echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet
