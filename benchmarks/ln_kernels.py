@@ -538,22 +538,24 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                              ("rows1", {"fwd_persist_min_block_wide_params": 1 << 30, "fwd_rows_wide_params": 1})):
                 add("fwd2pmix", lab, cfg, op, M, N, "fwd", torch.float32, torch.bfloat16)
     # session 14: the cooperative backward with the next row's loads issued before the wait for this row's
-    # siblings (bwd_coop_pipe), and 8 programs per SM (offline sm_90: 72-89 registers at c2048 / 4 warps,
-    # pipelined or not, so 4 per SM was not a register limit). Against the 5-pass path (cols) and the
-    # unpipelined kernel at the suite's wide rows, 16-bit included (bwd_coop_max_block_16bit lifted).
-    # Prediction: the wait overlaps a row's load round trip: bf16 65536 / 262144 0.44-0.54 -> 0.60-0.70 SOL,
-    # fp32 65536 0.67 -> 0.75-0.80.
-    def cpipe(pipe, p):
+    # siblings (bwd_coop_pipe), against the 5-pass path (cols) and the unpipelined kernel at the suite's wide
+    # rows, 16-bit included (bwd_coop_max_block_16bit lifted). Offline sm_90: 64-89 registers at c2048 / 4
+    # warps, pipelined or not. Call 2 (first form: dx stored before the next row's release): won at 262144
+    # (LN fp32 0.7333 -> 0.6528 ms, RMS fp32 0.7497 -> 0.5676), lost at c2048 (LN bf16 16384 0.2024 -> 0.3148):
+    # its release waited for the row of dx stores just issued. Now dx is stored after the next row's release,
+    # and larger chunks (fewer programs a row, more bytes per wait) are timed too.
+    # Prediction: LN bf16 65536 0.44 -> 0.55-0.65 SOL, 262144 0.48 -> 0.55-0.60, fp32 65536 0.67 -> 0.72-0.78.
+    def cpipe(pipe, ch=2048, p=4):
         return {"bwd_coop_max_block": 1 << 30, "bwd_coop_max_block_16bit": 1 << 30, "bwd_coop_pipe": pipe,
-                "bwd_coop_progs_per_sm": p}
+                "bwd_coop_chunk": ch, "bwd_coop_progs_per_sm": p}
 
     for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
                        ("rms", ((2048, 65536), (512, 262144)))):
         for M, N in shapes:
             for dt in (torch.bfloat16, torch.float32):
                 for lab, cfg in (("cols", {"bwd_coop_max_block": 0, "bwd_coop_max_block_16bit": 0}),
-                                 ("coop_p4", cpipe(0, 4)), ("pipe_p4", cpipe(1, 4)),
-                                 ("coop_p8", cpipe(0, 8)), ("pipe_p8", cpipe(1, 8))):
+                                 ("coop", cpipe(0)), ("pipe", cpipe(1)), ("pipe_c4096", cpipe(1, 4096)),
+                                 ("pipe_c8192", cpipe(1, 8192)), ("coop_c4096", cpipe(0, 4096))):
                     add("bwdcooppipe", lab, cfg, op, M, N, "bwd", dt, dt)
     out, chosen = [], {}
     if only:

@@ -995,6 +995,34 @@ def _coop_load_row(X, DY, MEAN, RSTD, row, cols, cmask, stride_x, stride_dy, IS_
 
 
 @triton.jit
+def _coop_publish(x, dy, W, mean, rstd, ST, CNT, row, S, s, cols, cmask, dw_acc, db_acc,
+                  HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+                  ACC: tl.constexpr):
+    """One row of the pipelined cooperative backward up to its exchange: dw/db terms added, the chunk's
+    two sums stored to ST[row, s] and counted in. Returns the accumulators and (w*dy, xhat) for dx."""
+    dyf, wdy, xhat = _terms_of(x, dy, W, cols, cmask, mean, rstd, HAS_W, IS_RMS, ACC)
+    if NEED_DW:
+        dw_acc += dyf * xhat
+    if NEED_DB:
+        db_acc += dyf
+    tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
+    tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
+    _coop_arrive(CNT + row)
+    return dw_acc, db_acc, wdy, xhat
+
+
+@triton.jit
+def _coop_dx(ST, row, S, N, so, wdy, xhat, rstd, BLOCK_S: tl.constexpr, IS_RMS: tl.constexpr):
+    """A row's dx slice once all S sums are in."""
+    c1, c2 = _coop_row_sums(ST, row, S, N, so, BLOCK_S, IS_RMS)
+    if IS_RMS:
+        dx = (wdy - xhat * c1) * rstd
+    else:
+        dx = (wdy - xhat * c1 - c2) * rstd
+    return dx
+
+
+@triton.jit
 def _bwd_coop_kernel(
     DY, X, W, MEAN, RSTD, ST, CNT, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, rows_per_group, S,
@@ -1025,29 +1053,30 @@ def _bwd_coop_kernel(
     row_end = tl.minimum(row0 + rows_per_group, M)
     so = tl.arange(0, BLOCK_S)
     if PIPE:  # (the host sets it only with STORE_DX)
-        # row r's sums published, then row r + 1's loads issued, and only then the wait for r's
-        # siblings: the wait overlaps the next row's memory round trip (same sums, same order, same bits)
+        # row r's sums published (release), row r + 1's loads issued, row r - 1's dx stored, and only then
+        # the wait for r's siblings: the wait overlaps the next row's round trip, and the release waits
+        # for the two sums alone, not for a row of dx stores. Same sums in the same order: same bits.
         xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, row0, cols, cmask, stride_x, stride_dy, IS_RMS, ACC)
-        for row in range(row0, row_end):
-            dy, wdy, xhat = _terms_of(xr, dyr, W, cols, cmask, mean, rstd, HAS_W, IS_RMS, ACC)
-            if NEED_DW:
-                dw_acc += dy * xhat
-            if NEED_DB:
-                db_acc += dy
-            tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
-            tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
-            _coop_arrive(CNT + row)
+        dw_acc, db_acc, wdy, xhat = _coop_publish(xr, dyr, W, mean, rstd, ST, CNT, row0, S, s, cols, cmask,
+                                                  dw_acc, db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, ACC)
+        row_rstd = rstd
+        xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, tl.minimum(row0 + 1, row_end - 1), cols, cmask,
+                                             stride_x, stride_dy, IS_RMS, ACC)
+        _coop_wait(CNT + row0, S)
+        dx = _coop_dx(ST, row0, S, N, so, wdy, xhat, row_rstd, BLOCK_S, IS_RMS)
+        prev = row0
+        for row in range(row0 + 1, row_end):
+            dw_acc, db_acc, wdy, xhat = _coop_publish(xr, dyr, W, mean, rstd, ST, CNT, row, S, s, cols, cmask,
+                                                      dw_acc, db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, ACC)
             row_rstd = rstd
             # the last row's "next" is itself again (in bounds, from L2): no masks on the scalar loads
-            nxt = tl.minimum(row + 1, row_end - 1)
-            xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, nxt, cols, cmask, stride_x, stride_dy, IS_RMS, ACC)
+            xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, tl.minimum(row + 1, row_end - 1), cols, cmask,
+                                                 stride_x, stride_dy, IS_RMS, ACC)
+            tl.store(DX + prev * stride_dx + cols, dx, mask=cmask)
             _coop_wait(CNT + row, S)
-            c1, c2 = _coop_row_sums(ST, row, S, N, so, BLOCK_S, IS_RMS)
-            if IS_RMS:
-                dx = (wdy - xhat * c1) * row_rstd
-            else:
-                dx = (wdy - xhat * c1 - c2) * row_rstd
-            tl.store(DX + row * stride_dx + cols, dx, mask=cmask)
+            dx = _coop_dx(ST, row, S, N, so, wdy, xhat, row_rstd, BLOCK_S, IS_RMS)
+            prev = row
+        tl.store(DX + prev * stride_dx + cols, dx, mask=cmask)
     else:
         for row in range(row0, row_end):
             rstd = tl.load(RSTD + row).to(ACC)
