@@ -537,26 +537,12 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, cfg in (("default", {}), ("nocap", {"fwd_two_part_cap_warps": 0}),
                              ("rows1", {"fwd_persist_min_block_wide_params": 1 << 30, "fwd_rows_wide_params": 1})):
                 add("fwd2pmix", lab, cfg, op, M, N, "fwd", torch.float32, torch.bfloat16)
-    # session 14: the cooperative backward with the next row's loads issued before the wait for this row's
-    # siblings (bwd_coop_pipe), against the 5-pass path (cols) and the unpipelined kernel at the suite's wide
-    # rows, 16-bit included (bwd_coop_max_block_16bit lifted). Offline sm_90: 64-89 registers at c2048 / 4
-    # warps, pipelined or not. Call 2 (first form: dx stored before the next row's release): won at 262144
-    # (LN fp32 0.7333 -> 0.6528 ms, RMS fp32 0.7497 -> 0.5676), lost at c2048 (LN bf16 16384 0.2024 -> 0.3148):
-    # its release waited for the row of dx stores just issued. Now dx is stored after the next row's release,
-    # and larger chunks (fewer programs a row, more bytes per wait) are timed too.
-    # Prediction: LN bf16 65536 0.44 -> 0.55-0.65 SOL, 262144 0.48 -> 0.55-0.60, fp32 65536 0.67 -> 0.72-0.78.
-    def cpipe(pipe, ch=2048, p=4):
-        return {"bwd_coop_max_block": 1 << 30, "bwd_coop_max_block_16bit": 1 << 30, "bwd_coop_pipe": pipe,
-                "bwd_coop_chunk": ch, "bwd_coop_progs_per_sm": p}
-
-    for op, shapes in (("ln", ((4096, 16384), (2048, 65536), (512, 262144))),
-                       ("rms", ((2048, 65536), (512, 262144)))):
-        for M, N in shapes:
-            for dt in (torch.bfloat16, torch.float32):
-                for lab, cfg in (("cols", {"bwd_coop_max_block": 0, "bwd_coop_max_block_16bit": 0}),
-                                 ("coop", cpipe(0)), ("pipe", cpipe(1)), ("pipe_c4096", cpipe(1, 4096)),
-                                 ("pipe_c8192", cpipe(1, 8192)), ("coop_c4096", cpipe(0, 4096))):
-                    add("bwdcooppipe", lab, cfg, op, M, N, "bwd", dt, dt)
+    # session 14 (h200-2026-12-02-s14, calls 2-3): the cooperative backward with the next row's loads issued
+    # before the wait for this row's siblings (bwdcooppipe), two orders of the dx store, chunks 2048-8192, 4 / 8
+    # programs per SM, against the 5-pass path and the unpipelined kernel, 16-bit included. Predicted bf16 65536
+    # 0.44 -> 0.55-0.65 SOL; measured slower at chunk 2048 (LN bf16 4096x16384 0.2024 -> 0.3120 ms, fp32 2048x65536
+    # 0.5742 -> 0.7912), faster only at fp32 262144 (RMS 0.681 -> 0.568-0.594, LN 0.752 -> 0.653-0.727), bf16 262144
+    # still behind the 5-pass path (LN 0.40 vs 0.49-0.54). Deleted (kernel branch, knob, group); NOTES-layer_norm.md.
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -602,7 +588,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdcooppipe", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

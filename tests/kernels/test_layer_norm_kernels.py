@@ -880,38 +880,6 @@ def test_coop_backward(N, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_coop_pipelined_backward_same_bits(dtype, monkeypatch):
-    # bwd_coop_pipe (row r + 1's loads before the wait for row r): the same sums in the same order, so
-    # the same bits as the unpipelined kernel for dx, dw and db; rows groups of several rows with a
-    # partial last one (37 rows), LN with fp32 params and RMS; against float64 too. S = 1 here (the
-    # interpreter); the S > 1 exchange runs in test_cuda_coop_pipelined_backward.
-    _coop_on(monkeypatch)
-    seen = _record_launches(monkeypatch)
-    M, N = 37, 300
-    x = (torch.randn(M, N, dtype=torch.float64) + 2).to(dtype)
-    dy = torch.randn(M, N, dtype=torch.float64).to(dtype)
-    w, b = _params(N, dtype, "fp32")
-    _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-    _, rrstd = L.rms_forward(x, w, 1e-6)
-    runs = {}
-    for pipe in (0, 1):
-        monkeypatch.setitem(L._CFG, "bwd_coop_pipe", pipe)
-        seen.clear()
-        runs[pipe] = (L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=torch.float32),
-                      L.rms_backward(dy, x, rrstd, w, (True, True)))
-        assert [kw["PIPE"] for n, kw in seen if n == "_bwd_coop_kernel"] == [bool(pipe)] * 2
-    for a, c in zip(runs[0][0] + runs[0][1], runs[1][0] + runs[1][1]):
-        assert torch.equal(a, c)
-    for got, ref in zip(runs[1][0], ref_ln_bwd(dy, x, w, b, 1e-5)):
-        assert rel(got, ref) <= TOL_BWD[dtype]
-    # dx not asked for: no exchange, so PIPE stays off
-    seen.clear()
-    L.ln_backward(dy, x, mean, rstd, w, (False, True, True), bias_dtype=torch.float32)
-    assert [kw["PIPE"] for n, kw in seen if n == "_bwd_coop_kernel"] == [False]
-
-
-@interp
 def test_coop_backward_masks_and_determinism(monkeypatch):
     # every output_mask combination against the float64 reference; the same bits on a second call;
     # a row stride wider than N; fewer rows than programs
@@ -1009,16 +977,13 @@ def test_coop_chunk_keeps_a_row_on_the_gpu(monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("pipe", [0, 1])
 @pytest.mark.parametrize("N", [20000, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_coop_backward(N, dtype, pipe, monkeypatch):
+def test_cuda_coop_backward(N, dtype, monkeypatch):
     # compiled, many rows in flight and a row's programs on different SMs: against float64, and repeated
-    # calls bit-identical (a row sum read before it was visible would show); pipelined (bwd_coop_pipe:
-    # the next row's loads before the wait) or not
+    # calls bit-identical (a row sum read before it was visible would show)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
-    monkeypatch.setitem(L._CFG, "bwd_coop_pipe", pipe)
     seen = _record_launches(monkeypatch)
     M = max(8, 2 ** 23 // N) + 3
     check_ln(M, N, dtype, "fp32" if dtype == torch.bfloat16 else "same",
@@ -1032,8 +997,6 @@ def test_cuda_coop_backward(N, dtype, pipe, monkeypatch):
     for _ in range(3):
         again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
         assert all(torch.equal(a, c) for a, c in zip(first, again))
-    monkeypatch.setitem(L._CFG, "bwd_coop_pipe", 1 - pipe)  # the other form: the same bits
-    assert all(torch.equal(a, c) for a, c in zip(first, L.ln_backward(dy, x, mean, rstd, w, (True, True, True))))
 
 
 @pytest.mark.cuda

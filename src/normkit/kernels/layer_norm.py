@@ -191,8 +191,6 @@ _CFG = {
     "bwd_coop_ept": 16,  # sm_90 registers, LN bf16 / fp32: c2048 (4 warps) 121 / 127, c4096 (8) 121 / 128
     "bwd_coop_progs_per_sm": 4,
     "coop_max_programs_per_row": 32,
-    # with dx: row r + 1's loads issued before the wait for row r's siblings (_bwd_coop_kernel PIPE)
-    "bwd_coop_pipe": 0,
     # (Several rows per exchange, _bwd_coop_rows_kernel, lost on every row it was swept on: H200 session 10,
     # NOTES-layer_norm.md; deleted.)
     "coop_max_chunk": 16384,
@@ -849,16 +847,8 @@ def _bwd_rows_pf_kernel(
 def _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
                HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
     """(dy, w*dy, xhat) on one row's columns ``cols``; xhat is 0 on masked columns."""
-    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0)
-    dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0)
-    return _terms_of(x, dy, W, cols, cmask, mean, rstd, HAS_W, IS_RMS, ACC)
-
-
-@triton.jit
-def _terms_of(x, dy, W, cols, cmask, mean, rstd, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
-    """``_row_terms`` of x, dy already loaded (input dtype)."""
-    x = x.to(ACC)
-    dy = dy.to(ACC)
+    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
+    dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
     wdy = dy
     if HAS_W:
         wdy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
@@ -955,71 +945,15 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _coop_arrive(CNT_AT):
-    """The cooperative backward's exchange, first half, after a program stored its chunk's sums: count
-    in on the counter (release: every thread's stores first)."""
+def _coop_exchange(CNT_AT, S):
+    """The cooperative backward's exchange, after a program stored its chunk's sums: count in on the
+    counter (release: every thread's stores first), then wait until all S programs have (acquire: their
+    sums are visible afterwards; read them with .cg, L1 is not coherent)."""
     tl.debug_barrier()
     tl.atomic_add(CNT_AT, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def _coop_wait(CNT_AT, S):
-    """Second half: wait until all S programs have counted in (acquire: their sums are visible
-    afterwards; read them with .cg, L1 is not coherent)."""
     arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
     while arrived < S:
         arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
-
-
-@triton.jit
-def _coop_row_sums(ST, row, S, N, so, BLOCK_S: tl.constexpr, IS_RMS: tl.constexpr):
-    """(c1, c2) of a row: its S chunk sums merged in chunk order (every program gets the same bits)."""
-    sm = so < S
-    c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
-    c2 = c1
-    if not IS_RMS:
-        c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
-    return c1, c2
-
-
-@triton.jit
-def _coop_load_row(X, DY, MEAN, RSTD, row, cols, cmask, stride_x, stride_dy, IS_RMS: tl.constexpr, ACC: tl.constexpr):
-    """x, dy (input dtype), mean, rstd (ACC) of one row."""
-    x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0)
-    dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0)
-    rstd = tl.load(RSTD + row).to(ACC)
-    mean = rstd
-    if not IS_RMS:
-        mean = tl.load(MEAN + row).to(ACC)
-    return x, dy, mean, rstd
-
-
-@triton.jit
-def _coop_publish(x, dy, W, mean, rstd, ST, CNT, row, S, s, cols, cmask, dw_acc, db_acc,
-                  HAS_W: tl.constexpr, IS_RMS: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-                  ACC: tl.constexpr):
-    """One row of the pipelined cooperative backward up to its exchange: dw/db terms added, the chunk's
-    two sums stored to ST[row, s] and counted in. Returns the accumulators and (w*dy, xhat) for dx."""
-    dyf, wdy, xhat = _terms_of(x, dy, W, cols, cmask, mean, rstd, HAS_W, IS_RMS, ACC)
-    if NEED_DW:
-        dw_acc += dyf * xhat
-    if NEED_DB:
-        db_acc += dyf
-    tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
-    tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
-    _coop_arrive(CNT + row)
-    return dw_acc, db_acc, wdy, xhat
-
-
-@triton.jit
-def _coop_dx(ST, row, S, N, so, wdy, xhat, rstd, BLOCK_S: tl.constexpr, IS_RMS: tl.constexpr):
-    """A row's dx slice once all S sums are in."""
-    c1, c2 = _coop_row_sums(ST, row, S, N, so, BLOCK_S, IS_RMS)
-    if IS_RMS:
-        dx = (wdy - xhat * c1) * rstd
-    else:
-        dx = (wdy - xhat * c1 - c2) * rstd
-    return dx
 
 
 @triton.jit
@@ -1029,7 +963,7 @@ def _bwd_coop_kernel(
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False, PIPE: tl.constexpr = False,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Cooperative wide backward. Program = (row group g, chunk s) from a ticket (CNT[M]): a group's S
     programs draw consecutive tickets, so a program only ever waits for programs that already run (no
@@ -1052,54 +986,30 @@ def _bwd_coop_kernel(
     row0 = g * rows_per_group
     row_end = tl.minimum(row0 + rows_per_group, M)
     so = tl.arange(0, BLOCK_S)
-    if PIPE:  # (the host sets it only with STORE_DX)
-        # row r's sums published (release), row r + 1's loads issued, row r - 1's dx stored, and only then
-        # the wait for r's siblings: the wait overlaps the next row's round trip, and the release waits
-        # for the two sums alone, not for a row of dx stores. Same sums in the same order: same bits.
-        xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, row0, cols, cmask, stride_x, stride_dy, IS_RMS, ACC)
-        dw_acc, db_acc, wdy, xhat = _coop_publish(xr, dyr, W, mean, rstd, ST, CNT, row0, S, s, cols, cmask,
-                                                  dw_acc, db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, ACC)
-        row_rstd = rstd
-        xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, tl.minimum(row0 + 1, row_end - 1), cols, cmask,
-                                             stride_x, stride_dy, IS_RMS, ACC)
-        _coop_wait(CNT + row0, S)
-        dx = _coop_dx(ST, row0, S, N, so, wdy, xhat, row_rstd, BLOCK_S, IS_RMS)
-        prev = row0
-        for row in range(row0 + 1, row_end):
-            dw_acc, db_acc, wdy, xhat = _coop_publish(xr, dyr, W, mean, rstd, ST, CNT, row, S, s, cols, cmask,
-                                                      dw_acc, db_acc, HAS_W, IS_RMS, NEED_DW, NEED_DB, ACC)
-            row_rstd = rstd
-            # the last row's "next" is itself again (in bounds, from L2): no masks on the scalar loads
-            xr, dyr, mean, rstd = _coop_load_row(X, DY, MEAN, RSTD, tl.minimum(row + 1, row_end - 1), cols, cmask,
-                                                 stride_x, stride_dy, IS_RMS, ACC)
-            tl.store(DX + prev * stride_dx + cols, dx, mask=cmask)
-            _coop_wait(CNT + row, S)
-            dx = _coop_dx(ST, row, S, N, so, wdy, xhat, row_rstd, BLOCK_S, IS_RMS)
-            prev = row
-        tl.store(DX + prev * stride_dx + cols, dx, mask=cmask)
-    else:
-        for row in range(row0, row_end):
-            rstd = tl.load(RSTD + row).to(ACC)
-            mean = rstd
-            if not IS_RMS:
-                mean = tl.load(MEAN + row).to(ACC)
-            dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
-                                       HAS_W, IS_RMS, ACC)
-            if NEED_DW:
-                dw_acc += dy * xhat
-            if NEED_DB:
-                db_acc += dy
-            if STORE_DX:
-                tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
-                tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
-                _coop_arrive(CNT + row)
-                _coop_wait(CNT + row, S)
-                c1, c2 = _coop_row_sums(ST, row, S, N, so, BLOCK_S, IS_RMS)
-                if IS_RMS:
-                    dx = (wdy - xhat * c1) * rstd
-                else:
-                    dx = (wdy - xhat * c1 - c2) * rstd
-                tl.store(DX + row * stride_dx + cols, dx, mask=cmask)
+    for row in range(row0, row_end):
+        rstd = tl.load(RSTD + row).to(ACC)
+        mean = rstd
+        if not IS_RMS:
+            mean = tl.load(MEAN + row).to(ACC)
+        dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
+                                   HAS_W, IS_RMS, ACC)
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+        if STORE_DX:
+            tl.store(ST + (row * S + s) * 2, tl.sum(wdy * xhat, axis=0))
+            tl.store(ST + (row * S + s) * 2 + 1, tl.sum(wdy, axis=0))
+            _coop_exchange(CNT + row, S)
+            sm = so < S
+            c1 = tl.sum(tl.load(ST + (row * S + so) * 2, mask=sm, other=0.0, cache_modifier=".cg"), axis=0) / N
+            if IS_RMS:
+                dx = (wdy - xhat * c1) * rstd
+            else:
+                c2 = tl.sum(tl.load(ST + (row * S + so) * 2 + 1, mask=sm, other=0.0, cache_modifier=".cg"),
+                            axis=0) / N
+                dx = (wdy - xhat * c1 - c2) * rstd
+            tl.store(DX + row * stride_dx + cols, dx, mask=cmask)
     if NEED_DW:
         tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
     if NEED_DB:
@@ -1462,7 +1372,6 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         args = (dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, rpg, S)
         launch(_bwd_coop_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S),
-               PIPE=bool(_CFG["bwd_coop_pipe"]) and need_dx,
                num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags)
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
