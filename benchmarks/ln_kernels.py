@@ -543,6 +543,17 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 0.44 -> 0.55-0.65 SOL; measured slower at chunk 2048 (LN bf16 4096x16384 0.2024 -> 0.3120 ms, fp32 2048x65536
     # 0.5742 -> 0.7912), faster only at fp32 262144 (RMS 0.681 -> 0.568-0.594, LN 0.752 -> 0.653-0.727), bf16 262144
     # still behind the 5-pass path (LN 0.40 vs 0.49-0.54). Deleted (kernel branch, knob, group); NOTES-layer_norm.md.
+    # session 14: layer norm's 16-bit backward at the 16384 class (LN bf16 4096x16384 0.47 SOL on the
+    # cooperative kernel, RMS 0.78 on the plain rows kernel): the rows kernel without its db accumulator (what
+    # spills: offline sm_90 stack 224 -> 72 bytes at 16384, bf16 w held) and db summed by _bwd_db_rows_kernel
+    # (dy read again: 4 passes). Prediction: bf16 4096x16384 0.2024 -> ~0.16 ms (0.47 -> ~0.59 SOL), the same
+    # kind of gain at 9216 / 12288; bf16 x / fp32 w less (stack 192 bytes with fp32 w held; nohold timed too).
+    for M, N, dt, pdt in ((4096, 16384, torch.bfloat16, torch.bfloat16), (4096, 16384, torch.float16, torch.float16),
+                          (4096, 16384, torch.bfloat16, torch.float32), (8192, 12288, torch.bfloat16, torch.bfloat16),
+                          (8192, 9216, torch.bfloat16, torch.bfloat16), (8192, 10240, torch.bfloat16, torch.float32)):
+        for lab, cfg in (("coop", {}), ("split", {"bwd_db_split_min_block": 16384}),
+                         ("split_nohold", {"bwd_db_split_min_block": 16384, "bwd_hold_w": 0})):
+            add("lnbwddbsplit", lab, cfg, "ln", M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -588,7 +599,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

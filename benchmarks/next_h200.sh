@@ -73,6 +73,8 @@
 #          cooperative backward (test_cuda_coop_backward, pipe 0 / 1), its sweep (bwdcooppipe: cols / coop / pipe at 4
 #          and 8 programs per SM, wide rows, bf16 and fp32), batch norm's per-kernel time on resnet50's layers.
 #          (The pipelined kernel and its sweep group are deleted since: NOTES-layer_norm.md, session 14.)
+# PART=30: the CUDA tests of layer norm's db split (test_cuda_db_split), its sweep (lnbwddbsplit: the 16-bit
+#          backward at the 16384 class, cooperative kernel against rows kernel + db kernel).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -389,6 +391,15 @@ elif [ "$PART" = 29 ]; then
         timeout 110 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
         echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
     fi
+elif [ "$PART" = 30 ]; then
+    stamp "pytest -m cuda: layer norm's db split"
+    timeout -s INT 150 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py::test_cuda_db_split \
+        > "$W/pytest_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    stamp "layer norm: 16-bit backward at the 16384 class, db split (sweep lnbwddbsplit)"
+    timeout 200 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups lnbwddbsplit --sweep-budget 170 \
+        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
+    grep -E "sweep lnbwddbsplit|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -30
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

@@ -101,6 +101,9 @@ _CFG = {
     "fwd_max_block": 16384,  # widest next_pow2(N) kept in registers, forward
     "bwd_max_block": 16384,  # same for the RMS backward
     "bwd_max_block_ln": 8192,  # same for the layer-norm backward (one more accumulator: spills at 16K)
+    # ... unless db is left to its own kernel (_bwd_db_rows_kernel: dy read once more): 16-bit inputs from
+    # this width up to bwd_max_block take the plain rows kernel without the db accumulator (1 << 30: off)
+    "bwd_db_split_min_block": 1 << 30,
     # forward tiles (2026-12-01 H200, sweep "fwdsmall" and the headline bench): 1024-element programs,
     # 16 elements a thread; bf16 rows of 768 / 1024: LN 0.0371 / 0.0225 -> 0.0328 / 0.0202 ms, RMS
     # 0.0346 / 0.0219 -> 0.0298 / 0.0189. With fp32 weight/bias on 16-bit rows each program re-reads
@@ -782,6 +785,32 @@ def _bwd_rows_kernel(
 
 
 @triton.jit
+def _bwd_db_rows_kernel(DY, DBP, M, N, stride_dy, blocks_per_prog,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """db partials for ``_bwd_rows_kernel`` run without its db accumulator: program ``pid`` sums dy over
+    the same row blocks, in the same order, into row ``pid`` of (P, N) (the bits the rows kernel's
+    accumulator gives). The next two blocks' loads are issued before this one is added. HBM: read dy."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    rows = pid.to(tl.int64) * blocks_per_prog * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    base = DY + cols[None, :]
+    a = tl.load(base + rows[:, None] * stride_dy, mask=(rows < M)[:, None] & cmask[None, :], other=0.0)
+    nxt = rows + BLOCK_M
+    lim = tl.where(1 < blocks_per_prog, M, 0)  # past the program's last block: masked off
+    b = tl.load(base + nxt[:, None] * stride_dy, mask=(nxt < lim)[:, None] & cmask[None, :], other=0.0)
+    for i in range(0, blocks_per_prog):
+        cur = a
+        a = b
+        nxt = rows + (i + 2) * BLOCK_M
+        lim = tl.where(i + 2 < blocks_per_prog, M, 0)
+        b = tl.load(base + nxt[:, None] * stride_dy, mask=(nxt < lim)[:, None] & cmask[None, :], other=0.0)
+        acc += cur.to(ACC)
+    tl.store(DBP + pid.to(tl.int64) * N + cols, tl.sum(acc, axis=0), mask=cmask)
+
+
+@triton.jit
 def _bwd_rows_pf_kernel(
     DY, X, W, MEAN, RSTD, DX, DWP, DBP,
     M, N, stride_dy, stride_x, stride_dx, blocks_per_prog,
@@ -1316,7 +1345,10 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
         ACC=_acc(x.dtype), **pdl_trigger(pdl),
     )
-    rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms else "bwd_max_block_ln"]
+    # layer norm's db accumulator is what spills at 16384: there (16-bit x) a second kernel sums db
+    db_split = (not is_rms and need_db and x.element_size() == 2 and not pdl
+                and _CFG["bwd_db_split_min_block"] <= BLOCK_N <= _CFG["bwd_max_block"])
+    rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms or db_split else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
     if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
@@ -1351,6 +1383,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         else:
             P, per = nblocks, 1
         part, dwp, dbp = _partials(need_dw, need_db, P, N, acc_t, dev, dummy)
+        db_split = db_split and not pf
+        if db_split:
+            flags["NEED_DB"] = False
         if pf:  # narrow rows with w wider than x hold w (bwd_pf_hold_w_wide_params)
             hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
@@ -1359,6 +1394,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                M, N, _row_stride(dy), _row_stride(x), N, per,
                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
+        if db_split:
+            launch(_bwd_db_rows_kernel, (P,), dy, dbp, M, N, _row_stride(dy), per,
+                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, ACC=flags["ACC"], num_warps=nw)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
