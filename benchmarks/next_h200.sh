@@ -75,6 +75,10 @@
 #          (The pipelined kernel and its sweep group are deleted since: NOTES-layer_norm.md, session 14.)
 # PART=30: the CUDA tests of layer norm's db split (test_cuda_db_split), its sweep (lnbwddbsplit: the 16-bit
 #          backward at the 16384 class, cooperative kernel against rows kernel + db kernel).
+# PART=31: the final check of a session: conformance on CUDA, then the whole `pytest -m cuda` but the randomized test
+#          (SIGINT at its limit, so pytest still reports), the randomized test's seed given (RANDOM_S seconds, 0: skip).
+# PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
+#          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -400,6 +404,31 @@ elif [ "$PART" = 30 ]; then
     timeout 200 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups lnbwddbsplit --sweep-budget 170 \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
     grep -E "sweep lnbwddbsplit|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -30
+elif [ "$PART" = 31 ]; then
+    stamp "conformance on CUDA"
+    timeout 170 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
+    stamp "pytest -m cuda (all but the randomized test)"
+    timeout -s INT ${PYTEST_S:-330} python3 -m pytest -q --tb=short -m cuda tests --deselect tests/test_randomized.py \
+        > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"
+    grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    if [ "${RANDOM_S:-0}" != 0 ]; then
+        stamp "randomized differential test on CUDA"
+        NORMKIT_RANDOM_SEED=${RANDOM_SEED:-20261202} timeout -s INT "$RANDOM_S" python3 -m pytest -q --tb=short -m cuda \
+            tests/test_randomized.py > "$W/pytest_randomized_cuda.log" 2>&1; echo "pytest rc=$?"
+        tail -1 "$W/pytest_randomized_cuda.log"; grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -20
+    fi
+elif [ "$PART" = 32 ]; then
+    use_wheels
+    stamp "bench: layer norm backward where the db split applies"
+    # DB_SPLIT=<width>: the bench with bwd_db_split_min_block set to it (before the knob's default moves)
+    timeout 200 python3 -c "import sys, runpy; import normkit.kernels.layer_norm as L
+if '${DB_SPLIT:-}': L._CFG['bwd_db_split_min_block'] = int('${DB_SPLIT:-0}')
+sys.argv = ['normkit'] + sys.argv[1:]; runpy.run_module('normkit', run_name='__main__')" \
+        bench --ops layer_norm --shapes 4096x16384 8192x12288 8192x9216 \
+        --dtypes bf16 fp16 bf16:fp32 --peers aten liger flaggems --budget 180 --json "$W/bench-ln/bench.json" \
+        --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
+    grep -E "layer_norm|^\| [0-9]" "$W/bench-ln/summary.md" | head -40
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet
