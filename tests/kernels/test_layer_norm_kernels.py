@@ -911,6 +911,11 @@ def test_db_split_same_bits(N, pf_off, monkeypatch):
         if b is not None:
             for got, ref in zip(runs[1], ref_ln_bwd(dy, x, w, b, 1e-5)):
                 assert rel(got, ref) <= TOL_BWD[dtype]
+            if dtype != torch.float32:  # db alone: the db kernel only, the same bits
+                seen.clear()
+                only_db = L.ln_backward(dy, x, mean, rstd, w, (False, False, True), bias_dtype=bdt)
+                assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_db_rows_kernel"]
+                assert only_db[0] is None and only_db[1] is None and torch.equal(only_db[2], runs[1][2])
 
 
 @interp

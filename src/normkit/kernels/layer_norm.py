@@ -1390,10 +1390,11 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
             hold = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
-        launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
-               dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
-               M, N, _row_stride(dy), _row_stride(x), N, per,
-               BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
+        if need_dx or need_dw or not db_split:  # (db alone: the db kernel only)
+            launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
+                   dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
+                   M, N, _row_stride(dy), _row_stride(x), N, per,
+                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
         if db_split:
             launch(_bwd_db_rows_kernel, (P,), dy, dbp, M, N, _row_stride(dy), per,
                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, ACC=flags["ACC"], num_warps=nw)
