@@ -421,9 +421,10 @@ elif [ "$PART" = 31 ]; then
 elif [ "$PART" = 32 ]; then
     use_wheels
     stamp "bench: layer norm backward where the db split applies"
-    # DB_SPLIT=<width>: the bench with bwd_db_split_min_block set to it (before the knob's default moves)
+    # DB_SPLIT=<width>: the bench with the db split from that row width (session 14 call 4 ran it as
+    # bwd_db_split_min_block=16384, the knob's first form: every row of the 16384 class, fp32 w/b included)
     timeout 200 python3 -c "import sys, runpy; import normkit.kernels.layer_norm as L
-if '${DB_SPLIT:-}': L._CFG['bwd_db_split_min_block'] = int('${DB_SPLIT:-0}')
+if '${DB_SPLIT:-}': L._CFG['bwd_db_split_min_width'] = int('${DB_SPLIT:-0}')
 sys.argv = ['normkit'] + sys.argv[1:]; runpy.run_module('normkit', run_name='__main__')" \
         bench --ops layer_norm --shapes 4096x16384 8192x12288 8192x9216 \
         --dtypes bf16 fp16 bf16:fp32 --peers aten liger flaggems --budget 180 --json "$W/bench-ln/bench.json" \

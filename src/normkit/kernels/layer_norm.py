@@ -101,9 +101,11 @@ _CFG = {
     "fwd_max_block": 16384,  # widest next_pow2(N) kept in registers, forward
     "bwd_max_block": 16384,  # same for the RMS backward
     "bwd_max_block_ln": 8192,  # same for the layer-norm backward (one more accumulator: spills at 16K)
-    # ... unless db is left to its own kernel (_bwd_db_rows_kernel: dy read once more): 16-bit inputs from
-    # this width up to bwd_max_block take the plain rows kernel without the db accumulator (1 << 30: off)
-    "bwd_db_split_min_block": 1 << 30,
+    # ... unless db is left to its own kernel (_bwd_db_rows_kernel: dy read once more): rows of at least
+    # this many elements up to bwd_max_block wide, x and w/b 16-bit, take the plain rows kernel without the
+    # db accumulator (H200 session 14: bf16 4096x16384 0.2062 -> 0.1783 ms against the cooperative kernel,
+    # 8192x12288 -3 %, 8192x9216 +6 %, fp32 w/b +8..+58 %)
+    "bwd_db_split_min_width": 12288,
     # forward tiles (2026-12-01 H200, sweep "fwdsmall" and the headline bench): 1024-element programs,
     # 16 elements a thread; bf16 rows of 768 / 1024: LN 0.0371 / 0.0225 -> 0.0328 / 0.0202 ms, RMS
     # 0.0346 / 0.0219 -> 0.0298 / 0.0189. With fp32 weight/bias on 16-bit rows each program re-reads
@@ -1345,9 +1347,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
         ACC=_acc(x.dtype), **pdl_trigger(pdl),
     )
-    # layer norm's db accumulator is what spills at 16384: there (16-bit x) a second kernel sums db
-    db_split = (not is_rms and need_db and x.element_size() == 2 and not pdl
-                and _CFG["bwd_db_split_min_block"] <= BLOCK_N <= _CFG["bwd_max_block"])
+    # layer norm's db accumulator is what spills at 16384: there (16-bit x and w/b) a second kernel sums db
+    db_split = (not is_rms and need_db and x.element_size() == 2 and not wide_params and not pdl
+                and N >= _CFG["bwd_db_split_min_width"] and BLOCK_N <= _CFG["bwd_max_block"])
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms or db_split else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
     if rows_kernels:
