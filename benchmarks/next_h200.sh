@@ -406,10 +406,10 @@ elif [ "$PART" = 30 ]; then
     grep -E "sweep lnbwddbsplit|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -30
 elif [ "$PART" = 31 ]; then
     stamp "conformance on CUDA"
-    timeout 170 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+    timeout ${CHECK_S:-170} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
-    stamp "pytest -m cuda (all but the randomized test)"
-    timeout -s INT ${PYTEST_S:-330} python3 -m pytest -q --tb=short -m cuda tests --deselect tests/test_randomized.py \
+    stamp "pytest -m cuda (all but the randomized test; FIRST: files to run first)"
+    timeout -s INT ${PYTEST_S:-330} python3 -m pytest -q --tb=short -m cuda ${FIRST:-} tests --deselect tests/test_randomized.py \
         > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"
     grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
     if [ "${RANDOM_S:-0}" != 0 ]; then
