@@ -919,6 +919,31 @@ def test_db_split_same_bits(N, pf_off, monkeypatch):
             assert only_db[0] is None and only_db[1] is None and torch.equal(only_db[2], runs[1][2])
 
 
+def test_pdl_never_changes_the_kernels(monkeypatch):
+    # programmatic dependent launch changes when kernels start, never which kernels run (H200 session 14:
+    # the db split once depended on it, so test_cuda_pdl_same_bits compared two algorithms); recorded on meta
+    # tensors as on a GPU, widths of every backward regime
+    seen = []
+    monkeypatch.setattr(L, "launch", lambda kernel, grid, *a, **kw: seen.append((kernel.fn.__name__, grid)))
+    monkeypatch.setattr(L, "_num_sms", lambda x: 132)
+    monkeypatch.setattr(L, "_coop_chunk", lambda x, N, B: 0 if B > 65536 or (x.element_size() == 2 and B > 16384)
+                        else min(B, max(2048, L.next_pow2(L.cdiv(N, 32)))))
+    for N in (256, 1024, 4096, 12288, 16384, 65536, 262144):
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.empty(64, N, dtype=dtype, device="meta")
+            w = torch.empty(N, dtype=dtype, device="meta")
+            mean, rstd = torch.empty(64, device="meta"), torch.empty(64, device="meta")
+            kernels = []
+            for on in (False, True):
+                monkeypatch.setattr(L, "pdl_on", lambda t, enabled, on=on: on and bool(enabled))
+                monkeypatch.setitem(L._CFG, "pdl_max_block", 1 << 30)
+                seen.clear()
+                L.ln_backward(x, x, mean, rstd, w, (True, True, True), bias_dtype=dtype)
+                L.rms_backward(x, x, rstd, w, (True, True))
+                kernels.append(list(seen))
+            assert kernels[0] == kernels[1], (N, dtype)
+
+
 @interp
 def test_coop_backward_masks_and_determinism(monkeypatch):
     # every output_mask combination against the float64 reference; the same bits on a second call;

@@ -1348,7 +1348,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         ACC=_acc(x.dtype), **pdl_trigger(pdl),
     )
     # layer norm's db accumulator is what spills at 16384: there (16-bit x and w/b) a second kernel sums db
-    db_split = (not is_rms and need_db and x.element_size() == 2 and not wide_params and not pdl
+    # (independent of PDL, which changes when kernels start, never which run: with it the rows kernel
+    # triggers the db kernel's launch, which is not PDL-launched, and the reduction waits for the db kernel)
+    db_split = (not is_rms and need_db and x.element_size() == 2 and not wide_params
                 and N >= _CFG["bwd_db_split_min_width"] and BLOCK_N <= _CFG["bwd_max_block"])
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms or db_split else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
