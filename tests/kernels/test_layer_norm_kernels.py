@@ -605,11 +605,11 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
 
 
 _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel", "_bwd_coop_kernel",
-            "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel")
+            "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel", "_bwd_db_rows_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
 # (forward entries: kernel, PERSIST or PHASE, and the rows kernel's second column part NB; bf16 here, so the
-# two-part rows at full warps are persistent)
+# two-part rows at full warps are persistent and layer norm's backward from 12288 wide splits off db)
 _ROUTES = [
     (64, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
     (256, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
@@ -618,8 +618,8 @@ _ROUTES = [
     (1600, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (3000, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
     (8192, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_pf_kernel"], ["_bwd_rows_pf_kernel"]),
-    (12288, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
-    (16384, [("_fwd_rows_kernel", False, 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"], ["_bwd_rows_kernel"]),
+    (12288, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rows_kernel", "_bwd_db_rows_kernel"], ["_bwd_rows_kernel"]),
+    (16384, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel", "_bwd_db_rows_kernel"], ["_bwd_rows_kernel"]),
     (20000, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
     (40000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
