@@ -98,7 +98,13 @@ use_wheels() {
 ln_sweep() {
     timeout $(( $2 + 20 )) python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups "$1" --sweep-budget "$2" \
         --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "chose|FAILED" "$W/ln_kernels.log" | cut -c1-300
+    grep -E "${SWEEP_LINES:-chose|FAILED}" "$W/ln_kernels.log" | cut -c1-300 | tail -60
+}
+# `pytest -m cuda` of the given tests within $1 s (SIGINT, so pytest still reports), its failures
+cuda_tests() {
+    local limit=$1; shift
+    timeout -s INT "$limit" python3 -m pytest -q --tb=short -m cuda "$@" > "$W/pytest_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
 }
 # layer / RMS bench with the peers (budget $1 s) at the shapes that follow
 ln_bench() {
@@ -377,19 +383,14 @@ elif [ "$PART" = 27 ]; then
 elif [ "$PART" = 28 ]; then
     use_wheels
     stamp "pytest -m cuda: functional (autocast modules), enable(), batch-norm kernels"
-    timeout -s INT 240 python3 -m pytest -q --tb=short -m cuda tests/test_functional.py tests/test_aten.py \
-        tests/kernels/test_batch_norm_kernels.py > "$W/pytest_cuda.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    cuda_tests 240 tests/test_functional.py tests/test_aten.py tests/kernels/test_batch_norm_kernels.py
     bn_bench_and_resnet
 elif [ "$PART" = 29 ]; then
     stamp "pytest -m cuda: compile test (eps probe), cooperative backward (pipelined or not)"
-    timeout -s INT 170 python3 -m pytest -q --tb=short -m cuda tests/test_functional.py::test_cuda_compile_inductor_functional_and_enable \
-        tests/kernels/test_layer_norm_kernels.py::test_cuda_coop_backward > "$W/pytest_cuda.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    cuda_tests 170 tests/test_functional.py::test_cuda_compile_inductor_functional_and_enable \
+        tests/kernels/test_layer_norm_kernels.py::test_cuda_coop_backward
     stamp "layer / RMS: pipelined cooperative backward (sweep bwdcooppipe)"
-    timeout 230 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups bwdcooppipe --sweep-budget 200 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "sweep bwdcooppipe|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -60
+    SWEEP_LINES="sweep bwdcooppipe|chose|FAILED" ln_sweep bwdcooppipe 200
     if [ "${BREAKDOWN:-1}" = 1 ]; then
         stamp "batch norm: per-kernel time on resnet50's layers, channels_last"
         timeout 110 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
@@ -397,21 +398,15 @@ elif [ "$PART" = 29 ]; then
     fi
 elif [ "$PART" = 30 ]; then
     stamp "pytest -m cuda: layer norm's db split"
-    timeout -s INT 150 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py::test_cuda_db_split \
-        > "$W/pytest_cuda.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_db_split
     stamp "layer norm: 16-bit backward at the 16384 class, db split (sweep lnbwddbsplit)"
-    timeout 200 python3 benchmarks/ln_kernels.py --out "$W" --sweep --groups lnbwddbsplit --sweep-budget 170 \
-        --no-rows > "$W/ln_kernels.log" 2>&1; echo "ln rc=$?"
-    grep -E "sweep lnbwddbsplit|chose|FAILED" "$W/ln_kernels.log" | cut -c1-200 | tail -30
+    SWEEP_LINES="sweep lnbwddbsplit|chose|FAILED" ln_sweep lnbwddbsplit 170
 elif [ "$PART" = 31 ]; then
     stamp "conformance on CUDA"
     timeout ${CHECK_S:-170} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"
     stamp "pytest -m cuda (all but the randomized test; FIRST: files to run first)"
-    timeout -s INT ${PYTEST_S:-330} python3 -m pytest -q --tb=short -m cuda ${FIRST:-} tests --deselect tests/test_randomized.py \
-        > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"
-    grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head -20
+    cuda_tests "${PYTEST_S:-330}" ${FIRST:-} tests --deselect tests/test_randomized.py
     if [ "${RANDOM_S:-0}" != 0 ]; then
         stamp "randomized differential test on CUDA"
         NORMKIT_RANDOM_SEED=${RANDOM_SEED:-20261202} timeout -s INT "$RANDOM_S" python3 -m pytest -q --tb=short -m cuda \

@@ -304,14 +304,10 @@ def _probe_eps_zero_in_eval() -> bool:
 _REJECTS_EPS_ZERO_IN_EVAL = _probe_eps_zero_in_eval()
 
 
-def _torch_rejects_eps_zero_in_eval() -> bool:
-    return _REJECTS_EPS_ZERO_IN_EVAL
-
-
 def batch_norm_eps_error(eps, training: bool) -> Optional[str]:
     """The installed torch's ``F.batch_norm`` message for this eps, None where it accepts it (eps is
     printed as passed: 0 or 0.0)."""
-    if _torch_rejects_eps_zero_in_eval():
+    if _REJECTS_EPS_ZERO_IN_EVAL:
         return f"batch_norm eps must be positive, but got {eps}" if eps <= 0.0 else None
     if training and eps <= 0.0:
         return f"batch_norm eps must be positive during training, but got {eps}"

@@ -193,7 +193,7 @@ def test_error_matches_torch(case):
 def test_batch_norm_eps_rule_of_either_torch(monkeypatch, rejects_zero_in_eval):
     """F.batch_norm's eps rule changed between torch 2.11 (eps > 0 always) and 2.13 (eps > 0 in training,
     eps >= 0 in eval); normkit asks the installed torch which one holds (tests above: the installed one)."""
-    monkeypatch.setattr(_checks, "_torch_rejects_eps_zero_in_eval", lambda: rejects_zero_in_eval)
+    monkeypatch.setattr(_checks, "_REJECTS_EPS_ZERO_IN_EVAL", rejects_zero_in_eval)
     old = "batch_norm eps must be positive, but got {}"
     expected = {  # (eps, training): message, None where accepted
         (0.0, True): old if rejects_zero_in_eval else "batch_norm eps must be positive during training, but got {}",
