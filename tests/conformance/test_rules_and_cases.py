@@ -1,5 +1,8 @@
 """The tolerance rules and the coverage of the case library."""
 
+import json
+
+import pytest
 import torch
 
 from normkit.conformance.cases import ALL_DTYPES, FAMILIES, all_cases, error_cases, make_inputs
@@ -65,3 +68,23 @@ def test_inputs_fresh_nonzero_and_reproducible():
     assert not torch.equal(a["x"].flatten()[:5].double(), other["x"].flatten()[:5].double())
     nc = next(c for c in all_cases() if c.layout == "noncontig")
     assert not make_inputs(nc, "cpu")["x"].is_contiguous()
+
+
+@pytest.mark.parametrize("rejects", [True, False])
+def test_eps_zero_in_eval_case_follows_the_installed_torch(monkeypatch, tmp_path, capsys, rejects):
+    """torch 2.11 raises for eps = 0 in eval, 2.13 computes: the case is an error case on one and a value
+    case on the other (session 15: on the H200's torch 2.11 the value case was reported as normkit's crash)."""
+    from normkit import _checks
+    from normkit.conformance.cli import main as check_main
+
+    monkeypatch.setattr(_checks, "_REJECTS_EPS_ZERO_IN_EVAL", rejects)
+    values = [c.name for c in all_cases() if "eval_eps0" in c.name]
+    errors = [e.name for e in error_cases() if "eval_eps0" in e.name]
+    assert (bool(errors), bool(values)) == (rejects, not rejects)
+    out = tmp_path / "check.json"
+    case = "F.batch_norm/err_eval_eps0" if rejects else "F.batch_norm/6x3x10_eval_eps0/fp32"
+    rc = check_main(["--impl", "normkit", "--device", "cpu", "--ops", "batch_norm", "--case", case, "--exact",
+                     "--json", str(out)])
+    capsys.readouterr()
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["cases"] == 1 and report["failed"] == 0, report

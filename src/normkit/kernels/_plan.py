@@ -16,8 +16,13 @@ means no plan), every output is one of those, and every launch could take the ra
 launcher must do none: a buffer it zeroes (arrival counters) is allocated without ``alloc``, and a call
 that needs one gets no plan. A replay falls back to the launcher when an input's 16-byte alignment
 differs from the recorded call's (another specialization), the current device is another one, or a
-launch hook is installed. The caller's key must hold everything else the launcher's decisions depend
-on. A signature that gives no plan is remembered, so its calls run the launcher without recording.
+launch hook is installed. The caller's key must hold the rest of what the launcher's decisions depend
+on (scalars, flags, knobs). A signature that gives no plan is remembered, so its calls run the launcher without recording.
+
+``planned`` adds every input's shape, strides and dtype to the caller's key: a launcher decides from
+them (a strided weight is copied dense, a contiguous one is read in place), so a plan recorded for one
+is wrong for another. A call that passes one tensor in two slots (weight as bias) is never recorded: its
+kernels cannot say which slot a pointer came from, and a replay with two tensors would read one twice.
 
 Used by the batch-norm launchers (``bn_forward_train``, ``bn_forward_eval``, ``bn_backward``) and the
 layer / RMS norm ones (``ln_forward``, ``rms_forward``, ``ln_backward``, ``rms_backward``). On by default;
@@ -60,6 +65,10 @@ def clear() -> None:
 def planned(key, inputs: tuple, run):
     """``run()`` (a launcher call on ``inputs``, CUDA tensors or None) through the plan recorded for
     ``key``; the first call with a key records it."""
+    present = [t for t in inputs if t is not None]
+    if len({id(t) for t in present}) != len(present):
+        return run()
+    key = (key, tuple(None if t is None else (t.shape, t.stride(), t.dtype) for t in inputs))
     plan = _plans.get(key, _MISSING)
     if plan is _MISSING:
         if len(_plans) >= MAX_PLANS:
