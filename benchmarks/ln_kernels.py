@@ -555,6 +555,24 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, cfg in (("coop", {"bwd_db_split_min_width": 1 << 30}), ("split", {"bwd_db_split_min_width": 9216}),
                          ("split_nohold", {"bwd_db_split_min_width": 9216, "bwd_hold_w": 0})):
             add("lnbwddbsplit", lab, cfg, "ln", M, N, "bwd", pdt, dt)
+    # session 15: the wide backward in L2-resident row blocks (_bwd_l2_kernel, bwd_l2: phase 1 row sums of a block,
+    # phase 2 its dx from L2, one program per SM owning a column strip, dw/db in registers; 3 passes of HBM) against
+    # the shipped path (16-bit past 16384 and fp32 past 65536: row sums + columns, 5 passes; fp32 65536: the
+    # cooperative kernel). Predicted: bf16 LN 2048x65536 0.43 -> ~0.27-0.30 ms (0.44 -> ~0.65 SOL), 262144 alike,
+    # fp32 512x262144 0.75 -> ~0.55; fp32 65536 against the cooperative kernel within +-10 %.
+    l2 = {"bwd_l2": 1, "bwd_coop_max_block": 0}
+    for op, M, N, dt, pdt in (("ln", 2048, 65536, torch.bfloat16, torch.bfloat16),
+                              ("rms", 2048, 65536, torch.bfloat16, torch.bfloat16),
+                              ("ln", 512, 262144, torch.bfloat16, torch.bfloat16),
+                              ("rms", 512, 262144, torch.bfloat16, torch.bfloat16),
+                              ("ln", 4096, 32768, torch.bfloat16, torch.bfloat16),
+                              ("ln", 2048, 65536, torch.bfloat16, torch.float32),
+                              ("ln", 2048, 65536, torch.float32, torch.float32),
+                              ("ln", 512, 262144, torch.float32, torch.float32)):
+        for lab, cfg in (("base", {}), ("l2", l2), ("l2_8m", {**l2, "bwd_l2_block_bytes": 8 << 20}),
+                         ("l2_32m", {**l2, "bwd_l2_block_bytes": 32 << 20}), ("l2_w8", {**l2, "bwd_l2_warps": 8}),
+                         ("l2_sub4k", {**l2, "bwd_l2_sub": 4096, "bwd_l2_tile": 2048})):
+            add("bwdl2", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -600,7 +618,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdl2", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -77,6 +77,9 @@
 #          backward at the 16384 class, cooperative kernel against rows kernel + db kernel).
 # PART=31: the final check of a session: conformance on CUDA, then the whole `pytest -m cuda` but the randomized test
 #          (SIGINT at its limit, so pytest still reports), the randomized test's seed given (RANDOM_S seconds, 0: skip).
+# Session 15:
+# PART=33: conformance on CUDA (launch plans keyed on every input's shape / strides / dtype, the eps = 0 eval case
+#          as the installed torch rules), the CUDA tests of the L2-block wide backward and of plans, its sweep (bwdl2).
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -425,6 +428,14 @@ sys.argv = ['normkit'] + sys.argv[1:]; runpy.run_module('normkit', run_name='__m
         --dtypes bf16 fp16 bf16:fp32 --peers aten liger flaggems --budget 180 --json "$W/bench-ln/bench.json" \
         --out "$W/bench-ln" --no-progress > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"
     grep -E "layer_norm|^\| [0-9]" "$W/bench-ln/summary.md" | head -40
+elif [ "$PART" = 33 ]; then
+    stamp "conformance on CUDA (plans keyed on the inputs' layout; the eps = 0 eval case by torch version)"
+    timeout ${CHECK_S:-170} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"; grep -A3 "^FAIL" "$W/check_cuda.txt" | head -20
+    stamp "pytest -m cuda: the L2-block wide backward, launch plans"
+    cuda_tests "${PYTEST_S:-110}" tests/kernels/test_layer_norm_kernels.py::test_cuda_l2_backward tests/kernels/test_plan.py
+    stamp "layer / RMS norm: the wide backward in L2-resident row blocks (sweep bwdl2)"
+    SWEEP_LINES="sweep bwdl2|chose|FAILED" ln_sweep bwdl2 ${SWEEP_S:-200}
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

@@ -1009,6 +1009,95 @@ def test_coop_never_waits_in_the_interpreter(monkeypatch):
     assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_rowsum_kernel", "_bwd_cols_kernel"] * 2
 
 
+def _l2_on(monkeypatch):
+    """The L2-block wide backward at interpreter sizes (rows past 64 wide, the cooperative path off)."""
+    monkeypatch.setitem(L._CFG, "bwd_max_block", 64)
+    monkeypatch.setitem(L._CFG, "bwd_max_block_ln", 64)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 0)
+    monkeypatch.setitem(L._CFG, "bwd_l2", 1)
+
+
+@interp
+@pytest.mark.parametrize("N", [100, 1000])
+def test_l2_backward(N, monkeypatch):
+    # _bwd_l2_kernel with one program (the interpreter runs programs one after another): 37 rows in blocks
+    # of 7 (a partial last block; the ST slots cycle through all 4), each row in 3 pieces summed in
+    # several steps, phase 2 in steps of several rows (a partial step at each block's end); params in x's
+    # dtype, fp32 or none, a large common offset, fp64; every output mask alone gives the full call's bits
+    _l2_on(monkeypatch)
+    monkeypatch.setitem(L._CFG, "bwd_l2_min_pieces", 3)
+    monkeypatch.setitem(L._CFG, "bwd_l2_sub", 64)
+    monkeypatch.setitem(L._CFG, "bwd_l2_tile", 4 * L.next_pow2(N))
+    seen = _record_launches(monkeypatch)
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none"),
+                        (torch.float64, "same")):
+        monkeypatch.setitem(L._CFG, "bwd_l2_block_bytes", 7 * N * 2 * torch.empty(0, dtype=dtype).element_size())
+        seen.clear()
+        check_ln(37, N, dtype, kind, offset=1000.0 if dtype == torch.float32 else 0.0)
+        check_rms(37, N, dtype, kind)
+        assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_l2_kernel"] * 2
+        assert [kw["BLOCK_R"] for n, kw in seen if n.startswith("_bwd")] == [4, 4]
+    x, dy = _inputs(37, N, torch.float32, 0.0, "cpu")
+    w, b = _params(N, torch.float32, "same")
+    _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    full = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+    for mask in ((True, False, False), (False, True, False), (False, False, True)):
+        part = L.ln_backward(dy, x, mean, rstd, w, mask)
+        for want, got, asked in zip(full, part, mask):
+            assert torch.equal(got, want) if asked else got is None
+
+
+def test_l2_backward_grid(monkeypatch):
+    # one program per SM at most, column strips on 64-element boundaries, row blocks of
+    # bwd_l2_block_bytes of x and dy, ~SMs / R pieces per row; one program where programs run in turn
+    monkeypatch.setattr(L, "interpreting", lambda: False)
+    monkeypatch.setattr(L, "_num_sms", lambda t: 132)
+    _l2_on(monkeypatch)
+    seen = _record_launches(monkeypatch)
+    monkeypatch.setattr(L, "launch", lambda kernel, grid, *a, **kw: seen.append((grid, a, kw)))
+    for N, dtype, strip, R, Q in ((65536, torch.bfloat16, 512, 64, 2), (262144, torch.bfloat16, 2048, 16, 8),
+                                  (20000, torch.float32, 192, 104, 1), (65536, torch.float32, 512, 32, 4)):
+        seen.clear()
+        x = torch.empty((4096, N), dtype=dtype, device="meta")
+        rstd = torch.empty((4096,), device="meta")
+        L._backward_l2(x, x, rstd, rstd, None, x, True, True, False, dtype, dtype)
+        (grid, args, kw), = seen
+        assert grid == (L.cdiv(N, strip),) and grid[0] <= 132
+        assert args[-4:] == (R, Q, L.cdiv(L.cdiv(N, Q), 64) * 64, strip), N
+    monkeypatch.setattr(L, "interpreting", lambda: True)
+    seen.clear()
+    L._backward_l2(x, x, rstd, rstd, None, x, True, True, False, dtype, dtype)
+    assert seen[0][0] == (1,)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [20000, 65536, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_l2_backward(N, dtype, monkeypatch):
+    # compiled, one program per SM waiting on the others: against float64 over several row blocks (a
+    # partial last one), the same bits on a second call and for each output mask alone
+    monkeypatch.setitem(L._CFG, "bwd_l2", 1)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 0)
+    monkeypatch.setitem(L._CFG, "bwd_l2_block_bytes", 4 << 20)
+    seen = _record_launches(monkeypatch)
+    M = max(8, 2 ** 24 // N) + 3
+    check_ln(M, N, dtype, "same", device="cuda")
+    check_rms(M, N, dtype, "fp32", device="cuda")
+    assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_l2_kernel"] * 2
+    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+    _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    full = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+    again = L.ln_backward(dy, x, mean, rstd, w, (True, True, True))
+    assert all(torch.equal(a, c) for a, c in zip(full, again))
+    for mask in ((True, False, False), (False, True, True)):
+        part = L.ln_backward(dy, x, mean, rstd, w, mask)
+        for want, got, asked in zip(full, part, mask):
+            assert torch.equal(got, want) if asked else got is None
+
+
 class _FakeCuda:
     device = torch.device("cuda")
 

@@ -202,6 +202,14 @@ _CFG = {
     # (Several rows per exchange, _bwd_coop_rows_kernel, lost on every row it was swept on: H200 session 10,
     # NOTES-layer_norm.md; deleted.)
     "coop_max_chunk": 16384,
+    # wide backward in L2-resident row blocks (_bwd_l2_kernel: phase 1 row sums of a block, phase 2 dx of it
+    # from L2, one program per SM owning a column strip; 3 passes) where the row-sum + column path would run
+    "bwd_l2": 0,
+    "bwd_l2_block_bytes": 16 << 20,  # x + dy bytes of a row block
+    "bwd_l2_sub": 8192,  # phase 1: elements per step of a piece
+    "bwd_l2_tile": 4096,  # phase 2: rows x strip elements per step
+    "bwd_l2_warps": 16,
+    "bwd_l2_min_pieces": 1,  # pieces per row at least (else ~SMs / rows of a block)
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -979,15 +987,26 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _coop_exchange(CNT_AT, S):
-    """The cooperative backward's exchange, after a program stored its chunk's sums: count in on the
-    counter (release: every thread's stores first), then wait until all S programs have (acquire: their
-    sums are visible afterwards; read them with .cg, L1 is not coherent)."""
+def _arrive(CNT_AT):
+    """Count this program in on a counter after its stores (release: every thread's stores first)."""
     tl.debug_barrier()
     tl.atomic_add(CNT_AT, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _await(CNT_AT, S):
+    """Wait until S programs have counted in (acquire: their stores are visible afterwards; read them
+    with .cg, L1 is not coherent)."""
     arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
     while arrived < S:
         arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _coop_exchange(CNT_AT, S):
+    """The cooperative backward's exchange, after a program stored its chunk's sums."""
+    _arrive(CNT_AT)
+    _await(CNT_AT, S)
 
 
 @triton.jit
@@ -1048,6 +1067,112 @@ def _bwd_coop_kernel(
         tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
     if NEED_DB:
         tl.store(DBP + g * N + cols, db_acc, mask=cmask)
+
+
+@triton.jit
+def _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b, R, Q, PIECE, p, P,
+                 SUB: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """Phase 1 of row block b (``_bwd_l2_kernel``): this program's (row, piece) items of the block's
+    R x Q, each piece's sums of w*dy*xhat and w*dy into ST's slot b % 4."""
+    base = (b % 4) * R * Q
+    offs = tl.arange(0, SUB)
+    for i in range(p, R * Q, P):
+        row = tl.full([], 0, tl.int64) + (b * R + i // Q)  # int64 offsets (the interpreter's ints lack .to)
+        if row < M:
+            rstd = tl.load(RSTD + row).to(ACC)
+            mean = rstd
+            if not IS_RMS:
+                mean = tl.load(MEAN + row).to(ACC)
+            start = (i % Q) * PIECE
+            end = tl.minimum(start + PIECE, N)
+            s1 = tl.zeros([SUB], dtype=ACC)
+            s2 = tl.zeros([SUB], dtype=ACC)
+            for c0 in range(start, end, SUB):
+                cols = c0 + offs
+                dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cols < end, stride_x, stride_dy, mean, rstd,
+                                           HAS_W, IS_RMS, ACC)
+                s1 += wdy * xhat
+                s2 += wdy
+            tl.store(ST + (base + i) * 2, tl.sum(s1, axis=0))
+            tl.store(ST + (base + i) * 2 + 1, tl.sum(s2, axis=0))
+
+
+@triton.jit
+def _bwd_l2_kernel(
+    DY, X, W, MEAN, RSTD, ST, CNT, DX, DW, DB,
+    M, N, stride_dy, stride_x, stride_dx, R, Q, PIECE, STRIP,
+    SUB: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
+    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
+    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, ACC: tl.constexpr,
+):
+    """Wide backward in row blocks small enough to stay in L2 (R rows of x and dy). P programs, all
+    resident (P <= SMs); program p owns the column strip [p * STRIP, (p + 1) * STRIP).
+
+    Phase 1 of a block: the block's rows cut into Q pieces, R * Q items dealt to the P programs, each
+    item's two sums stored (``_l2_row_sums``); the program counts itself in on the block's counter.
+    Phase 2: once all P have, each program merges a row's Q sums in piece order (the same bits in every
+    program) and writes dx for its strip of the block's rows, re-reading x and dy, which phase 1 has just
+    brought into L2; dw/db for its strip accumulate in registers over all rows and are written once, in
+    the output dtype: no partials, no reduction launch. Phase 1 of block b + 1 runs before the wait for
+    block b, so a program rarely waits; ST has 4 slots, since a program may start phase 1 of block b + 1
+    while another still reads block b - 2's sums. HBM: read x and dy, write dx: 3 passes.
+    Never under the interpreter with P > 1 (programs run one after another)."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    cols = p * STRIP + tl.arange(0, BLOCK_S)
+    cmask = (cols < N) & (tl.arange(0, BLOCK_S) < STRIP)
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+    qo = tl.arange(0, BLOCK_Q)
+    dw_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
+    db_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
+    nblk = tl.cdiv(M, R)
+    if STORE_DX:
+        _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, 0, R, Q, PIECE, p, P,
+                     SUB, HAS_W, IS_RMS, ACC)
+        _arrive(CNT)
+    for b in range(0, nblk):
+        if STORE_DX:
+            if b + 1 < nblk:
+                _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b + 1, R, Q, PIECE, p, P,
+                             SUB, HAS_W, IS_RMS, ACC)
+                _arrive(CNT + b + 1)
+            _await(CNT + b, P)
+        base = (b % 4) * R * Q
+        for r0 in range(0, R, BLOCK_R):
+            rr = r0 + tl.arange(0, BLOCK_R)
+            rows = (b * R + rr).to(tl.int64)
+            rmask = (rr < R) & (rows < M)
+            mask = rmask[:, None] & cmask[None, :]
+            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+            rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+            if IS_RMS:
+                xhat = x * rstd[:, None]
+            else:
+                mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            if NEED_DW:
+                dw_acc += dy * xhat
+            if NEED_DB:
+                db_acc += dy
+            if STORE_DX:
+                sp = ST + (base + rr[:, None] * Q + qo[None, :]) * 2
+                smask = rmask[:, None] & (qo < Q)[None, :]
+                c1 = tl.sum(tl.load(sp, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
+                wdy = dy
+                if HAS_W:
+                    wdy = dy * w[None, :]
+                if IS_RMS:
+                    dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+                else:
+                    c2 = tl.sum(tl.load(sp + 1, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
+                    dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+                tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
+    if NEED_DW:
+        tl.store(DW + cols, tl.sum(dw_acc, axis=0), mask=cmask)
+    if NEED_DB:
+        tl.store(DB + cols, tl.sum(db_acc, axis=0), mask=cmask)
 
 
 @triton.jit
@@ -1357,6 +1482,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                 and N >= _CFG["bwd_db_split_min_width"] and BLOCK_N <= _CFG["bwd_max_block"])
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms or db_split else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
+    if not (rows_kernels or coop) and _CFG["bwd_l2"]:
+        return _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dtype, db_dtype)
     if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
@@ -1446,6 +1573,43 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     outs = _reduce(part, dtypes, pdl)
     dw = outs[0] if need_dw else None
     db = outs[-1] if need_db else None
+    return dx, dw, db
+
+
+def _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
+    """The wide backward through ``_bwd_l2_kernel`` (x, dy rows with unit stride; M, N > 0). P programs of
+    column strips, one per SM (their waits need them all resident; one under the interpreter, which runs
+    programs one after another); row blocks of ``'bwd_l2_block_bytes'`` of x and dy; each row cut into
+    about SMs / R pieces for phase 1, so the block's R x Q items spread over the programs. dx: the
+    output (None: not asked)."""
+    M, N = x.shape
+    need_dx = dx is not None
+    dev = x.device
+    align = 64  # strips and pieces start on 128-byte boundaries of 16-bit rows
+    P_max = 1 if interpreting() else _num_sms(x)
+    strip = cdiv(cdiv(N, P_max), align) * align
+    P = cdiv(N, strip)
+    R = max(1, min(M, _CFG["bwd_l2_block_bytes"] // (N * (x.element_size() + dy.element_size()))))
+    Q = max(_CFG["bwd_l2_min_pieces"], P // R)
+    piece = cdiv(cdiv(N, Q), align) * align
+    Q = cdiv(N, piece)
+    acc_t = _stat_dtype(x.dtype)
+    dummy = x
+    dw = _alloc((N,), dtype=dw_dtype, device=dev) if need_dw else None
+    db = _alloc((N,), dtype=db_dtype, device=dev) if need_db else None
+    st = _alloc((4 * R * Q * 2,), dtype=acc_t, device=dev) if need_dx else dummy
+    # one arrival counter per row block, zeroed per call (a cached buffer would race across streams and
+    # CUDA graphs)
+    cnt = torch.zeros((cdiv(M, R),), dtype=torch.int32, device=dev) if need_dx else dummy
+    BLOCK_S = next_pow2(strip)
+    launch(_bwd_l2_kernel, (P,),
+           dy, x, weight if weight is not None else dummy, mean, rstd, st, cnt,
+           dx if need_dx else dummy, dw if need_dw else dummy, db if need_db else dummy,
+           M, N, _row_stride(dy), _row_stride(x), N, R, Q, piece, strip,
+           SUB=min(_CFG["bwd_l2_sub"], next_pow2(piece)), BLOCK_Q=next_pow2(Q),
+           BLOCK_R=max(1, _CFG["bwd_l2_tile"] // BLOCK_S), BLOCK_S=BLOCK_S,
+           HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
+           ACC=_acc(x.dtype), num_warps=_CFG["bwd_l2_warps"], enable_fp_fusion=False)
     return dx, dw, db
 
 
