@@ -559,7 +559,11 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # phase 2 its dx from L2, one program per SM owning a column strip, dw/db in registers; 3 passes of HBM) against
     # the shipped path (16-bit past 16384 and fp32 past 65536: row sums + columns, 5 passes; fp32 65536: the
     # cooperative kernel). Predicted: bf16 LN 2048x65536 0.43 -> ~0.27-0.30 ms (0.44 -> ~0.65 SOL), 262144 alike,
-    # fp32 512x262144 0.75 -> ~0.55; fp32 65536 against the cooperative kernel within +-10 %.
+    # fp32 512x262144 0.75 -> ~0.55; fp32 65536 against the cooperative kernel within +-10 %. Call 1 (PART=33):
+    # slower on every row (bf16 LN 65536 0.449 -> 0.527, 16 MB blocks; 0.494 at 32 MB; 262144 0.399 -> 0.713-1.17):
+    # one program per SM with ~32 KB of loads in flight, ~12 dependent round trips per block. Call 2: the loops
+    # software-pipelined (bwd_l2_stages: tl.range num_stages, cp.async into shared memory; offline sm_90 3 stages
+    # 98 KB), predicted bf16 LN 65536 -> ~0.30-0.35 ms.
     l2 = {"bwd_l2": 1, "bwd_coop_max_block": 0}
     for op, M, N, dt, pdt in (("ln", 2048, 65536, torch.bfloat16, torch.bfloat16),
                               ("rms", 2048, 65536, torch.bfloat16, torch.bfloat16),
@@ -569,9 +573,11 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                               ("ln", 2048, 65536, torch.bfloat16, torch.float32),
                               ("ln", 2048, 65536, torch.float32, torch.float32),
                               ("ln", 512, 262144, torch.float32, torch.float32)):
-        for lab, cfg in (("base", {}), ("l2", l2), ("l2_8m", {**l2, "bwd_l2_block_bytes": 8 << 20}),
-                         ("l2_32m", {**l2, "bwd_l2_block_bytes": 32 << 20}), ("l2_w8", {**l2, "bwd_l2_warps": 8}),
-                         ("l2_sub4k", {**l2, "bwd_l2_sub": 4096, "bwd_l2_tile": 2048})):
+        for lab, cfg in (("base", {}), ("l2_32m", {**l2, "bwd_l2_block_bytes": 32 << 20}),
+                         ("s3_16m", {**l2, "bwd_l2_stages": 3}),
+                         ("s3_24m", {**l2, "bwd_l2_stages": 3, "bwd_l2_block_bytes": 24 << 20}),
+                         ("s3_32m", {**l2, "bwd_l2_stages": 3, "bwd_l2_block_bytes": 32 << 20}),
+                         ("s4_24m_4k", {**l2, "bwd_l2_stages": 4, "bwd_l2_block_bytes": 24 << 20, "bwd_l2_sub": 4096})):
             add("bwdl2", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:

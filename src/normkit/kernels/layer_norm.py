@@ -209,6 +209,7 @@ _CFG = {
     "bwd_l2_sub": 8192,  # phase 1: elements per step of a piece
     "bwd_l2_tile": 4096,  # phase 2: rows x strip elements per step
     "bwd_l2_warps": 16,
+    "bwd_l2_stages": 1,  # software pipelining of both phases' loops (tl.range num_stages)
     "bwd_l2_min_pieces": 1,  # pieces per row at least (else ~SMs / rows of a block)
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
@@ -1071,7 +1072,8 @@ def _bwd_coop_kernel(
 
 @triton.jit
 def _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b, R, Q, PIECE, p, P,
-                 SUB: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+                 SUB: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+                 STAGES: tl.constexpr):
     """Phase 1 of row block b (``_bwd_l2_kernel``): this program's (row, piece) items of the block's
     R x Q, each piece's sums of w*dy*xhat and w*dy into ST's slot b % 4."""
     base = (b % 4) * R * Q
@@ -1087,7 +1089,7 @@ def _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b, R, Q, P
             end = tl.minimum(start + PIECE, N)
             s1 = tl.zeros([SUB], dtype=ACC)
             s2 = tl.zeros([SUB], dtype=ACC)
-            for c0 in range(start, end, SUB):
+            for c0 in tl.range(start, end, SUB, num_stages=STAGES):
                 cols = c0 + offs
                 dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cols < end, stride_x, stride_dy, mean, rstd,
                                            HAS_W, IS_RMS, ACC)
@@ -1104,6 +1106,7 @@ def _bwd_l2_kernel(
     SUB: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, ACC: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Wide backward in row blocks small enough to stay in L2 (R rows of x and dy). P programs, all
     resident (P <= SMs); program p owns the column strip [p * STRIP, (p + 1) * STRIP).
@@ -1129,17 +1132,17 @@ def _bwd_l2_kernel(
     nblk = tl.cdiv(M, R)
     if STORE_DX:
         _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, 0, R, Q, PIECE, p, P,
-                     SUB, HAS_W, IS_RMS, ACC)
+                     SUB, HAS_W, IS_RMS, ACC, STAGES)
         _arrive(CNT)
     for b in range(0, nblk):
         if STORE_DX:
             if b + 1 < nblk:
                 _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b + 1, R, Q, PIECE, p, P,
-                             SUB, HAS_W, IS_RMS, ACC)
+                             SUB, HAS_W, IS_RMS, ACC, STAGES)
                 _arrive(CNT + b + 1)
             _await(CNT + b, P)
         base = (b % 4) * R * Q
-        for r0 in range(0, R, BLOCK_R):
+        for r0 in tl.range(0, R, BLOCK_R, num_stages=STAGES):
             rr = r0 + tl.arange(0, BLOCK_R)
             rows = (b * R + rr).to(tl.int64)
             rmask = (rr < R) & (rows < M)
@@ -1609,7 +1612,7 @@ def _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dty
            SUB=min(_CFG["bwd_l2_sub"], next_pow2(piece)), BLOCK_Q=next_pow2(Q),
            BLOCK_R=max(1, _CFG["bwd_l2_tile"] // BLOCK_S), BLOCK_S=BLOCK_S,
            HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-           ACC=_acc(x.dtype), num_warps=_CFG["bwd_l2_warps"], enable_fp_fusion=False)
+           ACC=_acc(x.dtype), STAGES=_CFG["bwd_l2_stages"], num_warps=_CFG["bwd_l2_warps"], enable_fp_fusion=False)
     return dx, dw, db
 
 
