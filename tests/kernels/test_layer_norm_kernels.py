@@ -1074,10 +1074,13 @@ def test_l2_backward_grid(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("N", [20000, 65536, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_l2_backward(N, dtype, monkeypatch):
+@pytest.mark.parametrize("stages", [1, 3])
+def test_cuda_l2_backward(N, dtype, stages, monkeypatch):
     # compiled, one program per SM waiting on the others: against float64 over several row blocks (a
-    # partial last one), the same bits on a second call and for each output mask alone
+    # partial last one), the same bits on a second call and for each output mask alone; loops plain or
+    # software-pipelined
     monkeypatch.setitem(L._CFG, "bwd_l2", 1)
+    monkeypatch.setitem(L._CFG, "bwd_l2_stages", stages)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 0)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 0)
     monkeypatch.setitem(L._CFG, "bwd_l2_block_bytes", 4 << 20)
