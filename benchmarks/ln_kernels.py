@@ -563,7 +563,12 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # slower on every row (bf16 LN 65536 0.449 -> 0.527, 16 MB blocks; 0.494 at 32 MB; 262144 0.399 -> 0.713-1.17):
     # one program per SM with ~32 KB of loads in flight, ~12 dependent round trips per block. Call 2: the loops
     # software-pipelined (bwd_l2_stages: tl.range num_stages, cp.async into shared memory; offline sm_90 3 stages
-    # 98 KB), predicted bf16 LN 65536 -> ~0.30-0.35 ms.
+    # 98 KB), predicted bf16 LN 65536 -> ~0.30-0.35 ms. Call 2: 3 stages won over 1 everywhere (bf16 LN 65536
+    # 0.494 -> 0.406 at 32 MB blocks, base 0.477 on that lease; 262144 0.717 -> 0.407, base 0.400; fp32 262144
+    # 0.660 against 0.755), bigger blocks better: ~25 us a 32 MB block against ~11 of HBM time, since phase 2
+    # (L2 re-reads) ran after phase 1 (HBM reads) with HBM idle. Call 3: one loop doing both phases a step at a
+    # time on the program's strip (phase 1 of block b + 1 with phase 2 of block b; the strip's sums per row,
+    # P of them merged per row), predicted bf16 LN 65536 -> ~0.25-0.30 ms.
     l2 = {"bwd_l2": 1, "bwd_coop_max_block": 0}
     for op, M, N, dt, pdt in (("ln", 2048, 65536, torch.bfloat16, torch.bfloat16),
                               ("rms", 2048, 65536, torch.bfloat16, torch.bfloat16),
@@ -573,11 +578,9 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                               ("ln", 2048, 65536, torch.bfloat16, torch.float32),
                               ("ln", 2048, 65536, torch.float32, torch.float32),
                               ("ln", 512, 262144, torch.float32, torch.float32)):
-        for lab, cfg in (("base", {}), ("l2_32m", {**l2, "bwd_l2_block_bytes": 32 << 20}),
-                         ("s3_16m", {**l2, "bwd_l2_stages": 3}),
-                         ("s3_24m", {**l2, "bwd_l2_stages": 3, "bwd_l2_block_bytes": 24 << 20}),
-                         ("s3_32m", {**l2, "bwd_l2_stages": 3, "bwd_l2_block_bytes": 32 << 20}),
-                         ("s4_24m_4k", {**l2, "bwd_l2_stages": 4, "bwd_l2_block_bytes": 24 << 20, "bwd_l2_sub": 4096})):
+        for lab, cfg in (("base", {}), ("l2_16m", l2), ("l2_8m", {**l2, "bwd_l2_block_bytes": 8 << 20}),
+                         ("l2_24m", {**l2, "bwd_l2_block_bytes": 24 << 20}),
+                         ("l2_t2k", {**l2, "bwd_l2_tile": 2048}), ("l2_s4", {**l2, "bwd_l2_stages": 4})):
             add("bwdl2", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:

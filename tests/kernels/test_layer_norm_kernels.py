@@ -1022,12 +1022,10 @@ def _l2_on(monkeypatch):
 @pytest.mark.parametrize("N", [100, 1000])
 def test_l2_backward(N, monkeypatch):
     # _bwd_l2_kernel with one program (the interpreter runs programs one after another): 37 rows in blocks
-    # of 7 (a partial last block; the ST slots cycle through all 4), each row in 3 pieces summed in
-    # several steps, phase 2 in steps of several rows (a partial step at each block's end); params in x's
+    # of 7 (a partial last block; the ST slots cycle through all 4), steps of 4 rows (a partial step at
+    # each block's end); params in x's
     # dtype, fp32 or none, a large common offset, fp64; every output mask alone gives the full call's bits
     _l2_on(monkeypatch)
-    monkeypatch.setitem(L._CFG, "bwd_l2_min_pieces", 3)
-    monkeypatch.setitem(L._CFG, "bwd_l2_sub", 64)
     monkeypatch.setitem(L._CFG, "bwd_l2_tile", 4 * L.next_pow2(N))
     seen = _record_launches(monkeypatch)
     for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same"), (torch.float16, "none"),
@@ -1050,21 +1048,21 @@ def test_l2_backward(N, monkeypatch):
 
 def test_l2_backward_grid(monkeypatch):
     # one program per SM at most, column strips on 64-element boundaries, row blocks of
-    # bwd_l2_block_bytes of x and dy, ~SMs / R pieces per row; one program where programs run in turn
+    # bwd_l2_block_bytes of x and dy; one program where programs run in turn
     monkeypatch.setattr(L, "interpreting", lambda: False)
     monkeypatch.setattr(L, "_num_sms", lambda t: 132)
     _l2_on(monkeypatch)
     seen = _record_launches(monkeypatch)
     monkeypatch.setattr(L, "launch", lambda kernel, grid, *a, **kw: seen.append((grid, a, kw)))
-    for N, dtype, strip, R, Q in ((65536, torch.bfloat16, 512, 64, 2), (262144, torch.bfloat16, 2048, 16, 8),
-                                  (20000, torch.float32, 192, 104, 1), (65536, torch.float32, 512, 32, 4)):
+    for N, dtype, strip, R in ((65536, torch.bfloat16, 512, 64), (262144, torch.bfloat16, 2048, 16),
+                               (20000, torch.float32, 192, 104), (65536, torch.float32, 512, 32)):
         seen.clear()
         x = torch.empty((4096, N), dtype=dtype, device="meta")
         rstd = torch.empty((4096,), device="meta")
         L._backward_l2(x, x, rstd, rstd, None, x, True, True, False, dtype, dtype)
         (grid, args, kw), = seen
         assert grid == (L.cdiv(N, strip),) and grid[0] <= 132
-        assert args[-4:] == (R, Q, L.cdiv(L.cdiv(N, Q), 64) * 64, strip), N
+        assert args[-2:] == (R, strip), N
     monkeypatch.setattr(L, "interpreting", lambda: True)
     seen.clear()
     L._backward_l2(x, x, rstd, rstd, None, x, True, True, False, dtype, dtype)
@@ -1077,7 +1075,7 @@ def test_l2_backward_grid(monkeypatch):
 @pytest.mark.parametrize("stages", [1, 3])
 def test_cuda_l2_backward(N, dtype, stages, monkeypatch):
     # compiled, one program per SM waiting on the others: against float64 over several row blocks (a
-    # partial last one), the same bits on a second call and for each output mask alone; loops plain or
+    # partial last one), the same bits on a second call and for each output mask alone; the loop plain or
     # software-pipelined
     monkeypatch.setitem(L._CFG, "bwd_l2", 1)
     monkeypatch.setitem(L._CFG, "bwd_l2_stages", stages)

@@ -206,11 +206,9 @@ _CFG = {
     # from L2, one program per SM owning a column strip; 3 passes) where the row-sum + column path would run
     "bwd_l2": 0,
     "bwd_l2_block_bytes": 16 << 20,  # x + dy bytes of a row block
-    "bwd_l2_sub": 8192,  # phase 1: elements per step of a piece
-    "bwd_l2_tile": 4096,  # phase 2: rows x strip elements per step
+    "bwd_l2_tile": 4096,  # rows x strip elements of a step (each phase)
     "bwd_l2_warps": 16,
-    "bwd_l2_stages": 1,  # software pipelining of both phases' loops (tl.range num_stages)
-    "bwd_l2_min_pieces": 1,  # pieces per row at least (else ~SMs / rows of a block)
+    "bwd_l2_stages": 3,  # software pipelining of the loop (tl.range num_stages: cp.async into shared memory)
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -1071,97 +1069,83 @@ def _bwd_coop_kernel(
 
 
 @triton.jit
-def _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b, R, Q, PIECE, p, P,
-                 SUB: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
-                 STAGES: tl.constexpr):
-    """Phase 1 of row block b (``_bwd_l2_kernel``): this program's (row, piece) items of the block's
-    R x Q, each piece's sums of w*dy*xhat and w*dy into ST's slot b % 4."""
-    base = (b % 4) * R * Q
-    offs = tl.arange(0, SUB)
-    for i in range(p, R * Q, P):
-        row = tl.full([], 0, tl.int64) + (b * R + i // Q)  # int64 offsets (the interpreter's ints lack .to)
-        if row < M:
-            rstd = tl.load(RSTD + row).to(ACC)
-            mean = rstd
-            if not IS_RMS:
-                mean = tl.load(MEAN + row).to(ACC)
-            start = (i % Q) * PIECE
-            end = tl.minimum(start + PIECE, N)
-            s1 = tl.zeros([SUB], dtype=ACC)
-            s2 = tl.zeros([SUB], dtype=ACC)
-            for c0 in tl.range(start, end, SUB, num_stages=STAGES):
-                cols = c0 + offs
-                dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cols < end, stride_x, stride_dy, mean, rstd,
-                                           HAS_W, IS_RMS, ACC)
-                s1 += wdy * xhat
-                s2 += wdy
-            tl.store(ST + (base + i) * 2, tl.sum(s1, axis=0))
-            tl.store(ST + (base + i) * 2 + 1, tl.sum(s2, axis=0))
-
-
-@triton.jit
 def _bwd_l2_kernel(
     DY, X, W, MEAN, RSTD, ST, CNT, DX, DW, DB,
-    M, N, stride_dy, stride_x, stride_dx, R, Q, PIECE, STRIP,
-    SUB: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
+    M, N, stride_dy, stride_x, stride_dx, R, STRIP,
+    BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, ACC: tl.constexpr,
     STAGES: tl.constexpr,
 ):
     """Wide backward in row blocks small enough to stay in L2 (R rows of x and dy). P programs, all
-    resident (P <= SMs); program p owns the column strip [p * STRIP, (p + 1) * STRIP).
+    resident (P <= SMs); program p owns the column strip [p * STRIP, (p + 1) * STRIP) of every row.
 
-    Phase 1 of a block: the block's rows cut into Q pieces, R * Q items dealt to the P programs, each
-    item's two sums stored (``_l2_row_sums``); the program counts itself in on the block's counter.
-    Phase 2: once all P have, each program merges a row's Q sums in piece order (the same bits in every
-    program) and writes dx for its strip of the block's rows, re-reading x and dy, which phase 1 has just
-    brought into L2; dw/db for its strip accumulate in registers over all rows and are written once, in
-    the output dtype: no partials, no reduction launch. Phase 1 of block b + 1 runs before the wait for
-    block b, so a program rarely waits; ST has 4 slots, since a program may start phase 1 of block b + 1
-    while another still reads block b - 2's sums. HBM: read x and dy, write dx: 3 passes.
-    Never under the interpreter with P > 1 (programs run one after another)."""
+    Iteration b walks the R rows in steps of BLOCK_R, doing two things per step on its strip: phase 1 of
+    block b + 1 (read x and dy from HBM, store the strip's sums of w*dy*xhat and w*dy per row to ST) and
+    phase 2 of block b (merge the row's P strip sums in strip order, the same bits in every program;
+    re-read x and dy, which phase 1 brought into L2 one iteration earlier; write dx; add the dw/db terms
+    to registers). So HBM reads and L2 re-reads are in flight together, and the loop is software-
+    pipelined (STAGES). Before phase 2 of block b a program waits until all P have counted in on block
+    b's counter (after their phase 1 of it); it counts in on block b + 1's after the loop. Iteration -1
+    does phase 1 of block 0 only. dw/db are written once at the end in the output dtype: no partials.
+    ST has 4 slots: a program may write block b + 1's sums while another still reads block b - 1's.
+    HBM: read x and dy, write dx: 3 passes. Never under the interpreter with P > 1 (programs run one after
+    another)."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
-    cols = p * STRIP + tl.arange(0, BLOCK_S)
-    cmask = (cols < N) & (tl.arange(0, BLOCK_S) < STRIP)
+    so = tl.arange(0, BLOCK_S)
+    cols = p * STRIP + so
+    cmask = (cols < N) & (so < STRIP)
     if HAS_W:
         w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    qo = tl.arange(0, BLOCK_Q)
+    po = tl.arange(0, BLOCK_P)
     dw_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
     db_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
     nblk = tl.cdiv(M, R)
+    first = 0
     if STORE_DX:
-        _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, 0, R, Q, PIECE, p, P,
-                     SUB, HAS_W, IS_RMS, ACC, STAGES)
-        _arrive(CNT)
-    for b in range(0, nblk):
-        if STORE_DX:
-            if b + 1 < nblk:
-                _l2_row_sums(DY, X, W, MEAN, RSTD, ST, M, N, stride_dy, stride_x, b + 1, R, Q, PIECE, p, P,
-                             SUB, HAS_W, IS_RMS, ACC, STAGES)
-                _arrive(CNT + b + 1)
+        first = -1
+    for b in range(first, nblk):
+        if STORE_DX and b >= 0:
             _await(CNT + b, P)
-        base = (b % 4) * R * Q
         for r0 in tl.range(0, R, BLOCK_R, num_stages=STAGES):
             rr = r0 + tl.arange(0, BLOCK_R)
-            rows = (b * R + rr).to(tl.int64)
-            rmask = (rr < R) & (rows < M)
-            mask = rmask[:, None] & cmask[None, :]
+            if STORE_DX:  # phase 1 of block b + 1
+                rows1 = ((b + 1) * R + rr).to(tl.int64)
+                rm1 = (rr < R) & (rows1 < M)
+                m1 = rm1[:, None] & cmask[None, :]
+                x1 = tl.load(X + rows1[:, None] * stride_x + cols[None, :], mask=m1, other=0.0).to(ACC)
+                dy1 = tl.load(DY + rows1[:, None] * stride_dy + cols[None, :], mask=m1, other=0.0).to(ACC)
+                rstd1 = tl.load(RSTD + rows1, mask=rm1, other=0.0).to(ACC)
+                if IS_RMS:
+                    xhat1 = x1 * rstd1[:, None]
+                else:
+                    mean1 = tl.load(MEAN + rows1, mask=rm1, other=0.0).to(ACC)
+                    xhat1 = tl.where(m1, (x1 - mean1[:, None]) * rstd1[:, None], 0.0)
+                wdy1 = dy1
+                if HAS_W:
+                    wdy1 = dy1 * w[None, :]
+                at1 = ST + ((((b + 1) % 4) * R + rr) * P + p) * 2
+                tl.store(at1, tl.sum(wdy1 * xhat1, axis=1), mask=rm1)
+                tl.store(at1 + 1, tl.sum(wdy1, axis=1), mask=rm1)
+            rows = (b * R + rr).to(tl.int64)  # phase 2 of block b (nothing at b = -1)
+            rm = (rr < R) & (rows < M) & (rows >= 0)
+            mask = rm[:, None] & cmask[None, :]
             x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
             dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-            rstd = tl.load(RSTD + rows, mask=rmask, other=0.0).to(ACC)
+            rstd = tl.load(RSTD + rows, mask=rm, other=0.0).to(ACC)
             if IS_RMS:
                 xhat = x * rstd[:, None]
             else:
-                mean = tl.load(MEAN + rows, mask=rmask, other=0.0).to(ACC)
+                mean = tl.load(MEAN + rows, mask=rm, other=0.0).to(ACC)
                 xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
             if NEED_DW:
                 dw_acc += dy * xhat
             if NEED_DB:
                 db_acc += dy
             if STORE_DX:
-                sp = ST + (base + rr[:, None] * Q + qo[None, :]) * 2
-                smask = rmask[:, None] & (qo < Q)[None, :]
+                sp = ST + (((b % 4) * R + rr[:, None]) * P + po[None, :]) * 2
+                smask = rm[:, None] & (po < P)[None, :]
                 c1 = tl.sum(tl.load(sp, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
                 wdy = dy
                 if HAS_W:
@@ -1172,6 +1156,8 @@ def _bwd_l2_kernel(
                     c2 = tl.sum(tl.load(sp + 1, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
                     dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
                 tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
+        if STORE_DX and b + 1 < nblk:
+            _arrive(CNT + b + 1)
     if NEED_DW:
         tl.store(DW + cols, tl.sum(dw_acc, axis=0), mask=cmask)
     if NEED_DB:
@@ -1582,25 +1568,21 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
 def _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
     """The wide backward through ``_bwd_l2_kernel`` (x, dy rows with unit stride; M, N > 0). P programs of
     column strips, one per SM (their waits need them all resident; one under the interpreter, which runs
-    programs one after another); row blocks of ``'bwd_l2_block_bytes'`` of x and dy; each row cut into
-    about SMs / R pieces for phase 1, so the block's R x Q items spread over the programs. dx: the
-    output (None: not asked)."""
+    programs one after another); row blocks of ``'bwd_l2_block_bytes'`` of x and dy. dx: the output (None:
+    not asked)."""
     M, N = x.shape
-    need_dx = dx is not None
     dev = x.device
-    align = 64  # strips and pieces start on 128-byte boundaries of 16-bit rows
+    need_dx = dx is not None
+    align = 64  # strips start on 128-byte boundaries of 16-bit rows
     P_max = 1 if interpreting() else _num_sms(x)
     strip = cdiv(cdiv(N, P_max), align) * align
     P = cdiv(N, strip)
     R = max(1, min(M, _CFG["bwd_l2_block_bytes"] // (N * (x.element_size() + dy.element_size()))))
-    Q = max(_CFG["bwd_l2_min_pieces"], P // R)
-    piece = cdiv(cdiv(N, Q), align) * align
-    Q = cdiv(N, piece)
     acc_t = _stat_dtype(x.dtype)
     dummy = x
     dw = _alloc((N,), dtype=dw_dtype, device=dev) if need_dw else None
     db = _alloc((N,), dtype=db_dtype, device=dev) if need_db else None
-    st = _alloc((4 * R * Q * 2,), dtype=acc_t, device=dev) if need_dx else dummy
+    st = _alloc((4 * R * P * 2,), dtype=acc_t, device=dev) if need_dx else dummy
     # one arrival counter per row block, zeroed per call (a cached buffer would race across streams and
     # CUDA graphs)
     cnt = torch.zeros((cdiv(M, R),), dtype=torch.int32, device=dev) if need_dx else dummy
@@ -1608,9 +1590,8 @@ def _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dty
     launch(_bwd_l2_kernel, (P,),
            dy, x, weight if weight is not None else dummy, mean, rstd, st, cnt,
            dx if need_dx else dummy, dw if need_dw else dummy, db if need_db else dummy,
-           M, N, _row_stride(dy), _row_stride(x), N, R, Q, piece, strip,
-           SUB=min(_CFG["bwd_l2_sub"], next_pow2(piece)), BLOCK_Q=next_pow2(Q),
-           BLOCK_R=max(1, _CFG["bwd_l2_tile"] // BLOCK_S), BLOCK_S=BLOCK_S,
+           M, N, _row_stride(dy), _row_stride(x), N, R, strip,
+           BLOCK_P=next_pow2(P), BLOCK_R=max(1, _CFG["bwd_l2_tile"] // BLOCK_S), BLOCK_S=BLOCK_S,
            HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
            ACC=_acc(x.dtype), STAGES=_CFG["bwd_l2_stages"], num_warps=_CFG["bwd_l2_warps"], enable_fp_fusion=False)
     return dx, dw, db
