@@ -555,33 +555,14 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, cfg in (("coop", {"bwd_db_split_min_width": 1 << 30}), ("split", {"bwd_db_split_min_width": 9216}),
                          ("split_nohold", {"bwd_db_split_min_width": 9216, "bwd_hold_w": 0})):
             add("lnbwddbsplit", lab, cfg, "ln", M, N, "bwd", pdt, dt)
-    # session 15: the wide backward in L2-resident row blocks (_bwd_l2_kernel, bwd_l2: phase 1 row sums of a block,
-    # phase 2 its dx from L2, one program per SM owning a column strip, dw/db in registers; 3 passes of HBM) against
-    # the shipped path (16-bit past 16384 and fp32 past 65536: row sums + columns, 5 passes; fp32 65536: the
-    # cooperative kernel). Predicted: bf16 LN 2048x65536 0.43 -> ~0.27-0.30 ms (0.44 -> ~0.65 SOL), 262144 alike,
-    # fp32 512x262144 0.75 -> ~0.55; fp32 65536 against the cooperative kernel within +-10 %. Call 1 (PART=33):
-    # slower on every row (bf16 LN 65536 0.449 -> 0.527, 16 MB blocks; 0.494 at 32 MB; 262144 0.399 -> 0.713-1.17):
-    # one program per SM with ~32 KB of loads in flight, ~12 dependent round trips per block. Call 2: the loops
-    # software-pipelined (bwd_l2_stages: tl.range num_stages, cp.async into shared memory; offline sm_90 3 stages
-    # 98 KB), predicted bf16 LN 65536 -> ~0.30-0.35 ms. Call 2: 3 stages won over 1 everywhere (bf16 LN 65536
-    # 0.494 -> 0.406 at 32 MB blocks, base 0.477 on that lease; 262144 0.717 -> 0.407, base 0.400; fp32 262144
-    # 0.660 against 0.755), bigger blocks better: ~25 us a 32 MB block against ~11 of HBM time, since phase 2
-    # (L2 re-reads) ran after phase 1 (HBM reads) with HBM idle. Call 3: one loop doing both phases a step at a
-    # time on the program's strip (phase 1 of block b + 1 with phase 2 of block b; the strip's sums per row,
-    # P of them merged per row), predicted bf16 LN 65536 -> ~0.25-0.30 ms.
-    l2 = {"bwd_l2": 1, "bwd_coop_max_block": 0}
-    for op, M, N, dt, pdt in (("ln", 2048, 65536, torch.bfloat16, torch.bfloat16),
-                              ("rms", 2048, 65536, torch.bfloat16, torch.bfloat16),
-                              ("ln", 512, 262144, torch.bfloat16, torch.bfloat16),
-                              ("rms", 512, 262144, torch.bfloat16, torch.bfloat16),
-                              ("ln", 4096, 32768, torch.bfloat16, torch.bfloat16),
-                              ("ln", 2048, 65536, torch.bfloat16, torch.float32),
-                              ("ln", 2048, 65536, torch.float32, torch.float32),
-                              ("ln", 512, 262144, torch.float32, torch.float32)):
-        for lab, cfg in (("base", {}), ("l2_16m", l2), ("l2_8m", {**l2, "bwd_l2_block_bytes": 8 << 20}),
-                         ("l2_24m", {**l2, "bwd_l2_block_bytes": 24 << 20}),
-                         ("l2_t2k", {**l2, "bwd_l2_tile": 2048}), ("l2_s4", {**l2, "bwd_l2_stages": 4})):
-            add("bwdl2", lab, cfg, op, M, N, "bwd", pdt, dt)
+    # session 15 (h200-2026-12-02-s15, calls 2-4): the wide backward in L2-resident row blocks (bwdl2: phase 1 row
+    # sums of a 8-32 MB block of rows, phase 2 its dx re-read from L2 by one program per SM owning a column strip,
+    # dw/db in registers, no partials; 3 passes of HBM) against the 5-pass path / the cooperative kernel. Predicted
+    # bf16 LN 2048x65536 0.43 -> ~0.27-0.30 ms. Measured: plain loops 0.49-0.73 (latency-bound: one program per SM,
+    # ~12 dependent round trips a block); software-pipelined (tl.range num_stages=3, 32 MB blocks) 0.406 against
+    # 0.43-0.48 on three leases, LN fp32 512x262144 0.660 against 0.753, but RMS bf16 65536 / 262144 +1.5 / +11 %,
+    # LN bf16 262144 +2 %, fp32 65536 +20 % against the cooperative kernel; both phases fused into one loop (per
+    # strip sums, P merged per row) 0.67. Deleted (kernel, knobs, tests, group); NOTES-layer_norm.md, session 15.
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -627,7 +608,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdl2", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -79,7 +79,8 @@
 #          (SIGINT at its limit, so pytest still reports), the randomized test's seed given (RANDOM_S seconds, 0: skip).
 # Session 15:
 # PART=33: conformance on CUDA (launch plans keyed on every input's shape / strides / dtype, the eps = 0 eval case
-#          as the installed torch rules), the CUDA tests of the L2-block wide backward and of plans, its sweep (bwdl2).
+#          as the installed torch rules; CHECK_S=0 skips it), the CUDA tests of plans, aten, functional and custom ops,
+#          host cost per call. (Calls 2-4 ran the L2-block wide backward's CUDA tests and sweep bwdl2 here: deleted since.)
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -434,10 +435,11 @@ elif [ "$PART" = 33 ]; then
         timeout ${CHECK_S:-170} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
             > "$W/check_cuda.txt" 2>&1; echo "check rc=$?"; head -14 "$W/check_cuda.txt"; grep -A3 "^FAIL" "$W/check_cuda.txt" | head -20
     fi
-    stamp "pytest -m cuda: the L2-block wide backward, launch plans"
-    cuda_tests "${PYTEST_S:-110}" tests/kernels/test_layer_norm_kernels.py::test_cuda_l2_backward tests/kernels/test_plan.py
-    stamp "layer / RMS norm: the wide backward in L2-resident row blocks (sweep bwdl2)"
-    SWEEP_LINES="sweep bwdl2|chose|FAILED" ln_sweep bwdl2 ${SWEEP_S:-200}
+    stamp "pytest -m cuda: launch plans, then the aten / functional / custom-op CUDA tests"
+    cuda_tests "${PYTEST_S:-200}" tests/kernels/test_plan.py tests/ops/test_custom_ops.py tests/test_aten.py tests/test_functional.py
+    stamp "host cost per call (plans keyed on every input's shape / strides / dtype)"
+    timeout ${HOST_S:-90} python3 benchmarks/host_overhead.py --out "$W" > "$W/host_overhead.log" 2>&1; echo "host rc=$?"
+    tail -25 "$W/host_overhead.log"
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

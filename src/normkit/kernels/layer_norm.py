@@ -202,13 +202,6 @@ _CFG = {
     # (Several rows per exchange, _bwd_coop_rows_kernel, lost on every row it was swept on: H200 session 10,
     # NOTES-layer_norm.md; deleted.)
     "coop_max_chunk": 16384,
-    # wide backward in L2-resident row blocks (_bwd_l2_kernel: phase 1 row sums of a block, phase 2 dx of it
-    # from L2, one program per SM owning a column strip; 3 passes) where the row-sum + column path would run
-    "bwd_l2": 0,
-    "bwd_l2_block_bytes": 16 << 20,  # x + dy bytes of a row block
-    "bwd_l2_tile": 4096,  # rows x strip elements of a step (each phase)
-    "bwd_l2_warps": 16,
-    "bwd_l2_stages": 3,  # software pipelining of the loop (tl.range num_stages: cp.async into shared memory)
     "progs_per_sm_cap": 2 ** 22,  # cap on P * N for the dw/db partials (elements)
     # prefetching backward rows kernel (_bwd_rows_pf_kernel: the next two row blocks' loads issued before
     # this block's reductions) for bwd_pf_min_block <= BLOCK_N <= bwd_pf_max_block (BLOCK_N <= multi_row_max;
@@ -986,26 +979,15 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _arrive(CNT_AT):
-    """Count this program in on a counter after its stores (release: every thread's stores first)."""
+def _coop_exchange(CNT_AT, S):
+    """The cooperative backward's exchange, after a program stored its chunk's sums: count in on the
+    counter (release: every thread's stores first), then wait until all S programs have (acquire: their
+    sums are visible afterwards; read them with .cg, L1 is not coherent)."""
     tl.debug_barrier()
     tl.atomic_add(CNT_AT, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def _await(CNT_AT, S):
-    """Wait until S programs have counted in (acquire: their stores are visible afterwards; read them
-    with .cg, L1 is not coherent)."""
     arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
     while arrived < S:
         arrived = tl.atomic_add(CNT_AT, 0, sem="acquire", scope="gpu")
-
-
-@triton.jit
-def _coop_exchange(CNT_AT, S):
-    """The cooperative backward's exchange, after a program stored its chunk's sums."""
-    _arrive(CNT_AT)
-    _await(CNT_AT, S)
 
 
 @triton.jit
@@ -1066,102 +1048,6 @@ def _bwd_coop_kernel(
         tl.store(DWP + g * N + cols, dw_acc, mask=cmask)
     if NEED_DB:
         tl.store(DBP + g * N + cols, db_acc, mask=cmask)
-
-
-@triton.jit
-def _bwd_l2_kernel(
-    DY, X, W, MEAN, RSTD, ST, CNT, DX, DW, DB,
-    M, N, stride_dy, stride_x, stride_dx, R, STRIP,
-    BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
-    HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
-    STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, ACC: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    """Wide backward in row blocks small enough to stay in L2 (R rows of x and dy). P programs, all
-    resident (P <= SMs); program p owns the column strip [p * STRIP, (p + 1) * STRIP) of every row.
-
-    Iteration b walks the R rows in steps of BLOCK_R, doing two things per step on its strip: phase 1 of
-    block b + 1 (read x and dy from HBM, store the strip's sums of w*dy*xhat and w*dy per row to ST) and
-    phase 2 of block b (merge the row's P strip sums in strip order, the same bits in every program;
-    re-read x and dy, which phase 1 brought into L2 one iteration earlier; write dx; add the dw/db terms
-    to registers). So HBM reads and L2 re-reads are in flight together, and the loop is software-
-    pipelined (STAGES). Before phase 2 of block b a program waits until all P have counted in on block
-    b's counter (after their phase 1 of it); it counts in on block b + 1's after the loop. Iteration -1
-    does phase 1 of block 0 only. dw/db are written once at the end in the output dtype: no partials.
-    ST has 4 slots: a program may write block b + 1's sums while another still reads block b - 1's.
-    HBM: read x and dy, write dx: 3 passes. Never under the interpreter with P > 1 (programs run one after
-    another)."""
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    so = tl.arange(0, BLOCK_S)
-    cols = p * STRIP + so
-    cmask = (cols < N) & (so < STRIP)
-    if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    po = tl.arange(0, BLOCK_P)
-    dw_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
-    db_acc = tl.zeros([BLOCK_R, BLOCK_S], dtype=ACC)
-    nblk = tl.cdiv(M, R)
-    first = 0
-    if STORE_DX:
-        first = -1
-    for b in range(first, nblk):
-        if STORE_DX and b >= 0:
-            _await(CNT + b, P)
-        for r0 in tl.range(0, R, BLOCK_R, num_stages=STAGES):
-            rr = r0 + tl.arange(0, BLOCK_R)
-            if STORE_DX:  # phase 1 of block b + 1
-                rows1 = ((b + 1) * R + rr).to(tl.int64)
-                rm1 = (rr < R) & (rows1 < M)
-                m1 = rm1[:, None] & cmask[None, :]
-                x1 = tl.load(X + rows1[:, None] * stride_x + cols[None, :], mask=m1, other=0.0).to(ACC)
-                dy1 = tl.load(DY + rows1[:, None] * stride_dy + cols[None, :], mask=m1, other=0.0).to(ACC)
-                rstd1 = tl.load(RSTD + rows1, mask=rm1, other=0.0).to(ACC)
-                if IS_RMS:
-                    xhat1 = x1 * rstd1[:, None]
-                else:
-                    mean1 = tl.load(MEAN + rows1, mask=rm1, other=0.0).to(ACC)
-                    xhat1 = tl.where(m1, (x1 - mean1[:, None]) * rstd1[:, None], 0.0)
-                wdy1 = dy1
-                if HAS_W:
-                    wdy1 = dy1 * w[None, :]
-                at1 = ST + ((((b + 1) % 4) * R + rr) * P + p) * 2
-                tl.store(at1, tl.sum(wdy1 * xhat1, axis=1), mask=rm1)
-                tl.store(at1 + 1, tl.sum(wdy1, axis=1), mask=rm1)
-            rows = (b * R + rr).to(tl.int64)  # phase 2 of block b (nothing at b = -1)
-            rm = (rr < R) & (rows < M) & (rows >= 0)
-            mask = rm[:, None] & cmask[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
-            rstd = tl.load(RSTD + rows, mask=rm, other=0.0).to(ACC)
-            if IS_RMS:
-                xhat = x * rstd[:, None]
-            else:
-                mean = tl.load(MEAN + rows, mask=rm, other=0.0).to(ACC)
-                xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
-            if NEED_DW:
-                dw_acc += dy * xhat
-            if NEED_DB:
-                db_acc += dy
-            if STORE_DX:
-                sp = ST + (((b % 4) * R + rr[:, None]) * P + po[None, :]) * 2
-                smask = rm[:, None] & (po < P)[None, :]
-                c1 = tl.sum(tl.load(sp, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
-                wdy = dy
-                if HAS_W:
-                    wdy = dy * w[None, :]
-                if IS_RMS:
-                    dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
-                else:
-                    c2 = tl.sum(tl.load(sp + 1, mask=smask, other=0.0, cache_modifier=".cg"), axis=1) / N
-                    dx = (wdy - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-                tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=mask)
-        if STORE_DX and b + 1 < nblk:
-            _arrive(CNT + b + 1)
-    if NEED_DW:
-        tl.store(DW + cols, tl.sum(dw_acc, axis=0), mask=cmask)
-    if NEED_DB:
-        tl.store(DB + cols, tl.sum(db_acc, axis=0), mask=cmask)
 
 
 @triton.jit
@@ -1471,8 +1357,6 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                 and N >= _CFG["bwd_db_split_min_width"] and BLOCK_N <= _CFG["bwd_max_block"])
     rows_kernels = BLOCK_N <= _CFG["bwd_max_block" if is_rms or db_split else "bwd_max_block_ln"]
     coop = 0 if rows_kernels else _coop_chunk(x, N, BLOCK_N)
-    if not (rows_kernels or coop) and _CFG["bwd_l2"]:
-        return _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dtype, db_dtype)
     if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
@@ -1562,38 +1446,6 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     outs = _reduce(part, dtypes, pdl)
     dw = outs[0] if need_dw else None
     db = outs[-1] if need_db else None
-    return dx, dw, db
-
-
-def _backward_l2(dy, x, mean, rstd, weight, dx, need_dw, need_db, is_rms, dw_dtype, db_dtype):
-    """The wide backward through ``_bwd_l2_kernel`` (x, dy rows with unit stride; M, N > 0). P programs of
-    column strips, one per SM (their waits need them all resident; one under the interpreter, which runs
-    programs one after another); row blocks of ``'bwd_l2_block_bytes'`` of x and dy. dx: the output (None:
-    not asked)."""
-    M, N = x.shape
-    dev = x.device
-    need_dx = dx is not None
-    align = 64  # strips start on 128-byte boundaries of 16-bit rows
-    P_max = 1 if interpreting() else _num_sms(x)
-    strip = cdiv(cdiv(N, P_max), align) * align
-    P = cdiv(N, strip)
-    R = max(1, min(M, _CFG["bwd_l2_block_bytes"] // (N * (x.element_size() + dy.element_size()))))
-    acc_t = _stat_dtype(x.dtype)
-    dummy = x
-    dw = _alloc((N,), dtype=dw_dtype, device=dev) if need_dw else None
-    db = _alloc((N,), dtype=db_dtype, device=dev) if need_db else None
-    st = _alloc((4 * R * P * 2,), dtype=acc_t, device=dev) if need_dx else dummy
-    # one arrival counter per row block, zeroed per call (a cached buffer would race across streams and
-    # CUDA graphs)
-    cnt = torch.zeros((cdiv(M, R),), dtype=torch.int32, device=dev) if need_dx else dummy
-    BLOCK_S = next_pow2(strip)
-    launch(_bwd_l2_kernel, (P,),
-           dy, x, weight if weight is not None else dummy, mean, rstd, st, cnt,
-           dx if need_dx else dummy, dw if need_dw else dummy, db if need_db else dummy,
-           M, N, _row_stride(dy), _row_stride(x), N, R, strip,
-           BLOCK_P=next_pow2(P), BLOCK_R=max(1, _CFG["bwd_l2_tile"] // BLOCK_S), BLOCK_S=BLOCK_S,
-           HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-           ACC=_acc(x.dtype), STAGES=_CFG["bwd_l2_stages"], num_warps=_CFG["bwd_l2_warps"], enable_fp_fusion=False)
     return dx, dw, db
 
 
