@@ -564,6 +564,28 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(64, 96, 14, 14), (32, 64, 56, 56), (4, 16, 8, 32, 32)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_ncs_stages_same_bits(shape, dtype, monkeypatch):
+    """The ncs reduction's loop software-pipelined (red_ncs_stages: loads issued steps ahead through shared
+    memory) sums the same terms in the same order: the same bits as without, eagerly and in a CUDA graph,
+    and float64's values."""
+    x = torch.randn(shape, device="cuda", dtype=dtype) + 3
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    dy = torch.randn_like(x)
+
+    def run():
+        rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
+        y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        return (y, m, s, rm, rv) + B.bn_backward(dy, x, w, m, s, True, (True, True, True))
+
+    for stages in (2, 3):
+        assert_pdl_same_bits(monkeypatch, run, B._TUNE, "red_ncs_stages", stages, 1)
+    _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
+
+
 # ------------------------------------------------------------------------------------------------
 # rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
 # default, 2 still supported; backward always 2) and the backward grid target

@@ -109,6 +109,9 @@ _TUNE = {
     # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
+    # ncs reduction's loop software-pipelined by Triton (tl.range num_stages; 1: not). Prepared in session 15,
+    # not yet measured: NOTES-batch_norm.md
+    "red_ncs_stages": 1,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -263,10 +266,11 @@ def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
-    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
-    kernel."""
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step; STAGES > 1: the loop
+    software-pipelined by Triton, loads issued that many steps ahead). Same sums as the rows kernel."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -290,7 +294,7 @@ def _bn_reduce_ncs(
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
         first = 1
-    for i in range(first, n_iter):
+    for i in tl.range(first, n_iter, num_stages=STAGES):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
@@ -305,9 +309,10 @@ def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL, STAGES)
 
 
 @triton.jit
@@ -315,10 +320,11 @@ def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL, STAGES)
 
 
 @triton.jit
@@ -953,7 +959,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, STAGES=_TUNE["red_ncs_stages"], **pdl_trigger(pdl),
             num_warps=nw,
         )
     return part, P
