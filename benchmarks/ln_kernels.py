@@ -563,6 +563,21 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 0.43-0.48 on three leases, LN fp32 512x262144 0.660 against 0.753, but RMS bf16 65536 / 262144 +1.5 / +11 %,
     # LN bf16 262144 +2 %, fp32 65536 +20 % against the cooperative kernel; both phases fused into one loop (per
     # strip sums, P merged per row) 0.67. Deleted (kernel, knobs, tests, group); NOTES-layer_norm.md, session 15.
+    # session 15 (prepared, not measured): the 5-pass path's row-sum and column kernels software-pipelined by
+    # Triton (tl.range num_stages; offline sm_90: cp.async, 24-98 KB of shared memory, the row-sum kernel 58 -> 80-92
+    # registers, so 4 -> 2 programs of 8 warps per SM). Predicted: bf16 2048x65536 / 512x262144 -5..-15 %.
+    for op, M, N, dt, pdt in (("ln", 2048, 65536, torch.bfloat16, torch.bfloat16),
+                              ("rms", 2048, 65536, torch.bfloat16, torch.bfloat16),
+                              ("ln", 512, 262144, torch.bfloat16, torch.bfloat16),
+                              ("rms", 512, 262144, torch.bfloat16, torch.bfloat16),
+                              ("ln", 4096, 32768, torch.bfloat16, torch.bfloat16),
+                              ("ln", 2048, 65536, torch.bfloat16, torch.float32),
+                              ("ln", 512, 262144, torch.float32, torch.float32)):
+        for lab, cfg in (("base", {}), ("rs2", {"bwd_rowsum_stages": 2}), ("rs3", {"bwd_rowsum_stages": 3}),
+                         ("cols2", {"bwd_cols_stages": 2}), ("cols3", {"bwd_cols_stages": 3}),
+                         ("both2", {"bwd_rowsum_stages": 2, "bwd_cols_stages": 2}),
+                         ("both3", {"bwd_rowsum_stages": 3, "bwd_cols_stages": 3})):
+            add("bwdst", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -608,7 +623,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -85,6 +85,8 @@
 # PART=34: batch norm's ncs reduction with Triton's software pipelining (red_ncs_stages 2 / 3, prepared in session 15,
 #          offline sm_90: cp.async into shared memory but at bf16 7x7): its CUDA test (same bits), then the A/B
 #          (bn_kernels.py variants ncsst2, ncsst3 on the contiguous NCHW / NCDHW rows, forward and backward).
+# PART=35: the 5-pass wide layer / RMS backward (16-bit past 16384, fp32 past 65536) with Triton's software pipelining
+#          (bwd_rowsum_stages, bwd_cols_stages, prepared in session 15): its CUDA test (same bits), the sweep bwdst.
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -451,6 +453,11 @@ elif [ "$PART" = 34 ]; then
     timeout 330 python3 benchmarks/bn_kernels.py --out "$W" --budget 300 --only-variants ncsst2,ncsst3 --layouts contig \
         --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     grep -v -i warn "$W/bn_kernels.log" | cut -c1-200 | tail -45
+elif [ "$PART" = 35 ]; then
+    stamp "pytest -m cuda: the 5-pass wide backward software-pipelined (same bits)"
+    cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_wide_backward_stages_same_bits
+    stamp "layer / RMS norm: the row-sum and column kernels pipelined (sweep bwdst)"
+    SWEEP_LINES="sweep bwdst|chose|FAILED" ln_sweep bwdst ${SWEEP_S:-230}
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

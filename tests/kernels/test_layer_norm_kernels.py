@@ -1009,6 +1009,33 @@ def test_coop_never_waits_in_the_interpreter(monkeypatch):
     assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_rowsum_kernel", "_bwd_cols_kernel"] * 2
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [40000, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_wide_backward_stages_same_bits(N, dtype, monkeypatch):
+    # the row-sum + column path's loops software-pipelined (bwd_rowsum_stages, bwd_cols_stages: loads issued
+    # steps ahead through shared memory) sum the same terms in the same order: the same bits, eagerly and in
+    # a CUDA graph, and float64's values
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 0)
+    M = 2 ** 22 // N + 3
+    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+    _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    _, rr = L.rms_forward(x, w, 1e-6)
+
+    def run():
+        return (*L.ln_backward(dy, x, mean, rstd, w, (True, True, True)),
+                *L.rms_backward(dy, x, rr, w, (True, True)))
+
+    for stages in (2, 3):  # (1, 1) -> (1, stages) -> (stages, stages): each step the same bits
+        monkeypatch.setitem(L._CFG, "bwd_rowsum_stages", 1)
+        assert_pdl_same_bits(monkeypatch, run, L._CFG, "bwd_cols_stages", stages, 1)
+        assert_pdl_same_bits(monkeypatch, run, L._CFG, "bwd_rowsum_stages", stages, 1)
+    check_ln(M, N, dtype, "same", device="cuda")
+    check_rms(M, N, dtype, "same", device="cuda")
+
+
 class _FakeCuda:
     device = torch.device("cuda")
 

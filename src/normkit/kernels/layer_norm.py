@@ -184,6 +184,10 @@ _CFG = {
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
+    # the row-sum and column kernels' loops software-pipelined by Triton (tl.range num_stages; 1: not).
+    # Prepared in session 15, not yet measured (NOTES-layer_norm.md)
+    "bwd_rowsum_stages": 1,
+    "bwd_cols_stages": 1,
     # cooperative wide backward (_bwd_coop_kernel: a row's chunk programs wait for each other's row sums,
     # then each writes its dx slice; 3 passes) where the rows kernels stop, up to bwd_coop_max_block
     # (16-bit inputs: bwd_coop_max_block_16bit); chunk, elements per thread (-> warps), programs per SM
@@ -898,8 +902,10 @@ def _bwd_rowsum_kernel(
     DY, X, W, MEAN, RSTD, C,
     N, stride_dy, stride_x,
     CHUNK: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+    STAGES: tl.constexpr = 1,
 ):
-    """One program per row: C[row] = (sum(w*dy*xhat)/N, sum(w*dy)/N). HBM: read x, dy."""
+    """One program per row: C[row] = (sum(w*dy*xhat)/N, sum(w*dy)/N). HBM: read x, dy. STAGES > 1: the
+    loop software-pipelined by Triton (loads issued that many chunks ahead, through shared memory)."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, CHUNK)
     rstd = tl.load(RSTD + row).to(ACC)
@@ -908,7 +914,7 @@ def _bwd_rowsum_kernel(
         mean = tl.load(MEAN + row).to(ACC)
     s1 = tl.zeros([CHUNK], dtype=ACC)
     s2 = tl.zeros([CHUNK], dtype=ACC)
-    for start in range(0, N, CHUNK):
+    for start in tl.range(0, N, CHUNK, num_stages=STAGES):
         cols = start + offs
         cmask = cols < N
         _, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
@@ -926,12 +932,13 @@ def _bwd_cols_kernel(
     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False,
+    ACC: tl.constexpr, PDL: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):
     """Program (column block, row group): dx for its tile of every row of the group, dw/db partials.
 
     Row groups and the rows inside them are walked last-first, the reverse of the row-sum kernel.
-    HBM: read x, dy, write dx (3 passes; 5 with the row-sum kernel) + G*N partials.
+    HBM: read x, dy, write dx (3 passes; 5 with the row-sum kernel) + G*N partials. STAGES > 1: the
+    loop software-pipelined by Triton.
     """
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
@@ -945,7 +952,7 @@ def _bwd_cols_kernel(
     db_acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=ACC)
     row0 = g.to(tl.int64) * rows_per_group
     nsteps = tl.cdiv(rows_per_group, BLOCK_R)
-    for i in range(0, nsteps):
+    for i in tl.range(0, nsteps, num_stages=STAGES):
         rows = row0 + (nsteps - 1 - i) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
         rmask = (rows < M) & (rows < row0 + rows_per_group)
         mask = rmask[:, None] & cmask[None, :]
@@ -1425,7 +1432,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             launch(_bwd_rowsum_kernel, (M,),
                 dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
                 CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
-                num_warps=8, enable_fp_fusion=False,
+                STAGES=_CFG["bwd_rowsum_stages"], num_warps=8, enable_fp_fusion=False,
             )
         BN = _CFG["bwd_col_block"]
         BR = _CFG["bwd_col_rows"]
@@ -1438,7 +1445,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         launch(_bwd_cols_kernel, (ncb, G),
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg,
-            BLOCK_R=BR, BLOCK_N=BN, num_warps=8, enable_fp_fusion=False, **flags,
+            BLOCK_R=BR, BLOCK_N=BN, STAGES=_CFG["bwd_cols_stages"], num_warps=8, enable_fp_fusion=False, **flags,
         )
     if not need_partials:
         return dx, None, None
