@@ -82,9 +82,9 @@
 #          as the installed torch rules; CHECK_S=0 skips it), the CUDA tests of plans, aten, functional and custom ops,
 #          host cost per call. (Calls 2-4 ran the L2-block wide backward's CUDA tests and sweep bwdl2 here: deleted since.)
 # For the next session:
-# PART=34: batch norm's ncs reduction with Triton's software pipelining (red_ncs_stages 2 / 3, prepared in session 15,
-#          offline sm_90: cp.async into shared memory but at bf16 7x7): its CUDA test (same bits), then the A/B
-#          (bn_kernels.py variants ncsst2, ncsst3 on the contiguous NCHW / NCDHW rows, forward and backward).
+# PART=34: batch norm's reductions with Triton's software pipelining (red_ncs_stages, red_rows_stages; prepared in
+#          session 15, offline sm_90: cp.async into shared memory, but not at bf16 7x7 NCHW): their CUDA test (same
+#          bits), then the A/B (bn_kernels.py variants ncsst2/3, rowsst2/3/4, forward and backward, both layouts).
 # PART=35: the 5-pass wide layer / RMS backward (16-bit past 16384, fp32 past 65536) with Triton's software pipelining
 #          (bwd_rowsum_stages, bwd_cols_stages, prepared in session 15): its CUDA test (same bits), the sweep bwdst.
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
@@ -447,10 +447,10 @@ elif [ "$PART" = 33 ]; then
     timeout ${HOST_S:-90} python3 benchmarks/host_overhead.py --out "$W" > "$W/host_overhead.log" 2>&1; echo "host rc=$?"
     tail -25 "$W/host_overhead.log"
 elif [ "$PART" = 34 ]; then
-    stamp "pytest -m cuda: the ncs reduction software-pipelined (same bits)"
-    cuda_tests 150 tests/kernels/test_batch_norm_kernels.py::test_cuda_ncs_stages_same_bits
-    stamp "batch norm: the ncs reduction's loop pipelined (bn_kernels.py variants ncsst2, ncsst3; NCHW / NCDHW rows)"
-    timeout 330 python3 benchmarks/bn_kernels.py --out "$W" --budget 300 --only-variants ncsst2,ncsst3 --layouts contig \
+    stamp "pytest -m cuda: the reductions software-pipelined (same bits)"
+    cuda_tests 150 tests/kernels/test_batch_norm_kernels.py::test_cuda_reduction_stages_same_bits
+    stamp "batch norm: the reductions' loops pipelined by Triton (bn_kernels.py variants ncsst2/3, rowsst2/3/4)"
+    timeout 400 python3 benchmarks/bn_kernels.py --out "$W" --budget 370 --only-variants ncsst2,ncsst3,rowsst2,rowsst3,rowsst4 \
         --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     grep -v -i warn "$W/bn_kernels.log" | cut -c1-200 | tail -45
 elif [ "$PART" = 35 ]; then

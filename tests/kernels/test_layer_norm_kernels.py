@@ -1009,6 +1009,19 @@ def test_coop_never_waits_in_the_interpreter(monkeypatch):
     assert [n for n, _ in seen if n.startswith("_bwd")] == ["_bwd_rowsum_kernel", "_bwd_cols_kernel"] * 2
 
 
+@interp
+def test_wide_backward_stages_reach_the_kernels(monkeypatch):
+    # bwd_rowsum_stages / bwd_cols_stages go to the row-sum and column kernels (Triton's pipeliner, which the
+    # interpreter ignores; test_cuda_wide_backward_stages_same_bits checks the bits compiled)
+    _coop_on(monkeypatch, chunk=64)
+    monkeypatch.setitem(L._CFG, "bwd_rowsum_stages", 3)
+    monkeypatch.setitem(L._CFG, "bwd_cols_stages", 2)
+    seen = _record_launches(monkeypatch)
+    check_ln(5, 300, torch.bfloat16, "same")
+    assert [(n, kw["STAGES"]) for n, kw in seen if n.startswith("_bwd")] == [("_bwd_rowsum_kernel", 3),
+                                                                             ("_bwd_cols_kernel", 2)]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("N", [40000, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
