@@ -156,7 +156,11 @@ def audit(kernel, sig, consts, attrs, options):
     os.unlink(f.name)
     ptx = c.asm["ptx"]
     loads = {k: len(re.findall(r"ld\.global(?:\.[a-z]+)*\." + re.escape(k) + r"\s", ptx)) for k in _LOADS}
-    return int(re.search(r"REG:(\d+)", res).group(1)), loads, tile_conversions(c.asm["ttgir"]), code_digest(ptx)
+    # what software pipelining (tl.range num_stages) costs: shared memory, and whether loads became cp.async
+    loads["cp.async"] = len(re.findall(r"cp\.async\.c", ptx))
+    stack = int(re.search(r"STACK:(\d+)", res).group(1))
+    return (int(re.search(r"REG:(\d+)", res).group(1)), stack, c.metadata.shared, loads,
+            tile_conversions(c.asm["ttgir"]), code_digest(ptx))
 
 
 def code_digest(ptx: str) -> str:
@@ -190,7 +194,16 @@ def main():
     ap.add_argument("--ops", nargs="+", default=["batch_norm", "layer_norm", "group_norm"])
     ap.add_argument("--quick", action="store_true", help="a few shapes, bf16 only")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KNOB=INT",
+                    help="knobs of batch norm's _TUNE / layer norm's _CFG / group norm's _CFG before recording")
     args = ap.parse_args()
+    for item in args.set:
+        name, value = item.split("=")
+        tables = [t for t in (B._TUNE, L._CFG, GN._CFG) if name in t]
+        if not tables:
+            raise SystemExit(f"unknown knob {name}")
+        for t in tables:
+            t[name] = int(value)
     launches = record_launches(set(args.ops), args.quick)
     done, rows = {}, []
     for kernel, a, kw in launches:
@@ -200,7 +213,7 @@ def main():
         if key in done:
             continue
         try:
-            regs, loads, convs, digest = audit(kernel, sig, consts, attrs, options)
+            regs, stack, smem, loads, convs, digest = audit(kernel, sig, consts, attrs, options)
         except Exception as e:  # report and go on: one kernel's failure should not hide the others
             done[key] = None
             print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
@@ -212,11 +225,13 @@ def main():
         ptrs = {n: t for n, t in sig.items() if t.startswith("*")}
         narrow = loads["b16"] + loads["b32"]
         wide = loads["v4.b32"] + loads["v2.b32"] + loads["v4.b16"] + loads["v2.b16"]
-        row = dict(kernel=kernel.fn.__name__, registers=regs, loads=loads, tile_conversions=convs, constexprs=cx,
-                   pointers=ptrs, options=options, flag=narrow > 2 * max(wide, 1), code=digest)
+        row = dict(kernel=kernel.fn.__name__, registers=regs, stack=stack, shared=smem, loads=loads,
+                   tile_conversions=convs, constexprs=cx, pointers=ptrs, options=options,
+                   flag=narrow > 2 * max(wide, 1), code=digest)
         done[key] = row
         rows.append(row)
-        print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{row['kernel']} regs {regs} loads "
+        print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{row['kernel']} regs {regs} "
+              f"stack {stack} smem {smem} loads "
               + " ".join(f"{k}:{n}" for k, n in loads.items() if n)
               + f" | {json.dumps({k: str(v) for k, v in cx.items()})} {options}", flush=True)
     flagged = sum(r["flag"] for r in rows)
