@@ -535,18 +535,9 @@ def test_cuda_deterministic_and_eval_layouts():
     assert torch.equal(y1, y2)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape,layout,dtype", [
-    ((64, 256, 28, 28), "cl", torch.bfloat16),     # rows view
-    ((64, 256, 28, 28), "contig", torch.float32),  # ncs, S a multiple of 16
-    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass
-    ((64, 128, 14, 14), "contig", torch.float16),  # ncs, 14x14
-    ((4096, 96), "contig", torch.float32),          # 2-D
-])
-def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
-    """Programmatic dependent launch changes when kernels start, never what they compute: every output
-    of the training forward and backward (and inside a captured CUDA graph) has the same bits with and
-    without it, and matches the float64 reference."""
+def _cuda_train_step(shape, layout, dtype):
+    """(x, run): fresh CUDA inputs, and run() giving every output of a training forward + backward (fresh
+    running statistics each call)."""
     x = torch.randn(shape, device="cuda", dtype=dtype) + 3
     if layout == "cl":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -560,6 +551,22 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
         y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
         return (y, m, s, rm, rv) + B.bn_backward(dy, x, w, m, s, True, (True, True, True))
 
+    return x, run
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,layout,dtype", [
+    ((64, 256, 28, 28), "cl", torch.bfloat16),     # rows view
+    ((64, 256, 28, 28), "contig", torch.float32),  # ncs, S a multiple of 16
+    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass
+    ((64, 128, 14, 14), "contig", torch.float16),  # ncs, 14x14
+    ((4096, 96), "contig", torch.float32),          # 2-D
+])
+def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
+    """Programmatic dependent launch changes when kernels start, never what they compute: every output
+    of the training forward and backward (and inside a captured CUDA graph) has the same bits with and
+    without it, and matches the float64 reference."""
+    x, run = _cuda_train_step(shape, layout, dtype)
     assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
@@ -573,18 +580,7 @@ def test_cuda_reduction_stages_same_bits(shape, layout, dtype, monkeypatch):
     """The reductions' loops software-pipelined by Triton (red_ncs_stages: NCHW / NCDHW; red_rows_stages:
     channels_last and 2-D, instead of the hand-written one-step prefetch) sum the same terms in the same
     order: the same bits as without, eagerly and in a CUDA graph, and float64's values."""
-    x = torch.randn(shape, device="cuda", dtype=dtype) + 3
-    if layout == "cl":
-        x = x.contiguous(memory_format=torch.channels_last)
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    dy = torch.randn_like(x)
-
-    def run():
-        rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
-        y, m, s = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
-        return (y, m, s, rm, rv) + B.bn_backward(dy, x, w, m, s, True, (True, True, True))
-
+    x, run = _cuda_train_step(shape, layout, dtype)
     for stages in (2, 3, 4):
         for key in ("red_ncs_stages", "red_rows_stages"):
             assert_pdl_same_bits(monkeypatch, run, B._TUNE, key, stages, 1)
