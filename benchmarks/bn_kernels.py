@@ -107,15 +107,8 @@ VARIANTS = {
     # -8..-15 % on the 51 MB forwards), +4..+7 % on every >= 100 MB backward when always on (NOTES-batch_norm.md)
     # 2026-12-01 (session 8): a sample-major reduction over short unaligned NCHW planes (16-byte loads, the
     # position sums split into channels once per program) measured and deleted (NOTES-batch_norm.md)
-    # session 15 (prepared, not measured): the ncs reduction's loop software-pipelined by Triton (tl.range
-    # num_stages: cp.async into shared memory, offline sm_90; not at bf16 7x7, whose 2-byte loads stay plain)
-    "ncsst2": {"red_ncs_stages": 2},
-    "ncsst3": {"red_ncs_stages": 3},
-    # ... and the rows reduction's loop pipelined by Triton instead of by hand (one step ahead; offline sm_90:
-    # cp.async, 16 / 32 / 49 KB of shared memory a program at 2 / 3 / 4 stages, 48-74 registers)
-    "rowsst2": {"red_rows_stages": 2},
-    "rowsst3": {"red_rows_stages": 3},
-    "rowsst4": {"red_rows_stages": 4},
+    # session 15 / 16: both reductions' loops software-pipelined by Triton (tl.range num_stages, 2-4 stages:
+    # ncs and rows reductions) measured and deleted: slower on most rows (NOTES-batch_norm.md, session 16)
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -133,15 +126,9 @@ VARIANT_SCOPE = {
     "nopdl": ("any", ("fwd", "bwd")),
     "comb4kbwd": ("any", ("bwd",)),
     "comb1kfwd": ("any", ("fwd",)),
-    "ncsst2": ("ncs", ("fwd", "bwd")),
-    "ncsst3": ("ncs", ("fwd", "bwd")),
-    "rowsst2": ("rows", ("fwd", "bwd")),
-    "rowsst3": ("rows", ("fwd", "bwd")),
-    "rowsst4": ("rows", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "ncsst2", "ncsst3", "rowsst2", "rowsst3",
-                 "rowsst4")
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -578,6 +578,25 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                          ("both2", {"bwd_rowsum_stages": 2, "bwd_cols_stages": 2}),
                          ("both3", {"bwd_rowsum_stages": 3, "bwd_cols_stages": 3})):
             add("bwdst", lab, cfg, op, M, N, "bwd", pdt, dt)
+    # session 16: bwdst measured, (3, 3) adopted (geomean -13 %). Around it: 2 / 4 stages, and the tiles the
+    # pipelined loops may now prefer (row-sum chunk, column block, rows per step; shared memory per program,
+    # bf16: chunk 4096 8 KB a stage, col block 1024 x 4 rows 16 KB a stage)
+    bf, f32 = torch.bfloat16, torch.float32
+    for op, M, N, dt, pdt in (("ln", 2048, 65536, bf, bf), ("rms", 2048, 65536, bf, bf), ("rms", 512, 262144, bf, bf),
+                              ("ln", 512, 262144, f32, f32), ("ln", 2048, 65536, bf, f32)):
+        for lab, cfg in (("base", {}), ("rs2", {"bwd_rowsum_stages": 2}), ("rs4", {"bwd_rowsum_stages": 4}),
+                         ("cols4", {"bwd_cols_stages": 4}), ("both4", {"bwd_rowsum_stages": 4, "bwd_cols_stages": 4}),
+                         ("chunk8k", {"bwd_chunk": 8192}), ("chunk2k", {"bwd_chunk": 2048}),
+                         ("cb2k", {"bwd_col_block": 2048}), ("cr8", {"bwd_col_rows": 8}), ("cr2", {"bwd_col_rows": 2})):
+            add("bwdst4", lab, cfg, op, M, N, "bwd", pdt, dt)
+    # ... and where the other paths run now (db split, rows, cooperative): the 5-pass path, pipelined, instead.
+    # Per row, not a geomean: the choice is a width / dtype rule
+    five = {"bwd_max_block": 8192, "bwd_max_block_ln": 8192, "bwd_coop_max_block": 0, "bwd_coop_max_block_16bit": 0}
+    for op, M, N, dt, pdt in (("ln", 4096, 16384, bf, bf), ("ln", 8192, 12288, bf, bf), ("rms", 4096, 16384, bf, bf),
+                              ("ln", 4096, 16384, bf, f32), ("ln", 4096, 16384, f32, f32), ("ln", 4096, 32768, f32, f32),
+                              ("ln", 2048, 65536, f32, f32), ("rms", 2048, 65536, f32, f32)):
+        for lab, cfg in (("base", {}), ("5pass", five)):
+            add("bwd5route", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -623,7 +642,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -87,6 +87,13 @@
 #          bits), then the A/B (bn_kernels.py variants ncsst2/3, rowsst2/3/4, forward and backward, both layouts).
 # PART=35: the 5-pass wide layer / RMS backward (16-bit past 16384, fp32 past 65536) with Triton's software pipelining
 #          (bwd_rowsum_stages, bwd_cols_stages, prepared in session 15): its CUDA test (same bits), the sweep bwdst.
+# Session 16: PART=34 (the batch-norm reductions pipelined: slower on most rows, deleted) and PART=35 (the 5-pass
+# wide backward pipelined: geomean -13 %, adopted at 3 stages) ran as above.
+# PART=36: the layer-norm kernels' CUDA tests at the adopted stages, then around them (sweep bwdst4: 2 / 4 stages,
+#          row-sum chunk, column tile) and the 5-pass path where the db-split / rows / cooperative kernels run now
+#          (sweep bwd5route, per row).
+# PART=37: the suite bench of layer and RMS norm (every dtype, peers) and of batch norm (every dtype): the README's
+#          headline table at the current code.
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -458,6 +465,21 @@ elif [ "$PART" = 35 ]; then
     cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_wide_backward_stages_same_bits
     stamp "layer / RMS norm: the row-sum and column kernels pipelined (sweep bwdst)"
     SWEEP_LINES="sweep bwdst|chose|FAILED" ln_sweep bwdst ${SWEEP_S:-230}
+elif [ "$PART" = 36 ]; then
+    stamp "pytest -m cuda: layer-norm kernels (5-pass backward pipelined at 3 stages)"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py
+    stamp "layer / RMS norm: around the adopted stages (bwdst4), the 5-pass path where other paths run (bwd5route)"
+    SWEEP_LINES="sweep bwdst4|sweep bwd5route|chose|FAILED" ln_sweep bwdst4,bwd5route ${SWEEP_S:-200}
+elif [ "$PART" = 37 ]; then
+    use_wheels
+    stamp "bench: layer and RMS norm, every dtype, peers"
+    timeout ${LN_S:-300} python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
+        --budget $(( ${LN_S:-300} - 20 )) --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    stamp "bench: batch norm, every dtype, peers"
+    timeout ${BN_S:-220} python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
+        --budget $(( ${BN_S:-220} - 20 )) --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
+        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

@@ -571,25 +571,6 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape,layout", [((64, 96, 14, 14), "contig"), ((32, 64, 56, 56), "contig"),
-                                          ((4, 16, 8, 32, 32), "contig"), ((64, 96, 14, 14), "cl"),
-                                          ((32, 64, 56, 56), "cl"), ((4096, 320), "contig")])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_reduction_stages_same_bits(shape, layout, dtype, monkeypatch):
-    """The reductions' loops software-pipelined by Triton (red_ncs_stages: NCHW / NCDHW; red_rows_stages:
-    channels_last and 2-D, instead of the hand-written one-step prefetch) sum the same terms in the same
-    order: the same bits as without, eagerly and in a CUDA graph, and float64's values."""
-    x, run = _cuda_train_step(shape, layout, dtype)
-    for stages in (2, 3, 4):
-        for key in ("red_ncs_stages", "red_rows_stages"):
-            assert_pdl_same_bits(monkeypatch, run, B._TUNE, key, stages, 1)
-            monkeypatch.setitem(B._TUNE, key, 1)
-    monkeypatch.setitem(B._TUNE, "red_ncs_stages", 3)
-    monkeypatch.setitem(B._TUNE, "red_rows_stages", 3)
-    _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
-
-
 # ------------------------------------------------------------------------------------------------
 # rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
 # default, 2 still supported; backward always 2) and the backward grid target
@@ -598,9 +579,7 @@ ROWS4 = {"red_unroll_rows_fwd": 4, "red_unroll_rows_fwd_fp32": 4}
 ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, target_programs_rows_bwd=5)
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
 KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2},
-         "rows2_tiny": ROWS2_TINY,
-         # the loop pipelined by Triton instead of by hand (red_rows_stages; the interpreter runs it as a plain loop)
-         "rows4_tiny_st3": dict(ROWS4_TINY, red_rows_stages=3), "rows2_tiny_st2": dict(ROWS2_TINY, red_rows_stages=2)}
+         "rows2_tiny": ROWS2_TINY}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
     ((2, 3, 2, 3, 4), "cl"),
@@ -621,24 +600,6 @@ def knobs(request, monkeypatch):
 def test_knob_paths_train_eval(shape, layout, dtype, knobs, poison):
     test_train_forward_backward(shape, layout, dtype, knobs, poison)
     test_eval_forward_backward(shape, layout, dtype, knobs, poison)
-
-
-@interp
-@pytest.mark.parametrize("shape,layout", ROWS_CASES, ids=[f"{s}-{l}" for s, l in ROWS_CASES])
-def test_rows_stages_same_bits(shape, layout, monkeypatch):
-    # red_rows_stages > 1 takes another loop (Triton's pipeliner, no hand-written prefetch) over the same
-    # chunks in the same order: bit-identical sums, so every output of every mode
-    x = make_x(shape, torch.float32, layout)
-    C = shape[1]
-    dy = torch.randn_like(x)
-    w, b = torch.rand(C) + 0.5, torch.randn(C)
-    rm, rv = torch.randn(C), torch.rand(C) + 0.5
-    for k, v in ROWS4_TINY.items():
-        monkeypatch.setitem(B._TUNE, k, v)
-    want = _all_modes(x, dy, w, b, rm, rv)
-    monkeypatch.setitem(B._TUNE, "red_rows_stages", 3)
-    for a, c in zip(want, _all_modes(x, dy, w, b, rm, rv)):
-        assert torch.equal(a, c)
 
 
 def _all_modes(x, dy, w, b, rm, rv):

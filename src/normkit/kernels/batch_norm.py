@@ -109,11 +109,6 @@ _TUNE = {
     # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
-    # ncs reduction's loop software-pipelined by Triton (tl.range num_stages; 1: not). Prepared in session 15,
-    # not yet measured: NOTES-batch_norm.md
-    "red_ncs_stages": 1,
-    # the rows reduction's loop pipelined by Triton instead of by hand (1: by hand). Prepared in session 15
-    "red_rows_stages": 1,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -208,15 +203,13 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, PDL: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    UNROLL: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
-    any is used, and the next step's loads issued before this step's sums; STAGES > 1: instead, the
-    loop software-pipelined by Triton, loads issued STAGES - 1 steps ahead through shared memory; the
-    same sums in the same order). Forward: sum(x-shift), sum((x-shift)^2), shift = row 0. Backward:
-    sum(g), sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]. PDL: the combine may launch once
-    every program has started (it waits for the sums)."""
+    any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
+    sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
+    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums)."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -232,21 +225,14 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    if STAGES > 1:
-        for i in tl.range(0, n_iter, num_stages=STAGES):
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
-                                                                BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
-    else:
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                        BM, UNROLL, BWD)
+    for i in range(0, n_iter):
+        c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+                                                            cmask, BM, UNROLL, BWD)
+        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+                                       ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
@@ -277,11 +263,10 @@ def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
-    STAGES: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
-    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step; STAGES > 1: the loop
-    software-pipelined by Triton, loads issued that many steps ahead). Same sums as the rows kernel."""
+    (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
+    kernel."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -305,7 +290,7 @@ def _bn_reduce_ncs(
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
         acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
         first = 1
-    for i in tl.range(first, n_iter, num_stages=STAGES):
+    for i in range(first, n_iter):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
@@ -320,10 +305,9 @@ def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-    STAGES: tl.constexpr = 1,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL, STAGES)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
@@ -331,11 +315,10 @@ def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-    STAGES: tl.constexpr = 1,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL, STAGES)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
@@ -962,8 +945,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], STAGES=_TUNE["red_rows_stages"],
-            **pdl_trigger(pdl),
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
             num_warps=_TUNE["red_warps"] if cfg["BM"] * cfg["BC"] >= 2048 else 4,
         )
     else:
@@ -971,7 +953,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
         launch(kern, grid,
             x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, STAGES=_TUNE["red_ncs_stages"], **pdl_trigger(pdl),
+            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
             num_warps=nw,
         )
     return part, P

@@ -62,7 +62,9 @@ fixed order, 32-column x 128-row blocks):
   3 passes (fp32 2048x65536 LN 0.751 -> 0.565 ms against the column path).
 * wider still: a row-sum kernel (reads x, dy) and a column-tiled kernel (reads x, dy, writes dx,
   accumulates dw/db partials over a row group, walking the rows in the reverse order so the tail of the
-  first kernel's reads hit L2): 5 passes at worst.
+  first kernel's reads hit L2): 5 passes at worst. Both loops are software-pipelined by Triton
+  (``'bwd_rowsum_stages'``, ``'bwd_cols_stages'`` = 3: cp.async copies two steps ahead; bf16 LN
+  2048x65536 0.480 -> 0.365 ms).
 
 The timings quoted above are bf16 (CUDA-graph replay, H200, 2026-11-30) unless marked fp32; earlier
 measurements of the default kernels: ``benchmarks/NOTES-layer_norm.md``.
@@ -184,10 +186,12 @@ _CFG = {
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel
-    # the row-sum and column kernels' loops software-pipelined by Triton (tl.range num_stages; 1: not).
-    # Prepared in session 15, not yet measured (NOTES-layer_norm.md)
-    "bwd_rowsum_stages": 1,
-    "bwd_cols_stages": 1,
+    # the row-sum and column kernels' loops software-pipelined by Triton (tl.range num_stages: loads issued
+    # stages - 1 steps ahead through shared memory; 1: not). H200 session 16, sweep bwdst, 7 rows: geomean
+    # 0.447 -> 0.390 ms (bf16 LN 2048x65536 0.480 -> 0.365, 4096x32768 0.437 -> 0.351, fp32 LN 512x262144
+    # 0.751 -> 0.642; RMS bf16 512x262144 0.350 -> 0.351, the one row not faster)
+    "bwd_rowsum_stages": 3,
+    "bwd_cols_stages": 3,
     # cooperative wide backward (_bwd_coop_kernel: a row's chunk programs wait for each other's row sums,
     # then each writes its dx slice; 3 passes) where the rows kernels stop, up to bwd_coop_max_block
     # (16-bit inputs: bwd_coop_max_block_16bit); chunk, elements per thread (-> warps), programs per SM
@@ -831,7 +835,8 @@ def _bwd_rows_pf_kernel(
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
     in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
     reductions, so that HBM reads stay in flight while the program reduces (the plain kernel issues
-    nothing during its reductions; Triton's pipeliner leaves loops without a dot alone). Same math,
+    nothing during its reductions; Triton pipelines a loop without a dot only as ``tl.range(num_stages=k)``,
+    through shared memory, which at 16384 wide rows costs stack and shared memory). Same math,
     same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
     HOLD_W: w loaded once per program and held (as the plain kernel's HOLD_W), else reloaded per block.
     """
