@@ -116,24 +116,31 @@ def test_group_norm_and_instance_norm_match_torch():
                                F.instance_norm(x, rm, rv, use_input_stats=False))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("entry", ["functional", "ops"])
-def test_instance_norm_running_var_small_variance(entry, dtype):
-    """Regression (found by tests/test_randomized.py): the running variance was recovered from the saved
+def test_instance_norm_running_var_small_variance(entry, dtype, device):
+    """Regressions (found by tests/test_randomized.py): the running variance was recovered from the saved
     rstd as rstd^-2 - eps, which loses everything once var << eps (x of scale 1e-6, eps 1e-5: 35 % off;
-    scale 0.05, eps 0.1: 2e-6). It is now computed from the input."""
+    scale 0.05, eps 0.1: 2e-6). It is now computed from the input, each instance shifted by its first element:
+    on CUDA, fp32 torch.var of values near 1000 with std 0.1 was 9e-5 off, near 1 with std 1e-3 1.5e-5."""
     torch.manual_seed(0)
-    for scale, eps in ((1e-6, 1e-5), (1e-5, 1e-5), (0.05, 0.1)):
-        x = (torch.randn(2, 3, 4, 5, dtype=F64) * scale).to(dtype)
-        rm, rv = torch.zeros(3), torch.ones(3)
-        rm_t, rv_t = rm.double(), rv.double()
+    for shape, scale, offset, eps in (((2, 3, 4, 5), 1e-6, 0, 1e-5), ((2, 3, 4, 5), 1e-5, 0, 1e-5),
+                                      ((2, 3, 4, 5), 0.05, 0, 0.1), ((3, 16, 5, 1), 0.1, 1000, 1e-5),
+                                      ((1, 7, 2, 2), 1e-3, 1, 1e-3), ((3, 3, 8), 1e-3, 1, 1e-5)):
+        if dtype != torch.float32 and offset:  # 16-bit values near the offset carry no digits of the spread
+            continue
+        x = (torch.randn(shape, dtype=F64) * scale + offset).to(dtype).to(device)
+        C = shape[1]
+        rm, rv = torch.zeros(C, device=device), torch.ones(C, device=device)
+        rm_t, rv_t = rm.double().cpu(), rv.double().cpu()
         if entry == "functional":
             normkit.instance_norm(x, rm, rv, use_input_stats=True, momentum=0.7, eps=eps)
         else:
             normkit.ops.instance_norm(x, None, None, rm, rv, True, 0.7, eps)
-        F.instance_norm(x.double(), rm_t, rv_t, use_input_stats=True, momentum=0.7, eps=eps)
-        torch.testing.assert_close(rv.double(), rv_t, rtol=1e-6, atol=0)
-        torch.testing.assert_close(rm.double(), rm_t, rtol=1e-6, atol=1e-6 * scale)
+        F.instance_norm(x.double().cpu(), rm_t, rv_t, use_input_stats=True, momentum=0.7, eps=eps)
+        torch.testing.assert_close(rv.double().cpu(), rv_t, rtol=1e-6, atol=0)
+        torch.testing.assert_close(rm.double().cpu(), rm_t, rtol=1e-6, atol=1e-6 * scale)
 
 
 def test_add_norms_return_sum_and_grads():

@@ -9,8 +9,6 @@ validate with `normkit._checks` and run `normkit.reference` (no kernels yet).
 
 from __future__ import annotations
 
-import math
-
 from typing import List, Optional
 
 import torch
@@ -111,15 +109,16 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
     ATen's batch norm on the (1, N*C, *) view leaves after averaging over N); the variance is the unbiased
     one, computed from ``input`` in its accumulation type: recovering it from rstd (var = rstd^-2 - eps) loses
     ~eps/var·1e-7 relative, all of it once var is far below eps (scale 1e-6 with eps 1e-5 gave 0). Only a
-    2-D input (no spatial dims: one element per instance) takes that route."""
+    2-D input (no spatial dims: one element per instance) takes that route. Each instance is shifted by its
+    first element first (exact for nearby values): CUDA's fp32 ``torch.var`` (Welford in fp32) of values
+    near 1000 with std 0.1 was 9e-5 off (H200 session 16, the randomized test); the CPU's was not."""
     with torch.no_grad():
         if running_mean is not None:
             running_mean.mul_(1 - momentum).add_(mean.mean(0).to(running_mean.dtype), alpha=momentum)
         if running_var is not None:
             if input.dim() > 2:
-                x = input.to(acc_dtype(input.dtype))
-                spatial = tuple(range(2, x.dim()))
-                var = torch.var(x, dim=spatial, correction=1 if math.prod(x.shape[2:]) > 1 else 0)
+                x = input.to(acc_dtype(input.dtype)).flatten(2)
+                var = torch.var(x - x[:, :, :1], dim=2, correction=1 if x.shape[2] > 1 else 0)
             else:
                 var = (rstd.double().pow(-2) - eps).clamp_min(0)
             running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)
