@@ -94,6 +94,10 @@
 #          (sweep bwd5route, per row).
 # PART=37: the suite bench of layer and RMS norm (every dtype, peers) and of batch norm (every dtype): the README's
 #          headline table at the current code.
+# For the next session:
+# PART=38: the CUDA tests of session 16's CPU-only changes (instance norm's shifted running variance; SyncBatchNorm
+#          over gloo with CUDA tensors, three ranks on one GPU), then the randomized test's cases session 16 did not
+#          reach on CUDA (seed 20261216: instance norm's 4 failures again, batch norm, group norm).
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -480,6 +484,14 @@ elif [ "$PART" = 37 ]; then
     timeout ${BN_S:-220} python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
         --budget $(( ${BN_S:-220} - 20 )) --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
         > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
+elif [ "$PART" = 38 ]; then
+    stamp "pytest -m cuda: instance norm's running variance, SyncBatchNorm (gloo, CUDA tensors)"
+    cuda_tests 150 tests/test_functional.py::test_instance_norm_running_var_small_variance tests/test_distributed.py
+    stamp "randomized test on CUDA: instance norm, group norm, batch norm (seed 20261216)"
+    NORMKIT_RANDOM_SEED=20261216 timeout -s INT ${RANDOM_S:-400} python3 -m pytest -q --tb=short -m cuda \
+        tests/test_randomized.py -k "instance_norm or group_norm or batch_norm" > "$W/pytest_randomized_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
+    grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -30 | cut -c1-300
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

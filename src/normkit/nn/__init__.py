@@ -11,8 +11,8 @@ import torch
 
 from normkit import functional as _F
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm1d",
-           "InstanceNorm2d", "InstanceNorm3d", "convert"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "RMSNorm", "GroupNorm",
+           "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "convert"]
 
 
 class _BatchNormMixin:
@@ -25,26 +25,38 @@ class _BatchNormMixin:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
-        training = self.training
-        bn_training = training or (self.running_mean is None and self.running_var is None)
-        use_stats = not training or self.track_running_stats
-        running_mean = self.running_mean if use_stats else None
-        running_var = self.running_var if use_stats else None
+        bn_training, running_mean, running_var = self._mode()
         if bn_training:
             from normkit import _checks
 
             _checks.verify_batch_size(input.size())
-            _checks.check_batch_norm_eps(self.eps, True)
-            if input.numel() > 0:  # torch.batch_norm checks nothing more for an empty batch
-                _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
-                                         allow_empty=True)
+            self._check_training_input(input, running_mean, running_var)
+        factor = self._factor()
+        return _F.batch_norm(input, running_mean, running_var, self.weight, self.bias, bn_training, factor,
+                             self.eps)
+
+    def _mode(self):
+        """(batch statistics?, running_mean, running_var) as torch's _BatchNorm.forward picks them."""
+        bn_training = self.training or (self.running_mean is None and self.running_var is None)
+        use_stats = not self.training or self.track_running_stats
+        return bn_training, self.running_mean if use_stats else None, self.running_var if use_stats else None
+
+    def _check_training_input(self, input, running_mean, running_var):
+        from normkit import _checks
+
+        _checks.check_batch_norm_eps(self.eps, True)
+        if input.numel() > 0:  # torch.batch_norm checks nothing more for an empty batch
+            _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
+                                     allow_empty=True)
+
+    def _factor(self) -> float:
+        """The running statistics' momentum for this call; bumps num_batches_tracked in training."""
         factor = 0.0 if self.momentum is None else self.momentum
-        if training and self.track_running_stats and self.num_batches_tracked is not None:
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
                 factor = 1.0 / float(self.num_batches_tracked)
-        return _F.batch_norm(input, running_mean, running_var, self.weight, self.bias, bn_training, factor,
-                             self.eps)
+        return factor
 
 
 class BatchNorm1d(_BatchNormMixin, torch.nn.BatchNorm1d):
@@ -57,6 +69,50 @@ class BatchNorm2d(_BatchNormMixin, torch.nn.BatchNorm2d):
 
 class BatchNorm3d(_BatchNormMixin, torch.nn.BatchNorm3d):
     pass
+
+
+class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
+    """`torch.nn.SyncBatchNorm` on normkit (`normkit.distributed.sync_batch_norm`): in training, with an
+    initialized process group of more than one rank, statistics over every rank of ``process_group``; otherwise
+    normkit's batch norm. Any device the process group's backend serves (gloo: the CPU too, where torch's
+    module refuses). The input is checked before any buffer changes."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        self._check_non_zero_input_channels(input)
+        bn_training, running_mean, running_var = self._mode()
+        import torch.distributed as dist
+
+        sync = bn_training and self.training and dist.is_available() and dist.is_initialized()
+        group = (self.process_group or dist.group.WORLD) if sync else None
+        if not sync or dist.get_world_size(group) == 1:
+            return _BatchNormMixin.forward(self, input)
+        self._check_training_input(input, running_mean, running_var)
+        from normkit.distributed import sync_batch_norm
+
+        return sync_batch_norm(input, running_mean, running_var, self.weight, self.bias, self._factor(), self.eps,
+                               group)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: torch.nn.Module, process_group=None) -> torch.nn.Module:
+        """Every batch-norm module (torch's or normkit's, 1d / 2d / 3d, SyncBatchNorm too) becomes normkit's
+        SyncBatchNorm sharing its parameters and buffers; the (possibly new) root is returned."""
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and type(module) is not cls:
+            new = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                      process_group)
+            if module.affine:
+                new.weight, new.bias = module.weight, module.bias
+            new.running_mean, new.running_var = module.running_mean, module.running_var
+            new.num_batches_tracked = module.num_batches_tracked
+            new.train(module.training)
+            if hasattr(module, "qconfig"):
+                new.qconfig = module.qconfig
+            return new
+        for name, child in list(module.named_children()):
+            new = cls.convert_sync_batchnorm(child, process_group)
+            if new is not child:
+                setattr(module, name, new)
+        return module
 
 
 class LayerNorm(torch.nn.LayerNorm):
@@ -114,6 +170,7 @@ _SWAPS = {
     torch.nn.BatchNorm1d: BatchNorm1d,
     torch.nn.BatchNorm2d: BatchNorm2d,
     torch.nn.BatchNorm3d: BatchNorm3d,
+    torch.nn.SyncBatchNorm: SyncBatchNorm,
     torch.nn.LayerNorm: LayerNorm,
     torch.nn.GroupNorm: GroupNorm,
     torch.nn.InstanceNorm1d: InstanceNorm1d,

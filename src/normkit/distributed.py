@@ -1,0 +1,112 @@
+"""SyncBatchNorm over ``torch.distributed``: batch statistics merged across the ranks of a process group.
+
+One training step of a rank, forward: local (mean, invstd, count) with ``batch_norm_stats``; an all-gather of
+those rows; ``batch_norm_gather_stats_with_counts`` (the global statistics, Chan's merge, and the running
+statistics' update); ``batch_norm_elemt``. Backward: local (sum_dy, sum_dy_xmu) and the local dw / db with
+``batch_norm_backward_reduce``; an all-reduce of the two sums; ``batch_norm_backward_elemt``. dw / db stay
+local, as with torch: data parallelism (DDP) all-reduces parameter gradients.
+
+The primitives are ``normkit.ops``' (the contract's torch-op forms: any device and dtype, fp64 too, no
+Triton kernels yet), so unlike torch's SyncBatchNorm this also runs on the CPU over gloo. Ranks whose batch
+is empty take part with count 0 and change nothing; they are masked on the device rather than filtered on
+the host, so no step reads a device value back (CUDA-graph capture friendly).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from normkit import functional, ops
+
+__all__ = ["sync_batch_norm"]
+
+
+def _dense(t: Tensor) -> Tensor:
+    """``t`` unless it is dense in channels_last(_3d) or contiguous order, else a contiguous copy (torch's rule:
+    the output then has the same layout as torch's SyncBatchNorm gives)."""
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return t
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return t
+    return t.contiguous()
+
+
+class _SyncBatchNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+        input = _dense(input)
+        C = input.shape[1]
+        if input.numel() > 0:
+            mean, invstd = ops.batch_norm_stats(input, eps)
+            count = torch.full((1,), input.numel() // C, dtype=mean.dtype, device=mean.device)
+            row = torch.cat([mean, invstd, count])
+        else:  # still part of the collective: a row of count 0
+            dt = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+            row = torch.zeros(2 * C + 1, dtype=dt, device=input.device)
+        gathered = [torch.empty_like(row) for _ in range(world_size)]
+        dist.all_gather(gathered, row, group=group)  # (the one all-gather every torch version and backend has)
+        rows = torch.stack(gathered)
+        means, invstds, counts = rows[:, :C], rows[:, C:2 * C], rows[:, 2 * C]
+        # an empty rank's invstd is 0, i.e. an infinite variance that its count 0 would turn into NaN: give it
+        # any finite one (its weight is 0)
+        invstds = torch.where((counts > 0).unsqueeze(1), invstds, torch.ones_like(invstds))
+        mean, invstd = ops.batch_norm_gather_stats_with_counts(input, means, invstds, running_mean, running_var,
+                                                               momentum, eps, counts)
+        ctx.save_for_backward(input, weight, mean, invstd, counts)
+        ctx.group = group
+        if input.numel() == 0:
+            return torch.empty_like(input)
+        return ops.batch_norm_elemt(input, weight, bias, mean, invstd, eps)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        input, weight, mean, invstd, counts = ctx.saved_tensors
+        need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+        need_dw, need_db = need_dw and weight is not None, need_db and weight is not None
+        dx = dw = db = None
+        C = input.shape[1]
+        if input.numel() > 0:
+            grad_out = _dense(grad_out)
+            sum_dy, sum_dy_xmu, dw, db = ops.batch_norm_backward_reduce(grad_out, input, mean, invstd, weight,
+                                                                        need_dx, need_dw, need_db)
+        else:
+            sum_dy = sum_dy_xmu = torch.zeros(C, dtype=mean.dtype, device=mean.device)
+            if need_dw:
+                dw = torch.zeros_like(weight)
+            if need_db:
+                db = torch.zeros_like(weight)
+        if need_dx:  # every rank whose input needs a gradient joins this all-reduce, empty or not
+            sums = torch.cat([sum_dy, sum_dy_xmu])
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=ctx.group)
+            sum_dy, sum_dy_xmu = sums[:C], sums[C:]
+            if input.numel() > 0:
+                dx = ops.batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu,
+                                                   counts)
+            else:
+                dx = torch.empty_like(input)
+        return dx, dw, db, None, None, None, None, None, None
+
+
+def sync_batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
+                    weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, momentum: float = 0.1,
+                    eps: float = 1e-5, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+    """Training-mode batch norm with statistics over every rank of ``group`` (default: the world).
+
+    Every rank of the group must call it (it runs collectives), each with its own batch, the same channels and
+    dtypes; a rank may pass an empty batch. Running statistics (optional) are updated with the global unbiased
+    variance on every rank alike. With one rank, or no initialized process group, it is ``normkit.batch_norm``
+    in training mode.
+    """
+    if input.dim() < 2:
+        raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+    if input.size(1) == 0:
+        raise ValueError("SyncBatchNorm number of input channels should be non-zero")
+    world_size = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+    if world_size == 1:
+        return functional.batch_norm(input, running_mean, running_var, weight, bias, True, momentum, eps)
+    return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var, eps, momentum,
+                                group or dist.group.WORLD, world_size)

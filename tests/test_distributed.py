@@ -1,0 +1,184 @@
+"""normkit.nn.SyncBatchNorm / normkit.distributed.sync_batch_norm over a real process group: three ranks over
+gloo (spawned processes; CPU tensors, or CUDA tensors on one GPU), each with its slice of one batch (one slice
+empty), against torch's float64 batch norm of the whole batch on the CPU: outputs, input gradients, the ranks'
+summed weight / bias gradients, and running statistics over two training steps; eval mode without collectives."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+import normkit
+from normkit.nn import SyncBatchNorm
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="needs torch.distributed with gloo")
+
+WORLD = 3
+F64 = torch.float64
+# (name, per-rank batch sizes, trailing dims, input dtype, channels_last, affine, momentum)
+CASES = [
+    ("nhwc_fp32", (3, 0, 2), (4, 3, 5), torch.float32, True, True, 0.1),
+    ("nc_fp32_cma", (2, 2, 1), (6,), torch.float32, False, False, None),
+    ("ncdhw_bf16", (1, 2, 1), (3, 2, 3, 4), torch.bfloat16, False, True, 0.3),
+    ("ncl_fp64", (2, 1, 3), (5, 7), torch.float64, False, True, 0.5),
+]
+STEPS = 2
+
+
+def _case_inputs(case, seed):
+    """Every step's whole batch (x, dy) in float64, values with an offset; the same on every rank."""
+    name, sizes, dims, *_ = case
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    return [(torch.randn((n, *dims), generator=g, dtype=F64) * 2 + 3, torch.randn((n, *dims), generator=g, dtype=F64))
+            for _ in range(STEPS)]
+
+
+def _slice(t, sizes, rank):
+    start = sum(sizes[:rank])
+    return t[start:start + sizes[rank]]
+
+
+def _layout(t, channels_last):
+    if channels_last:
+        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    return t
+
+
+def _worker(rank, path, seed, out_dir, device):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=WORLD)
+    try:
+        results = {}
+        for case in CASES:
+            name, sizes, dims, dtype, cl, affine, momentum = case
+            torch.manual_seed(seed)  # the same initial parameters on every rank
+            m = SyncBatchNorm(dims[0], momentum=momentum, affine=affine)
+            if affine:
+                with torch.no_grad():
+                    m.weight.copy_(torch.rand(dims[0]) + 0.5)
+                    m.bias.copy_(torch.randn(dims[0]))
+            m.to(device=device, dtype=dtype if dtype == F64 else torch.float32)
+            steps = []
+            for x, dy in _case_inputs(case, seed):
+                xs = _layout(_slice(x, sizes, rank).to(device=device, dtype=dtype), cl).requires_grad_()
+                y = m(xs)
+                y.backward(_layout(_slice(dy, sizes, rank).to(device=device, dtype=dtype), cl))
+                steps.append({"y": y.detach(), "dx": xs.grad, "cl": y.is_contiguous(
+                    memory_format=torch.channels_last) if cl else None,
+                    "dw": None if not affine else m.weight.grad.clone(),
+                    "db": None if not affine else m.bias.grad.clone()})
+                if affine:
+                    m.weight.grad = m.bias.grad = None
+            m.eval()
+            x_eval = _slice(_case_inputs(case, seed + 1)[0][0], sizes, rank).to(device=device, dtype=dtype)
+            results[name] = {"steps": steps, "rm": m.running_mean.clone(), "rv": m.running_var.clone(),
+                             "nbt": int(m.num_batches_tracked), "eval": m(x_eval).detach(), "x_eval": x_eval}
+        torch.save(_to_cpu(results), os.path.join(out_dir, f"{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def ranks(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp("sbn")
+    seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24  # fresh per session, in pytest's header (conftest)
+    mp.spawn(_worker, args=(str(d / "store"), seed, str(d), request.param), nprocs=WORLD, join=True)
+    return seed, [torch.load(d / f"{r}.pt") for r in range(WORLD)]
+
+
+def _tol(dtype):
+    return {torch.bfloat16: 2e-2, torch.float32: 2e-5, F64: 1e-10}[dtype]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_sync_batch_norm_matches_the_whole_batch(ranks, case):
+    seed, results = ranks
+    name, sizes, dims, dtype, cl, affine, momentum = case
+    C = dims[0]
+    torch.manual_seed(seed)
+    w, b = ((torch.rand(C) + 0.5).to(F64), torch.randn(C).to(F64)) if affine else (None, None)  # the ranks' draws
+    rm, rv = torch.zeros(C, dtype=F64), torch.ones(C, dtype=F64)
+    tol = _tol(dtype)
+    for step, (x, dy) in enumerate(_case_inputs(case, seed)):
+        x = x.to(dtype).to(F64).requires_grad_()  # the values the ranks saw
+        dy = dy.to(dtype).to(F64)
+        params = [p.requires_grad_() for p in (w, b) if p is not None]
+        factor = momentum if momentum is not None else 1.0 / (step + 1)
+        y = F.batch_norm(x, rm, rv, w, b, True, factor, 1e-5)
+        grads = torch.autograd.grad(y, [x, *params], dy)
+        for r, res in enumerate(results):
+            got = res[name]["steps"][step]
+            if sizes[r] == 0:
+                assert got["y"].shape == (0, *dims) and got["dx"].shape == (0, *dims)
+                continue
+            torch.testing.assert_close(got["y"].to(F64), _slice(y.detach(), sizes, r), rtol=tol, atol=tol)
+            torch.testing.assert_close(got["dx"].to(F64), _slice(grads[0], sizes, r), rtol=tol, atol=tol)
+            if cl:
+                assert got["cl"], "the output keeps the input's channels_last layout"
+        if affine:  # each rank's dw / db are its own batch's: their sum is the whole batch's
+            for i, key in ((1, "dw"), (2, "db")):
+                total = sum(res[name]["steps"][step][key].to(F64) for res in results)
+                torch.testing.assert_close(total, grads[i], rtol=tol, atol=tol * sum(sizes))
+        w, b = (w.detach(), b.detach()) if affine else (None, None)
+    for res in results:  # every rank holds the same running statistics, the whole batch's
+        torch.testing.assert_close(res[name]["rm"].to(F64), rm, rtol=tol, atol=tol)
+        torch.testing.assert_close(res[name]["rv"].to(F64), rv, rtol=tol, atol=tol)
+        assert res[name]["nbt"] == STEPS
+        # eval: each rank alone, with the running statistics
+        x_eval = res[name]["x_eval"]
+        want = F.batch_norm(x_eval.to(F64), rm, rv, w, b, False, 0.0, 1e-5)
+        torch.testing.assert_close(res[name]["eval"].to(F64), want, rtol=tol, atol=tol)
+
+
+def test_without_a_process_group_it_is_batch_norm():
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 5) + 2
+    m, ref = SyncBatchNorm(4), torch.nn.BatchNorm1d(4)
+    ref.load_state_dict(m.state_dict())
+    torch.testing.assert_close(m(x), ref(x))
+    torch.testing.assert_close(m.running_var, ref.running_var)
+    y = normkit.distributed.sync_batch_norm(x, None, None)
+    torch.testing.assert_close(y, F.batch_norm(x, None, None, training=True))
+
+
+def test_bad_input_raises_before_any_buffer_changes():
+    m = SyncBatchNorm(3)
+    with pytest.raises(ValueError, match="expected at least 2D input"):
+        m(torch.randn(3))
+    with pytest.raises(ValueError, match="non-zero"):
+        SyncBatchNorm(0)(torch.randn(2, 0, 4))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        m(torch.randn(1, 3))
+    assert int(m.num_batches_tracked) == 0
+
+
+def test_convert_sync_batchnorm_shares_parameters_and_keeps_the_state_dict():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4),
+                                torch.nn.Sequential(torch.nn.BatchNorm1d(5, affine=False, momentum=None)))
+    model[1].running_mean.add_(1.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    weight = model[1].weight
+    out = SyncBatchNorm.convert_sync_batchnorm(model)
+    assert type(out[1]) is SyncBatchNorm and type(out[2][0]) is SyncBatchNorm
+    assert out[1].weight is weight and out[2][0].momentum is None and not out[2][0].affine
+    assert before.keys() == out.state_dict().keys()
+    for k, v in out.state_dict().items():
+        torch.testing.assert_close(v, before[k])
+    # torch's own SyncBatchNorm is swapped by normkit.nn.convert, sharing its tensors
+    tsbn = torch.nn.SyncBatchNorm(4)
+    swapped = normkit.nn.convert(torch.nn.Sequential(tsbn))[0]
+    assert type(swapped) is SyncBatchNorm and swapped.weight is tsbn.weight
