@@ -6,8 +6,9 @@ statistics' update); ``batch_norm_elemt``. Backward: local (sum_dy, sum_dy_xmu) 
 ``batch_norm_backward_reduce``; an all-reduce of the two sums; ``batch_norm_backward_elemt``. dw / db stay
 local, as with torch: data parallelism (DDP) all-reduces parameter gradients.
 
-The primitives are ``normkit.ops``' (the contract's torch-op forms: any device and dtype, fp64 too, no
-Triton kernels yet), so unlike torch's SyncBatchNorm this also runs on the CPU over gloo. Ranks whose batch
+The primitives are ``normkit.ops``': batch norm's Triton kernels composed per primitive where they take the
+input (CUDA; the CPU under ``TRITON_INTERPRET=1``), else the contract's torch-op forms (any device and dtype,
+fp64 too); unlike torch's SyncBatchNorm this also runs on the CPU over gloo. Ranks whose batch
 is empty take part with count 0 and change nothing; they are masked on the device rather than filtered on
 the host, so no step reads a device value back (CUDA-graph capture friendly).
 """

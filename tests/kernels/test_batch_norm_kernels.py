@@ -226,6 +226,46 @@ def test_train_forward_backward(shape, layout, dtype, tune, poison):
 
 
 @interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape,layout", CASES, ids=[f"{s}-{l}" for s, l in CASES])
+def test_sync_primitives(shape, layout, dtype, tune, poison):
+    """SyncBatchNorm's primitives on the kernels: local stats, elemt with given (global) stats, the backward's
+    local sums and grads, and backward_elemt with global sums and counts, against float64."""
+    x = make_x(shape, dtype, layout, offset=2.0)
+    C = shape[1]
+    w, b, _, _ = _params(C, dtype, "fp32", True, False)
+    g = torch.randn_like(x)
+    mean, invstd = B.bn_stats(x, 1e-5)
+    _, m_ref, r_ref, _ = ref_fwd(x, None, None, 1e-5)
+    assert mean.dtype == invstd.dtype == torch.float32
+    assert relerr(mean, m_ref) < TOL_STAT[dtype] * 4 and relerr(invstd, r_ref) < TOL_STAT[dtype] * 4
+    # "global" statistics as other ranks would shift them, and a global count of 3 ranks' worth
+    gm, gr = mean + 0.25, invstd * 0.75
+    y = B.bn_elemt(x, w, b, gm, gr)
+    want = (x.double() - gm.double().view(bshape(x))) * (gr.double() * w.double()).view(bshape(x)) \
+        + b.double().view(bshape(x))
+    assert y.dtype == x.dtype and y.stride() == expected_strides(x)
+    assert relerr(y, want) < TOL[dtype]
+    sum_dy, sum_dy_xmu, gw, gb = B.bn_backward_reduce(g, x, gm, gr, w, True, True, True)
+    gd, xmu = g.double(), x.double() - gm.double().view(bshape(x))
+    s1, s2 = gd.sum(dims_of(x)), (gd * xmu).sum(dims_of(x))
+    assert relerr(sum_dy, s1) < TOL_BWD[dtype] and relerr(sum_dy_xmu, s2) < TOL_BWD[dtype]
+    assert gw.dtype == gb.dtype == torch.float32
+    assert relerr(gw, s2 * gr.double()) < TOL_BWD[dtype] and relerr(gb, s1) < TOL_BWD[dtype]
+    assert B.bn_backward_reduce(g, x, gm, gr, None, False, True, False)[0::3] == (None, None)
+    n = x.numel() // C
+    counts = torch.tensor([n, n + 3.0, 2 * n - 1.0])
+    N = counts.sum().double()
+    gsum, gsum_xmu = s1 * 2.5, s2 * 1.5  # the all-reduced sums
+    dx = B.bn_backward_elemt(g, x, gm, gr, w, gsum.float(), gsum_xmu.float(), counts)
+    sh = bshape(x)
+    want = (gd - gsum.view(sh) / N - xmu * (gr.double() ** 2 * gsum_xmu / N).view(sh)) \
+        * (gr.double() * w.double()).view(sh)
+    assert dx.dtype == x.dtype and dx.stride() == expected_strides(x)
+    assert relerr(dx, want) < TOL_BWD[dtype]
+
+
+@interp
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape,layout", CASES, ids=[f"{s}-{l}" for s, l in CASES])
 def test_eval_forward_backward(shape, layout, dtype, tune, poison):

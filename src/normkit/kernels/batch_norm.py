@@ -1020,10 +1020,19 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
 def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     """``bn_forward_train``'s work, without a plan (what a plan records)."""
     v = _View(x)
-    acc_tl, acc_t = _acc(x)
-    C = v.C
-    dev = x.device
+    acc_tl, _ = _acc(x)
     pdl = pdl_on(x, _TUNE["pdl"])
+    coef, mean, invstd = _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl)
+    y = v.empty()
+    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
+    return y, mean, invstd
+
+
+def _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl):
+    """The split reduction and the combine: (coef [4, C], mean, invstd), running statistics updated."""
+    acc_tl, acc_t = _acc(v.x)
+    C = v.C
+    dev = v.x.device
     part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl)
     mean = alloc(torch.empty((C,), device=dev, dtype=acc_t))
     invstd = alloc(torch.empty((C,), device=dev, dtype=acc_t))
@@ -1042,9 +1051,7 @@ def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
         BP=BP, BCC=BCC, HAS_W=weight is not None, HAS_B=bias is not None, HAS_RS=has_rs,
         F64=acc_t == torch.float64, ACC=acc_tl, num_warps=4, **pdl_follow(pdl),
     )
-    y = v.empty()
-    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
-    return y, mean, invstd
+    return coef, mean, invstd
 
 
 def bn_forward_eval(x, weight, bias, running_mean, running_var, eps):
@@ -1128,3 +1135,59 @@ def _backward(grad_out, x, weight, mean, invstd, train, output_mask):
             _elementwise(v, g, g, dx, (invstd, invstd, w, invstd), _BWD_EVAL,
                          weight is not None, False, 0.0, acc_tl)
     return dx, gw, gb
+
+
+# --------------------------------------------------------------------------------------------------
+# SyncBatchNorm's primitives: the same kernels, composed per primitive (tiny per-channel terms in torch)
+
+def bn_stats(x, eps):
+    """``batch_norm_stats``: (mean, invstd) of x's channels, (C,) fp32 (fp64 for fp64 x): the training
+    forward's reduction and combine, no elementwise pass and no running statistics."""
+    v = _View(x)
+    _, mean, invstd = _statistics(v, None, None, None, None, 0.0, eps, pdl_on(x, _TUNE["pdl"]))
+    return mean, invstd
+
+
+def _stats_dtype(x, *ts):
+    acc_t = _acc(x)[1]
+    return [t.to(acc_t) for t in ts]
+
+
+def bn_elemt(x, weight, bias, mean, invstd):
+    """``batch_norm_elemt``: (x - mean) * invstd * w + b with given statistics, in x's dtype and layout."""
+    v = _View(x)
+    mean, invstd = _stats_dtype(x, mean, invstd)
+    a = invstd if weight is None else invstd * weight.to(invstd.dtype)
+    c = torch.zeros_like(mean) if bias is None else bias.to(mean.dtype)
+    coef = torch.stack([mean, torch.zeros_like(mean), a, c])
+    y = v.empty()
+    _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, 0.0, _acc(x)[0])
+    return y
+
+
+def bn_backward_reduce(grad_out, x, mean, invstd, weight, input_g, weight_g, bias_g):
+    """``batch_norm_backward_reduce``: (sum_dy, sum_dy_xmu, grad_weight, grad_bias), each None unless asked:
+    the backward's split reduction, its partials summed in fp64 in a fixed order."""
+    v = _View(x)
+    acc_tl, acc_t = _acc(x)
+    mean, invstd = _stats_dtype(x, mean, invstd)
+    part, _ = _reduce(v, v.like(grad_out), mean, True, acc_tl, acc_t)
+    sums = part.to(torch.float64).sum(1).to(acc_t)
+    sum_dy, sum_dy_xmu = sums[0], sums[1]
+    pdt = weight.dtype if weight is not None else x.dtype
+    return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
+            (sum_dy_xmu * invstd).to(pdt) if weight_g else None, sum_dy.to(pdt) if bias_g else None)
+
+
+def bn_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+    """``batch_norm_backward_elemt``: grad_input = (dy - sum_dy/N - (x - mean) invstd^2 sum_dy_xmu/N) invstd w,
+    N = sum(count) (the global count: no host read), in x's dtype and layout."""
+    v = _View(x)
+    mean, invstd, sum_dy, sum_dy_xmu = _stats_dtype(x, mean, invstd, sum_dy, sum_dy_xmu)
+    n = count.to(mean.dtype).sum()
+    gs = invstd if weight is None else invstd * weight.to(invstd.dtype)
+    coef = torch.stack([sum_dy / n, invstd * invstd * sum_dy_xmu / n, gs, mean])
+    dx = v.empty()
+    _elementwise(v, v.x, v.like(grad_out), dx, (coef, coef, coef, coef), _BWD_TRAIN, True, True, 0.0, _acc(x)[0])
+    return dx
+

@@ -4,7 +4,8 @@ Group norm runs the Triton kernels (`normkit.kernels.group_norm`) where they han
 / fp32 on CUDA, or on CPU under TRITON_INTERPRET=1; parameters in the input dtype or fp32), the reference
 otherwise; instance norm runs group norm with one group per channel (or batch norm's eval mode with
 running statistics). Outputs keep the input's suggested memory format. The SyncBatchNorm primitives
-validate with `normkit._checks` and run `normkit.reference` (no kernels yet).
+validate with `normkit._checks`, then run batch norm's kernels (composed per primitive) where those take the
+input, else `normkit.reference`.
 """
 
 from __future__ import annotations
@@ -124,8 +125,19 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
             running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)
 
 
+def _sync_kernels(x: Tensor, *params):
+    """The batch-norm kernel module where it runs SyncBatchNorm's primitives on x (and its parameters)."""
+    mod = kernels_for("batch_norm", x)
+    if mod is None or not mod.supports(x) or not params_ok(x, *params):
+        return None
+    return mod
+
+
 def batch_norm_stats(input: Tensor, eps: float):
     _checks.check_batch_norm_stats(input)
+    mod = _sync_kernels(input)
+    if mod is not None:
+        return mod.bn_stats(input, eps)
     return tuple(reference().batch_norm_stats(input, eps))
 
 
@@ -152,12 +164,18 @@ def batch_norm_gather_stats(input: Tensor, mean: Tensor, invstd: Tensor, running
 def batch_norm_elemt(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,
                      invstd: Tensor, eps: float) -> Tensor:
     _checks.check_batch_norm_elemt(input, weight, bias, mean, invstd)
+    mod = _sync_kernels(input, weight, bias)
+    if mod is not None:
+        return mod.bn_elemt(input, weight, bias, mean, invstd)
     return reference().batch_norm_elemt(input, weight, bias, mean, invstd, eps)
 
 
 def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
                                weight: Optional[Tensor], input_g: bool, weight_g: bool, bias_g: bool):
     _checks.check_batch_norm_backward_reduce(grad_out, input, mean, invstd, weight)
+    mod = _sync_kernels(input, weight)
+    if mod is not None and grad_out.dtype == input.dtype and grad_out.shape == input.shape:
+        return mod.bn_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g)
     return tuple(reference().batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g,
                                                         bias_g))
 
@@ -166,4 +184,7 @@ def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, inv
                               weight: Optional[Tensor], sum_dy: Tensor, sum_dy_xmu: Tensor,
                               count: Tensor) -> Tensor:
     _checks.check_batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu)
+    mod = _sync_kernels(input, weight)
+    if mod is not None and grad_out.dtype == input.dtype and grad_out.shape == input.shape:
+        return mod.bn_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
     return reference().batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
