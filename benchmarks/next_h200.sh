@@ -97,7 +97,8 @@
 # For the next session:
 # PART=38: the CUDA tests of session 16's CPU-only changes (instance norm's shifted running variance; SyncBatchNorm
 #          over gloo with CUDA tensors, three ranks on one GPU), then the randomized test's cases session 16 did not
-#          reach on CUDA (seed 20261216: instance norm's 4 failures again, batch norm, group norm).
+#          reach on CUDA (seed 20261216: instance norm's 4 failures again, batch norm, group norm), and SyncBatchNorm's
+#          per-rank primitives against torch's (benchmarks/sync_bn_bench.py).
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -492,6 +493,9 @@ elif [ "$PART" = 38 ]; then
         tests/test_randomized.py -k "instance_norm or group_norm or batch_norm" > "$W/pytest_randomized_cuda.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
     grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -30 | cut -c1-300
+    stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
+    timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
+        > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet
