@@ -182,3 +182,71 @@ def test_convert_sync_batchnorm_shares_parameters_and_keeps_the_state_dict():
     tsbn = torch.nn.SyncBatchNorm(4)
     swapped = normkit.nn.convert(torch.nn.Sequential(tsbn))[0]
     assert type(swapped) is SyncBatchNorm and swapped.weight is tsbn.weight
+
+
+# --------------------------------------------------------------------------------------------------------------
+# end to end: DDP training with normkit's SyncBatchNorm equals one process training on the whole batch
+
+DDP_WORLD, DDP_LOCAL, DDP_STEPS = 2, 3, 3
+
+
+def _net():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.Conv2d(4, 5, 1), torch.nn.BatchNorm2d(5, momentum=None),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(5, 2))
+
+
+def _ddp_data(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(DDP_WORLD * DDP_LOCAL, 3, 6, 5, generator=g, dtype=F64),
+             torch.randn(DDP_WORLD * DDP_LOCAL, 2, generator=g, dtype=F64)) for _ in range(DDP_STEPS)]
+
+
+def _train(model, batches, opt):
+    for x, t in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        opt.step()
+
+
+def _ddp_worker(rank, path, seed, out_dir, device):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=DDP_WORLD)
+    try:
+        torch.manual_seed(seed)
+        model = SyncBatchNorm.convert_sync_batchnorm(_net().double()).to(device)
+        local = [(x[rank * DDP_LOCAL:(rank + 1) * DDP_LOCAL].to(device), t[rank * DDP_LOCAL:(rank + 1) * DDP_LOCAL]
+                  .to(device)) for x, t in _ddp_data(seed)]
+        if device == "cuda":
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            _train(ddp, local, torch.optim.SGD(ddp.parameters(), lr=0.1))
+        else:  # DDP refuses SyncBatchNorm (any subclass) in CPU modules: average the gradients as it would
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, t in local:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), t).backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                    p.grad /= DDP_WORLD
+                opt.step()
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(out_dir, f"ddp{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_data_parallel_training_matches_one_process_on_the_whole_batch(device, tmp_path):
+    """Data parallelism averages the ranks' gradients of their local mean losses; with equal local batches and
+    the batch statistics synchronized, that is the whole batch's gradient: after three SGD steps every parameter
+    and running statistic equals one process's training on the whole batch (float64, torch's BatchNorm2d).
+    CUDA: DistributedDataParallel itself; CPU: its gradient averaging by hand (it refuses SyncBatchNorm there)."""
+    seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24
+    mp.spawn(_ddp_worker, args=(str(tmp_path / "store"), seed, str(tmp_path), device), nprocs=DDP_WORLD, join=True)
+    torch.manual_seed(seed)
+    ref = _net().double()
+    _train(ref, _ddp_data(seed), torch.optim.SGD(ref.parameters(), lr=0.1))
+    want = ref.state_dict()
+    for r in range(DDP_WORLD):
+        got = torch.load(tmp_path / f"ddp{r}.pt")
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-12, msg=lambda m: f"rank {r}, {k}: {m}")
