@@ -597,6 +597,16 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                               ("ln", 2048, 65536, f32, f32), ("rms", 2048, 65536, f32, f32)):
         for lab, cfg in (("base", {}), ("5pass", five)):
             add("bwd5route", lab, cfg, op, M, N, "bwd", pdt, dt)
+    # session 16 (prepared, not measured): the plain rows kernel's walk over one-row blocks pipelined by Triton
+    # (bwd_rows_stages, capped at 160 KB of blocks in flight; offline sm_90: 8192 no stack, 16384 184-240 B).
+    # Predicted: LN bf16 4096x16384 (db split) and 8192x12288 -5..-15 %, RMS bf16 16384 (0.77 SOL) -0..-5 %,
+    # fp32 8192 and bf16 x / fp32 w rows -3..-10 %; the 16384 rows' extra stack may eat it
+    for op, M, N, dt, pdt in (("ln", 4096, 16384, bf, bf), ("ln", 8192, 12288, bf, bf), ("rms", 4096, 16384, bf, bf),
+                              ("rms", 4096, 16384, f32, f32), ("ln", 8192, 8192, f32, f32), ("rms", 8192, 8192, f32, f32),
+                              ("ln", 8192, 8192, bf, f32), ("rms", 4096, 16384, bf, f32)):
+        for lab, cfg in (("base", {}), ("st2", {"bwd_rows_stages": 2}), ("st3", {"bwd_rows_stages": 3}),
+                         ("st4", {"bwd_rows_stages": 4})):
+            add("bwdrowsst", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -642,7 +652,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdrowsst", "bwdmix", "bwdholdw", "bwd2k", "bwd512"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -99,6 +99,8 @@
 #          over gloo with CUDA tensors, three ranks on one GPU), then the randomized test's cases session 16 did not
 #          reach on CUDA (seed 20261216: instance norm's 4 failures again, batch norm, group norm), and SyncBatchNorm's
 #          per-rank primitives against torch's (benchmarks/sync_bn_bench.py).
+# PART=39: the plain rows backward pipelined by Triton (bwd_rows_stages, prepared in session 16): its CUDA test
+#          (same bits), then the sweep bwdrowsst (LN / RMS 8192-16384 wide rows, 2-4 stages).
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
 set -u -o pipefail
@@ -496,6 +498,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 39 ]; then
+    stamp "pytest -m cuda: the plain rows backward pipelined (same bits)"
+    cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_rows_stages_same_bits
+    stamp "layer / RMS norm: the plain rows backward pipelined (sweep bwdrowsst)"
+    SWEEP_LINES="sweep bwdrowsst|chose|FAILED" ln_sweep bwdrowsst ${SWEEP_S:-200}
 elif [ "$PART" = 9 ]; then
     use_wheels
     bn_bench_and_resnet

@@ -1022,6 +1022,55 @@ def test_wide_backward_stages_reach_the_kernels(monkeypatch):
                                                                              ("_bwd_cols_kernel", 2)]
 
 
+@interp
+def test_rows_stages_reach_the_plain_kernel_within_the_shared_memory_cap(monkeypatch):
+    # bwd_rows_stages goes to the plain rows kernel from bwd_rows_stages_min_block wide, capped so that the
+    # stages - 1 blocks of x and dy in flight fit bwd_rows_stages_smem (the interpreter ignores the pipelining;
+    # test_cuda_rows_stages_same_bits checks the compiled bits)
+    monkeypatch.setitem(L._CFG, "bwd_rows_stages_min_block", 256)
+    monkeypatch.setitem(L._CFG, "bwd_rows_stages", 3)
+    seen = _record_launches(monkeypatch)
+    check_rms(40, 200, torch.float32, "same")
+    (kw,) = [kw for n, kw in seen if n == "_bwd_rows_kernel"]
+    block_bytes = 2 * kw["BLOCK_M"] * kw["BLOCK_N"] * 4
+    assert kw["STAGES"] == 3
+    monkeypatch.setitem(L._CFG, "bwd_rows_stages_smem", block_bytes)  # room for one block ahead only
+    seen.clear()
+    check_ln(40, 200, torch.float32, "same")
+    assert [kw["STAGES"] for n, kw in seen if n == "_bwd_rows_kernel"] == [2]
+    monkeypatch.setitem(L._CFG, "bwd_rows_stages_min_block", 512)  # narrower rows: not pipelined
+    seen.clear()
+    check_ln(40, 200, torch.float32, "same")
+    assert ["STAGES" in kw for n, kw in seen if n == "_bwd_rows_kernel"] == [False]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op,N,dtype,pdt", [("ln", 16384, torch.bfloat16, "same"), ("rms", 16384, torch.bfloat16, "same"),
+                                            ("rms", 16384, torch.float32, "same"), ("ln", 8192, torch.float32, "same"),
+                                            ("ln", 8192, torch.bfloat16, "fp32"), ("rms", 12288, torch.float16, "fp32")])
+def test_cuda_rows_stages_same_bits(op, N, dtype, pdt, monkeypatch):
+    # the plain rows kernel's walk software-pipelined (bwd_rows_stages: 2 / 3 / 4, capped by its shared memory
+    # budget) sums the same terms in the same order: the same bits, eagerly and in a CUDA graph, and float64's
+    M = 2 ** 23 // N + 3
+    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, pdt, "cuda")
+    if op == "ln":
+        _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+
+        def run():
+            return L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=b.dtype)
+    else:
+        _, rr = L.rms_forward(x, w, 1e-6)
+
+        def run():
+            return L.rms_backward(dy, x, rr, w, (True, True))
+    seen = _record_launches(monkeypatch)
+    for stages in (2, 3, 4):
+        assert_pdl_same_bits(monkeypatch, run, L._CFG, "bwd_rows_stages", stages, 1)
+    assert any(kw.get("STAGES", 1) > 1 for n, kw in seen if n == "_bwd_rows_kernel"), "the kernel was pipelined"
+    (check_ln if op == "ln" else check_rms)(M, N, dtype, pdt, device="cuda")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("N", [40000, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

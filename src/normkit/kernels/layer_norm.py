@@ -252,6 +252,15 @@ _CFG = {
     # -> 0.1547, RMS fp32 8192 0.2356 -> 0.2088, RMS bf16 4096x16384 0.1536 -> 0.1241; no row slower
     "bwd_hold_w": 1,
     "bwd_plain_progs_per_sm_wide_params": 2,
+    # the plain rows kernel's walk over one-row blocks software-pipelined by Triton (tl.range num_stages;
+    # 1: not), for rows of at least bwd_rows_stages_min_block, with at most bwd_rows_stages_smem bytes of
+    # x / dy blocks in flight (stages - 1 of them; sm_90 has 227 KB). Prepared in session 16, not measured:
+    # the 5-pass path's column kernel, the same kind of one-program serial walk, gained 20 % this way.
+    # Offline sm_90 at 2 / 3 stages: 8192-wide rows no stack, 32-128 KB; 16384-wide stack 48-176 -> 184-240
+    # B; RMS fp32 16384 at 3 stages would need 256 KB (capped to 2 here)
+    "bwd_rows_stages": 1,
+    "bwd_rows_stages_min_block": 8192,
+    "bwd_rows_stages_smem": 160 * 1024,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
     # 8192 the same change was 5 % slower: 8192x8192 0.1198 / 0.1116 -> 0.1258 / 0.1156)
@@ -763,10 +772,11 @@ def _bwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, HOLD_W: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False,
+    ACC: tl.constexpr, PDL: tl.constexpr = False, STAGES: tl.constexpr = 1,
 ):
     """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks (HOLD_W: w
-    loaded once, held in registers; else reloaded per block).
+    loaded once, held in registers; else reloaded per block). STAGES > 1: the walk software-pipelined by
+    Triton (the next blocks' x / dy copied into shared memory STAGES - 1 blocks ahead; the same sums).
 
     dx per row from the two row sums; dy*xhat and dy summed over the program's rows in registers and
     written once as row ``pid`` of the (P, N) partials. HBM: read x, dy, write dx (3 passes) + P*N.
@@ -782,7 +792,7 @@ def _bwd_rows_kernel(
     w_held = dw_acc
     if HOLD_W and HAS_W and STORE_DX:
         w_held = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    for i in range(0, blocks_per_prog):
+    for i in tl.range(0, blocks_per_prog, num_stages=STAGES):
         rows = (first + i) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
         xv, dyv, mean, rstd = _bwd_load_block(DY, X, MEAN, RSTD, rows, M, cols, cmask, stride_dy, stride_x,
                                               IS_RMS, ACC)
@@ -1406,14 +1416,18 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         if db_split:
             flags["NEED_DB"] = False
         if pf:  # narrow rows with w wider than x hold w (bwd_pf_hold_w_wide_params)
-            hold = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
+            variant = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
-            hold = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
+            variant = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
+            if BLOCK_N >= _CFG["bwd_rows_stages_min_block"]:
+                block_bytes = 2 * BLOCK_M * BLOCK_N * x.element_size()  # x and dy
+                fit = 1 + _CFG["bwd_rows_stages_smem"] // block_bytes
+                variant["STAGES"] = max(1, min(_CFG["bwd_rows_stages"], fit))
         if need_dx or need_dw or not db_split:  # (db alone: the db kernel only)
             launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                    dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
                    M, N, _row_stride(dy), _row_stride(x), N, per,
-                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **hold, **flags)
+                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **variant, **flags)
         if db_split:
             launch(_bwd_db_rows_kernel, (P,), dy, dbp, M, N, _row_stride(dy), per,
                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, ACC=flags["ACC"], num_warps=nw)
