@@ -489,7 +489,8 @@ elif [ "$PART" = 37 ]; then
         > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
 elif [ "$PART" = 38 ]; then
     stamp "pytest -m cuda: instance norm's running variance, SyncBatchNorm (gloo, CUDA tensors)"
-    cuda_tests ${PYTEST_S:-250} tests/test_functional.py::test_instance_norm_running_var_small_variance tests/test_distributed.py
+    cuda_tests ${PYTEST_S:-250} tests/test_functional.py::test_instance_norm_running_var_small_variance tests/test_distributed.py \
+        tests/test_aten.py::test_cuda_sync_batch_norm_primitives_through_normkit_match_aten
     stamp "randomized test on CUDA: instance norm, group norm, batch norm (seed 20261216)"
     NORMKIT_RANDOM_SEED=20261216 timeout -s INT ${RANDOM_S:-400} python3 -m pytest -q --tb=short -m cuda \
         tests/test_randomized.py -k "instance_norm or group_norm or batch_norm" > "$W/pytest_randomized_cuda.log" 2>&1

@@ -14,7 +14,8 @@ OPS = ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legi
        "_batch_norm_with_update", "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
        "cudnn_batch_norm", "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
        "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm", "native_group_norm",
-       "native_group_norm_backward", "instance_norm"]
+       "native_group_norm_backward", "instance_norm", "batch_norm_stats", "batch_norm_elemt",
+       "batch_norm_backward_reduce", "batch_norm_backward_elemt"]
 
 
 @pytest.fixture(autouse=True)
@@ -177,6 +178,35 @@ def test_unhandled_inputs_fall_back_to_the_original_kernel():
     assert aten.fallback_counts().get("rms_norm") == 1
     normkit.disable()
     torch.testing.assert_close(out, F.rms_norm(z, (8,)))
+
+
+def _sync_primitives(x, w, b, g, counts):
+    """torch.nn.SyncBatchNorm's per-rank calls, one rank's worth: forward and backward outputs."""
+    mean, invstd = torch.batch_norm_stats(x, 1e-5)
+    y = torch.batch_norm_elemt(x, w, b, mean, invstd, 1e-5)
+    s1, s2, gw, gb = torch.batch_norm_backward_reduce(g, x, mean, invstd, w, True, True, True)
+    dx = torch.batch_norm_backward_elemt(g, x, mean, invstd, w, s1, s2, counts)
+    return mean, invstd, y, s1, s2, gw, gb, dx
+
+
+def test_sync_batch_norm_primitives_route_through_normkit():
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 2) * 2 + 1
+    w, b, g = torch.rand(3) + 0.5, torch.randn(3), torch.randn_like(x)
+    counts = torch.tensor([40], dtype=torch.int32)
+    normkit.enable(_dispatch_key="CPU")  # (torch's CPU build has no kernels for these: normkit's answer)
+    got = _sync_primitives(x, w, b, g, counts)
+    names = ("batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce", "batch_norm_backward_elemt")
+    assert all(aten.call_counts().get(n) == 1 for n in names)
+    r = normkit.reference
+    xd, wd, bd, gd = x.double(), w.double(), b.double(), g.double()
+    m, i = r.batch_norm_stats(xd, 1e-5)
+    s1, s2, gw, gb = r.batch_norm_backward_reduce(gd, xd, m, i, wd, True, True, True)
+    want = (m, i, r.batch_norm_elemt(xd, wd, bd, m, i, 1e-5), s1, s2, gw, gb,
+            r.batch_norm_backward_elemt(gd, xd, m, i, wd, s1, s2, counts))
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double(), e, rtol=1e-5, atol=1e-5)
+    assert torch.batch_norm_backward_reduce(g, x, got[0], got[1], w, False, False, False) == (None,) * 4
 
 
 def test_disable_restores_every_kernel():
@@ -394,6 +424,30 @@ def test_cuda_enable_matches_eager(dtype, channels_last):
     torch.testing.assert_close(bn.running_var, ref_bn.running_var, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(z, z_r, **tol)
     assert z.is_contiguous(memory_format=torch.channels_last) == z_r.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_sync_batch_norm_primitives_through_normkit_match_aten(dtype, channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(16, 24, 7, 9, device="cuda", dtype=dtype) * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.rand(24, device="cuda") + 0.5, torch.randn(24, device="cuda")
+    g = torch.randn_like(x)
+    counts = torch.tensor([x.numel() // 24], device="cuda", dtype=torch.int32)
+    with normkit.enabled():
+        got = _sync_primitives(x, w, b, g, counts)
+    assert all(aten.call_counts().get(n) == 1 for n in ("batch_norm_stats", "batch_norm_elemt",
+                                                         "batch_norm_backward_reduce", "batch_norm_backward_elemt"))
+    want = _sync_primitives(x, w, b, g, counts)  # ATen's kernels
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    for a, e in zip(got, want):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        torch.testing.assert_close(a.float(), e.float(), **tol)
+    for a, e in zip(got[2::5], want[2::5]):  # y and dx keep the input's layout, as ATen's
+        assert a.stride() == e.stride()
 
 
 def test_without_get_kernel_unhandled_inputs_use_the_reference(monkeypatch):

@@ -69,8 +69,8 @@ def _worker(rank, path, seed, out_dir, device):
                 y.backward(_layout(_slice(dy, sizes, rank).to(device=device, dtype=dtype), cl))
                 steps.append({"y": y.detach(), "dx": xs.grad, "cl": y.is_contiguous(
                     memory_format=torch.channels_last) if cl else None,
-                    "dw": None if not affine else m.weight.grad.clone(),
-                    "db": None if not affine else m.bias.grad.clone()})
+                    "dw": None if not affine or m.weight.grad is None else m.weight.grad.clone(),
+                    "db": None if not affine or m.bias.grad is None else m.bias.grad.clone()})
                 if affine:
                     m.weight.grad = m.bias.grad = None
             m.eval()
@@ -129,9 +129,11 @@ def test_sync_batch_norm_matches_the_whole_batch(ranks, case):
             torch.testing.assert_close(got["dx"].to(F64), _slice(grads[0], sizes, r), rtol=tol, atol=tol)
             if cl:
                 assert got["cl"], "the output keeps the input's channels_last layout"
-        if affine:  # each rank's dw / db are its own batch's: their sum is the whole batch's
+        if affine:  # each rank's dw / db are its own batch's (None for an empty one): their sum is the whole batch's
             for i, key in ((1, "dw"), (2, "db")):
-                total = sum(res[name]["steps"][step][key].to(F64) for res in results)
+                local = [res[name]["steps"][step][key] for res in results]
+                assert [t is None for t in local] == [n == 0 for n in sizes]
+                total = sum(t.to(F64) for t in local if t is not None)
                 torch.testing.assert_close(total, grads[i], rtol=tol, atol=tol * sum(sizes))
         w, b = (w.detach(), b.detach()) if affine else (None, None)
     for res in results:  # every rank holds the same running statistics, the whole batch's

@@ -6,7 +6,10 @@ How it works
 backend key (``CUDA``) for every normalization op that eager PyTorch reaches on that device
 (``../shared/contract.md`` §13): the batch-norm family including ``cudnn_batch_norm`` /
 ``cudnn_batch_norm_backward`` (what fp32/fp16 ``F.batch_norm`` calls when cuDNN is on),
-``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``, ``native_group_norm(_backward)``.  Because the kernels sit at the
+``native_layer_norm(_backward)``, ``_fused_rms_norm(_backward)``, ``native_group_norm(_backward)``, and the
+per-rank SyncBatchNorm primitives ``batch_norm_stats``, ``batch_norm_elemt``, ``batch_norm_backward_reduce``,
+``batch_norm_backward_elemt`` (what ``torch.nn.SyncBatchNorm`` runs between its collectives; the C-sized
+``batch_norm_gather_stats_with_counts`` stays ATen's).  Because the kernels sit at the
 backend key, ATen's own autograd formulas still run above them and call normkit's backward ops.
 ``rms_norm`` itself is CompositeImplicitAutograd and never reaches ``_fused_rms_norm`` for a weight whose
 dtype differs from the input's (contract §13) nor on CPU, so it is also overridden at the Autograd key
@@ -156,6 +159,13 @@ def _table():
         ("_fused_rms_norm", ops._fused_rms_norm, lambda x, ns, w, *a: _takes(rms, x, w)),
         ("_fused_rms_norm_backward", ops._fused_rms_norm_backward,
          lambda g, x, ns, r, w, *a: _takes(rms, x, g, r, w)),
+        # SyncBatchNorm's per-rank primitives (what torch.nn.SyncBatchNorm runs between its collectives)
+        ("batch_norm_stats", ops.batch_norm_stats, lambda x, eps: _takes(bn, x)),
+        ("batch_norm_elemt", ops.batch_norm_elemt, lambda x, w, b, m, i, *a: _takes(bn, x, w, b, m, i)),
+        ("batch_norm_backward_reduce", ops.batch_norm_backward_reduce,
+         lambda g, x, m, i, w, *a: _takes(bn, x, g, m, i, w)),
+        ("batch_norm_backward_elemt", ops.batch_norm_backward_elemt,
+         lambda g, x, m, i, w, s1, s2, n: _takes(bn, x, g, m, i, w, s1, s2)),
         ("native_group_norm", ops.native_group_norm, lambda x, w, b, *a: _takes(gn, x, w, b)),
         ("native_group_norm_backward", ops.native_group_norm_backward,
          lambda g, x, m, r, w, *a: _takes(gn, x, g, m, r, w)),

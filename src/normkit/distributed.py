@@ -74,12 +74,8 @@ class _SyncBatchNorm(torch.autograd.Function):
             grad_out = _dense(grad_out)
             sum_dy, sum_dy_xmu, dw, db = ops.batch_norm_backward_reduce(grad_out, input, mean, invstd, weight,
                                                                         need_dx, need_dw, need_db)
-        else:
+        else:  # no local grads (None, as torch's), but the rank still joins the all-reduce
             sum_dy = sum_dy_xmu = torch.zeros(C, dtype=mean.dtype, device=mean.device)
-            if need_dw:
-                dw = torch.zeros_like(weight)
-            if need_db:
-                db = torch.zeros_like(weight)
         if need_dx:  # every rank whose input needs a gradient joins this all-reduce, empty or not
             sums = torch.cat([sum_dy, sum_dy_xmu])
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=ctx.group)
