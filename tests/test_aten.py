@@ -326,14 +326,18 @@ def test_cuda_resnet50_every_batch_norm_through_normkit(dtype):
     assert aten.fallback_counts() == {}, aten.fallback_counts()
 
 
+def _cuda_x(shape, dtype, channels_last):
+    """A fresh CUDA input (seeded: the tests compare two runs on it), values offset from zero."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 1
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cuda_group_norm_through_normkit_matches_eager(dtype, channels_last):
-    torch.manual_seed(0)
-    x = torch.randn(4, 64, 16, 16, device="cuda", dtype=dtype) * 2 + 1
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = _cuda_x((4, 64, 16, 16), dtype, channels_last)
     gn = torch.nn.GroupNorm(8, 64, device="cuda", dtype=dtype)
     with torch.no_grad():
         gn.weight.normal_()
@@ -398,10 +402,7 @@ def test_cuda_instance_norm_through_normkit_matches_eager(channels_last):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cuda_enable_matches_eager(dtype, channels_last):
-    torch.manual_seed(0)
-    x = torch.randn(8, 16, 10, 12, device="cuda", dtype=dtype) * 2 + 1
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = _cuda_x((8, 16, 10, 12), dtype, channels_last)
     bn = torch.nn.BatchNorm2d(16, device="cuda")
     ln_w = torch.randn(12, device="cuda", dtype=dtype, requires_grad=True)
     ref_bn = torch.nn.BatchNorm2d(16, device="cuda")
@@ -430,10 +431,7 @@ def test_cuda_enable_matches_eager(dtype, channels_last):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cuda_sync_batch_norm_primitives_through_normkit_match_aten(dtype, channels_last):
-    torch.manual_seed(0)
-    x = torch.randn(16, 24, 7, 9, device="cuda", dtype=dtype) * 2 + 1
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = _cuda_x((16, 24, 7, 9), dtype, channels_last)
     w, b = torch.rand(24, device="cuda") + 0.5, torch.randn(24, device="cuda")
     g = torch.randn_like(x)
     counts = torch.tensor([x.numel() // 24], device="cuda", dtype=torch.int32)
