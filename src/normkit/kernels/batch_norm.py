@@ -1167,12 +1167,18 @@ def bn_elemt(x, weight, bias, mean, invstd):
 
 def bn_backward_reduce(grad_out, x, mean, invstd, weight, input_g, weight_g, bias_g):
     """``batch_norm_backward_reduce``: (sum_dy, sum_dy_xmu, grad_weight, grad_bias), each None unless asked:
-    the backward's split reduction, its partials summed in fp64 in a fixed order."""
+    the backward's split reduction and combine (its partials summed in fp64 in a fixed order; with invstd 1
+    its grad_weight / grad_bias outputs are the raw sums)."""
     v = _View(x)
     acc_tl, acc_t = _acc(x)
     mean, invstd = _stats_dtype(x, mean, invstd)
-    part, _ = _reduce(v, v.like(grad_out), mean, True, acc_tl, acc_t)
-    sums = part.to(torch.float64).sum(1).to(acc_t)
+    C = v.C
+    part, P = _reduce(v, v.like(grad_out), mean, True, acc_tl, acc_t)
+    sums = torch.empty((2, C), device=x.device, dtype=acc_t)
+    ones = torch.ones((C,), device=x.device, dtype=acc_t)
+    BP, BCC, nprog = _combine_cfg(C, P, bwd=True)
+    launch(_bn_combine_bwd_kernel, (nprog,), part, mean, ones, ones, part, sums[1], sums[0], C, P, 0, 0,
+           BP=BP, BCC=BCC, HAS_W=False, NEED_DX=False, NEED_GW=True, NEED_GB=True, ACC=acc_tl, num_warps=4)
     sum_dy, sum_dy_xmu = sums[0], sums[1]
     pdt = weight.dtype if weight is not None else x.dtype
     return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
