@@ -87,8 +87,8 @@
 #          bits), then the A/B (bn_kernels.py variants ncsst2/3, rowsst2/3/4, forward and backward, both layouts).
 # PART=35: the 5-pass wide layer / RMS backward (16-bit past 16384, fp32 past 65536) with Triton's software pipelining
 #          (bwd_rowsum_stages, bwd_cols_stages, prepared in session 15): its CUDA test (same bits), the sweep bwdst.
-# Session 16: PART=34 (the batch-norm reductions pipelined: slower on most rows, deleted) and PART=35 (the 5-pass
-# wide backward pipelined: geomean -13 %, adopted at 3 stages) ran as above.
+# Session 16: PART=34 (the batch-norm reductions pipelined: slower on most rows, deleted, with its branch here)
+# and PART=35 (the 5-pass wide backward pipelined: geomean -13 %, adopted at 3 stages) ran as above.
 # PART=36: the layer-norm kernels' CUDA tests at the adopted stages, then around them (sweep bwdst4: 2 / 4 stages,
 #          row-sum chunk, column tile) and the 5-pass path where the db-split / rows / cooperative kernels run now
 #          (sweep bwd5route, per row).
@@ -460,13 +460,6 @@ elif [ "$PART" = 33 ]; then
     stamp "host cost per call (plans keyed on every input's shape / strides / dtype)"
     timeout ${HOST_S:-90} python3 benchmarks/host_overhead.py --out "$W" > "$W/host_overhead.log" 2>&1; echo "host rc=$?"
     tail -25 "$W/host_overhead.log"
-elif [ "$PART" = 34 ]; then
-    stamp "pytest -m cuda: the reductions software-pipelined (same bits)"
-    cuda_tests 150 tests/kernels/test_batch_norm_kernels.py::test_cuda_reduction_stages_same_bits
-    stamp "batch norm: the reductions' loops pipelined by Triton (bn_kernels.py variants ncsst2/3, rowsst2/3/4)"
-    timeout 400 python3 benchmarks/bn_kernels.py --out "$W" --budget 370 --only-variants ncsst2,ncsst3,rowsst2,rowsst3,rowsst4 \
-        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
-    grep -v -i warn "$W/bn_kernels.log" | cut -c1-200 | tail -45
 elif [ "$PART" = 35 ]; then
     stamp "pytest -m cuda: the 5-pass wide backward software-pipelined (same bits)"
     cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_wide_backward_stages_same_bits

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from normkit import functional, ops
+from normkit.reference._common import acc_dtype
 
 __all__ = ["sync_batch_norm"]
 
@@ -46,8 +47,7 @@ class _SyncBatchNorm(torch.autograd.Function):
             count = torch.full((1,), input.numel() // C, dtype=mean.dtype, device=mean.device)
             row = torch.cat([mean, invstd, count])
         else:  # still part of the collective: a row of count 0
-            dt = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
-            row = torch.zeros(2 * C + 1, dtype=dt, device=input.device)
+            row = torch.zeros(2 * C + 1, dtype=acc_dtype(input.dtype), device=input.device)
         gathered = [torch.empty_like(row) for _ in range(world_size)]
         dist.all_gather(gathered, row, group=group)  # (the one all-gather every torch version and backend has)
         rows = torch.stack(gathered)

@@ -1159,7 +1159,7 @@ def bn_elemt(x, weight, bias, mean, invstd):
     mean, invstd = _stats_dtype(x, mean, invstd)
     a = invstd if weight is None else invstd * weight.to(invstd.dtype)
     c = torch.zeros_like(mean) if bias is None else bias.to(mean.dtype)
-    coef = torch.stack([mean, torch.zeros_like(mean), a, c])
+    coef = torch.stack([mean, mean, a, c])  # [shift, (unused by the pass), scale, offset]
     y = v.empty()
     _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, 0.0, _acc(x)[0])
     return y
@@ -1196,4 +1196,3 @@ def bn_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, cou
     dx = v.empty()
     _elementwise(v, v.x, v.like(grad_out), dx, (coef, coef, coef, coef), _BWD_TRAIN, True, True, 0.0, _acc(x)[0])
     return dx
-

@@ -25,7 +25,10 @@ class _BatchNormMixin:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
-        bn_training, running_mean, running_var = self._mode()
+        return self._batch_norm(input, *self._mode())
+
+    def _batch_norm(self, input, bn_training, running_mean, running_var):
+        """This process's batch norm (the mode and statistics from ``_mode``), input checked first."""
         if bn_training:
             from normkit import _checks
 
@@ -86,7 +89,7 @@ class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
         sync = bn_training and self.training and dist.is_available() and dist.is_initialized()
         group = (self.process_group or dist.group.WORLD) if sync else None
         if not sync or dist.get_world_size(group) == 1:
-            return _BatchNormMixin.forward(self, input)
+            return self._batch_norm(input, bn_training, running_mean, running_var)
         self._check_training_input(input, running_mean, running_var)
         from normkit.distributed import sync_batch_norm
 

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from normkit import _checks
 from normkit.ops._select import kernels_for, params_ok, reference
+from normkit.ops.batch_norm import _bn_kernels
 from normkit.reference._common import acc_dtype, param_dtype
 
 __all__ = [
@@ -125,17 +126,9 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
             running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype), alpha=momentum)
 
 
-def _sync_kernels(x: Tensor, *params):
-    """The batch-norm kernel module where it runs SyncBatchNorm's primitives on x (and its parameters)."""
-    mod = kernels_for("batch_norm", x)
-    if mod is None or not mod.supports(x) or not params_ok(x, *params):
-        return None
-    return mod
-
-
 def batch_norm_stats(input: Tensor, eps: float):
     _checks.check_batch_norm_stats(input)
-    mod = _sync_kernels(input)
+    mod = _bn_kernels(input)
     if mod is not None:
         return mod.bn_stats(input, eps)
     return tuple(reference().batch_norm_stats(input, eps))
@@ -164,7 +157,7 @@ def batch_norm_gather_stats(input: Tensor, mean: Tensor, invstd: Tensor, running
 def batch_norm_elemt(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,
                      invstd: Tensor, eps: float) -> Tensor:
     _checks.check_batch_norm_elemt(input, weight, bias, mean, invstd)
-    mod = _sync_kernels(input, weight, bias)
+    mod = _bn_kernels(input, weight, bias)
     if mod is not None:
         return mod.bn_elemt(input, weight, bias, mean, invstd)
     return reference().batch_norm_elemt(input, weight, bias, mean, invstd, eps)
@@ -173,8 +166,8 @@ def batch_norm_elemt(input: Tensor, weight: Optional[Tensor], bias: Optional[Ten
 def batch_norm_backward_reduce(grad_out: Tensor, input: Tensor, mean: Tensor, invstd: Tensor,
                                weight: Optional[Tensor], input_g: bool, weight_g: bool, bias_g: bool):
     _checks.check_batch_norm_backward_reduce(grad_out, input, mean, invstd, weight)
-    mod = _sync_kernels(input, weight)
-    if mod is not None and grad_out.dtype == input.dtype and grad_out.shape == input.shape:
+    mod = _bn_kernels(input, weight)
+    if mod is not None and grad_out.dtype == input.dtype:  # (the shapes are checked equal)
         return mod.bn_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g)
     return tuple(reference().batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g,
                                                         bias_g))
@@ -184,7 +177,7 @@ def batch_norm_backward_elemt(grad_out: Tensor, input: Tensor, mean: Tensor, inv
                               weight: Optional[Tensor], sum_dy: Tensor, sum_dy_xmu: Tensor,
                               count: Tensor) -> Tensor:
     _checks.check_batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu)
-    mod = _sync_kernels(input, weight)
-    if mod is not None and grad_out.dtype == input.dtype and grad_out.shape == input.shape:
+    mod = _bn_kernels(input, weight)
+    if mod is not None and grad_out.dtype == input.dtype:  # (the shapes are checked equal)
         return mod.bn_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
     return reference().batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
