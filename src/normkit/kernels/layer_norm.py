@@ -260,6 +260,7 @@ _CFG = {
     # B; RMS fp32 16384 at 3 stages would need 256 KB (capped to 2 here)
     "bwd_rows_stages": 1,
     "bwd_rows_stages_min_block": 8192,
+    "bwd_rows_stages_max_block": 1 << 30,
     "bwd_rows_stages_smem": 160 * 1024,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
@@ -1419,7 +1420,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             variant = dict(HOLD_W=True) if narrow and wide_params and _CFG["bwd_pf_hold_w_wide_params"] else {}
         else:
             variant = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
-            if BLOCK_N >= _CFG["bwd_rows_stages_min_block"]:
+            if _CFG["bwd_rows_stages_min_block"] <= BLOCK_N <= _CFG["bwd_rows_stages_max_block"]:
                 block_bytes = 2 * BLOCK_M * BLOCK_N * x.element_size()  # x and dy
                 fit = 1 + _CFG["bwd_rows_stages_smem"] // block_bytes
                 variant["STAGES"] = max(1, min(_CFG["bwd_rows_stages"], fit))
