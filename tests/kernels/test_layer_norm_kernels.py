@@ -1038,10 +1038,12 @@ def test_rows_stages_reach_the_plain_kernel_within_the_shared_memory_cap(monkeyp
     seen.clear()
     check_ln(40, 200, torch.float32, "same")
     assert [kw["STAGES"] for n, kw in seen if n == "_bwd_rows_kernel"] == [2]
-    monkeypatch.setitem(L._CFG, "bwd_rows_stages_min_block", 512)  # narrower rows: not pipelined
-    seen.clear()
-    check_ln(40, 200, torch.float32, "same")
-    assert ["STAGES" in kw for n, kw in seen if n == "_bwd_rows_kernel"] == [False]
+    for lo, hi in ((512, 1 << 30), (256, 128)):  # rows' block (256) outside [min_block, max_block]: not pipelined
+        monkeypatch.setitem(L._CFG, "bwd_rows_stages_min_block", lo)
+        monkeypatch.setitem(L._CFG, "bwd_rows_stages_max_block", hi)
+        seen.clear()
+        check_ln(40, 200, torch.float32, "same")
+        assert ["STAGES" in kw for n, kw in seen if n == "_bwd_rows_kernel"] == [False]
 
 
 @pytest.mark.cuda
@@ -1051,6 +1053,8 @@ def test_rows_stages_reach_the_plain_kernel_within_the_shared_memory_cap(monkeyp
 def test_cuda_rows_stages_same_bits(op, N, dtype, pdt, monkeypatch):
     # the plain rows kernel's walk software-pipelined (bwd_rows_stages: 2 / 3 / 4, capped by its shared memory
     # budget) sums the same terms in the same order: the same bits, eagerly and in a CUDA graph, and float64's
+    # (at every block: the default pipelines the 8192 block only)
+    monkeypatch.setitem(L._CFG, "bwd_rows_stages_max_block", 1 << 30)
     M = 2 ** 23 // N + 3
     x, dy = _inputs(M, N, dtype, 0.0, "cuda")
     w, b = _params(N, dtype, pdt, "cuda")

@@ -253,14 +253,15 @@ _CFG = {
     "bwd_hold_w": 1,
     "bwd_plain_progs_per_sm_wide_params": 2,
     # the plain rows kernel's walk over one-row blocks software-pipelined by Triton (tl.range num_stages;
-    # 1: not), for rows of at least bwd_rows_stages_min_block, with at most bwd_rows_stages_smem bytes of
-    # x / dy blocks in flight (stages - 1 of them; sm_90 has 227 KB). Prepared in session 16, not measured:
-    # the 5-pass path's column kernel, the same kind of one-program serial walk, gained 20 % this way.
-    # Offline sm_90 at 2 / 3 stages: 8192-wide rows no stack, 32-128 KB; 16384-wide stack 48-176 -> 184-240
-    # B; RMS fp32 16384 at 3 stages would need 256 KB (capped to 2 here)
-    "bwd_rows_stages": 1,
+    # 1: not), for blocks of bwd_rows_stages_min_block .. _max_block, with at most bwd_rows_stages_smem bytes
+    # of x / dy blocks in flight (stages - 1 of them; sm_90 has 227 KB). H200 sweeps (session 17): every
+    # 16384-wide row lost 20-50 % at 2-4 stages (sweep bwdrowsst), so the 8192 block only (4097-8192 wide);
+    # there at 3 stages (sweep bwdrowsst8k), ms: LN bf16 x / fp32 w 8192x8192 0.1640 -> 0.1187, 12288x5120
+    # 0.1869 -> 0.1412, RMS 8192x8192 0.1359 -> 0.1128; LN fp32 8192x6144 0.1763 -> 0.1636; 16-bit rows and
+    # fp32 8192 within 1 % (3 vs 4 stages: within 1 %; fp32 8192 is capped at 3 by the smem budget anyway)
+    "bwd_rows_stages": 3,
     "bwd_rows_stages_min_block": 8192,
-    "bwd_rows_stages_max_block": 1 << 30,
+    "bwd_rows_stages_max_block": 8192,
     "bwd_rows_stages_smem": 160 * 1024,
     # ... except at BLOCK_N == bwd_pf_mid_block: 16 elements a thread (8 warps), 2 programs per SM
     # (2026-12-01 sweep "bwdmid", bf16 16384x4096 LN / RMS 0.1428 / 0.1311 -> 0.1156 / 0.1118 ms; at
