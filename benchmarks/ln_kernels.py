@@ -616,6 +616,25 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for lab, stages in (("base", 1), ("st2", 2), ("st3", 3), ("st4", 4)):
             add("bwdrowsst8k", lab, {"bwd_rows_stages": stages, "bwd_rows_stages_max_block": 8192}, op, M, N, "bwd",
                 pdt, dt)
+    # session 18: the two-launch split forward's second launch with several rows per program (w/b chunk loaded
+    # once for them), and two launches at 65536 too. Predicted: 512x262144 bf16 x / fp32 w LN 0.240 -> ~0.21 ms,
+    # bf16 0.222 -> ~0.20, fp32 within 3 % (w/b re-read from L2 per row: ~12 % in session 4); 2048x65536 bf16 x /
+    # fp32 w LN 0.290 -> ~0.22 with two launches (the one launch's last program re-reads 640 KB of x, w, b alone)
+    def rows_cfg(r, two):
+        c = {"fwd_split_apply_rows": r}
+        if two:
+            c.update(fwd_split_fused_max_block=0, fwd_split_fused_max_block_wide_params=0)
+        return c
+
+    for op in ("ln", "rms"):
+        for M, N in ((2048, 65536), (512, 262144)):
+            for dt, pdt in ((bf, bf), (bf, f32), (f32, f32)):
+                for lab, cfg in (("base", {}), ("r2", rows_cfg(2, False)), ("r4", rows_cfg(4, False)),
+                                 ("r8", rows_cfg(8, False)), ("two_r1", rows_cfg(1, True)),
+                                 ("two_r4", rows_cfg(4, True)), ("two_r8", rows_cfg(8, True))):
+                    if N == 262144 and lab.startswith("two"):
+                        continue  # two launches there already: r* are those
+                    add("fwdsplitrows", lab, cfg, op, M, N, "fwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -648,7 +667,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
                      "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
-                     "fwd2pmix"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwd2pmix", "fwdsplitrows"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

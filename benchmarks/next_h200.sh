@@ -103,6 +103,9 @@
 #          (same bits), then the sweep bwdrowsst (LN / RMS 8192-16384 wide rows, 2-4 stages).
 # PART=32: the layer-norm bench at the rows the db split moves (4096x16384, 8192x12288, 8192x9216; bf16, fp16, bf16 x /
 #          fp32 w; ATen, Liger, FlagGems side by side).
+# Session 18:
+# PART=40: the two-launch split forward's second launch with several rows per program (fwd_split_apply_rows) and
+#          two launches at 65536 (fwd_split_fused_max_block*): its CUDA tests (same bits), the sweep fwdsplitrows.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -492,6 +495,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 40 ]; then
+    stamp "pytest -m cuda: the split forward (several rows per program in the second launch: same bits)"
+    cuda_tests ${PYTEST_S:-120} tests/kernels/test_layer_norm_kernels.py -k split
+    stamp "layer / RMS norm: the split forward's rows per program, two launches at 65536 (sweep fwdsplitrows)"
+    SWEEP_LINES="sweep fwdsplitrows|chose|FAILED" ln_sweep fwdsplitrows ${SWEEP_S:-300}
 elif [ "$PART" = 39 ]; then
     stamp "pytest -m cuda: the plain rows backward pipelined (same bits)"
     cuda_tests 150 tests/kernels/test_layer_norm_kernels.py::test_cuda_rows_stages_same_bits

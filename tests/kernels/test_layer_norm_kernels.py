@@ -538,22 +538,26 @@ def test_split_forward(N, monkeypatch):
     assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]
 
 
-def _split_outputs(x, w, b, is_rms, fused, monkeypatch):
-    monkeypatch.setitem(L._CFG, "fwd_split_fused_max_block", 1 << 30 if fused else 0)
+def _split_outputs(x, w, b, is_rms, fused, monkeypatch, rows=1):
+    for k in ("fwd_split_fused_max_block", "fwd_split_fused_max_block_wide_params"):
+        monkeypatch.setitem(L._CFG, k, 1 << 30 if fused else 0)
+    monkeypatch.setitem(L._CFG, "fwd_split_apply_rows", rows)
     if is_rms:
         return L.rms_forward(x, w, 1e-6)
     return L.ln_forward(x, w, b, 1e-5)
 
 
 def _check_split_fused(x, w, b, is_rms, monkeypatch, offset=0.0):
-    """The one-launch split forward: bit-identical to the two-launch path (same merge, same order) and
-    within tolerance of the float64 reference."""
+    """The one-launch split forward: bit-identical to the two-launch path (same merge, same order), whose
+    second launch gives the same bits with one row or several per program (3: a partial last block where
+    M is not a multiple), and within tolerance of the float64 reference."""
     fused = _split_outputs(x, w, b, is_rms, True, monkeypatch)
-    two = _split_outputs(x, w, b, is_rms, False, monkeypatch)
     M, N = x.shape
     tag = f"{'rms' if is_rms else 'ln'} {M}x{N} {x.dtype} w={w is not None} b={b is not None}"
-    for got, want in zip(fused, two):
-        assert torch.equal(got, want), tag
+    for rows in (1, 3, 4):
+        two = _split_outputs(x, w, b, is_rms, False, monkeypatch, rows)
+        for got, want in zip(fused, two):
+            assert torch.equal(got, want), (tag, rows)
     tol = TOL[x.dtype]
     if is_rms:
         yr, rr = ref_rms(x, w, 1e-6)
@@ -604,11 +608,11 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
         assert all(torch.equal(u, v) for u, v in zip(first, again))
 
 
-_KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_bwd_rows_kernel", "_bwd_coop_kernel",
-            "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel", "_bwd_db_rows_kernel")
+_KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_fwd_split_apply_kernel", "_bwd_rows_kernel",
+            "_bwd_coop_kernel", "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel", "_bwd_db_rows_kernel")
 
 # default _CFG: width -> (forward launches, layer-norm backward launches, RMS backward launches)
-# (forward entries: kernel, PERSIST or PHASE, and the rows kernel's second column part NB; bf16 here, so the
+# (forward entries: kernel, PERSIST or FUSED, and the rows kernel's second column part NB; bf16 here, so the
 # two-part rows at full warps are persistent and layer norm's backward from 12288 wide splits off db)
 _ROUTES = [
     (64, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel"], ["_bwd_rows_kernel"]),
@@ -622,7 +626,7 @@ _ROUTES = [
     (16384, [("_fwd_rows_kernel", False, 0)], ["_bwd_rows_kernel", "_bwd_db_rows_kernel"], ["_bwd_rows_kernel"]),
     (20000, [("_fwd_rows_kernel", True, 4096)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
-    (40000, [("_fwd_split_kernel", 0)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
+    (40000, [("_fwd_split_kernel", True)], ["_bwd_rowsum_kernel", "_bwd_cols_kernel"],
      ["_bwd_rowsum_kernel", "_bwd_cols_kernel"]),
 ]
 
@@ -634,8 +638,8 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     # results checked; the fused residual forward takes the looped kernel past fwd_max_block
     seen = _record_launches(monkeypatch)
 
-    def routes():  # the routing kernels launched: (name, PERSIST / PHASE where given)
-        return [(n,) + tuple(kw[k] for k in ("PERSIST", "PHASE", "NB") if k in kw) for n, kw in seen if n in _KERNELS]
+    def routes():  # the routing kernels launched: (name, PERSIST / FUSED where given)
+        return [(n,) + tuple(kw[k] for k in ("PERSIST", "FUSED", "NB") if k in kw) for n, kw in seen if n in _KERNELS]
     x, dy = _inputs(3, N, torch.bfloat16)
     w, b = _params(N, torch.bfloat16, "same")
     for is_rms, bwd in ((False, ln_bwd), (True, rms_bwd)):

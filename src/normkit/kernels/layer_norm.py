@@ -153,6 +153,11 @@ _CFG = {
     # 0.2262, 256x131072 LN 0.0551 -> 0.0631 (the last program's pass over a long row is the tail)
     "fwd_split_min_block": 32768,
     "fwd_split_fused_max_block": 65536,
+    # the same where weight/bias are wider than x (the last program's pass re-reads fp32 w/b, 4x a 16-bit
+    # row's bytes, alone: bf16 x / fp32 w LN 2048x65536 0.290 ms, bf16 0.194, session 17)
+    "fwd_split_fused_max_block_wide_params": 65536,
+    # rows per program of the two launches' second (w/b chunk loaded once for them)
+    "fwd_split_apply_rows": 1,
     # rows of a width that is not a power of two are held as two power-of-two column parts where that
     # takes fewer lanes (12288 = 8192 + 4096 instead of 16384; _two_parts), for next_pow2(N) >= the min
     # block and up to max lanes (0: off). H200 sweep "fwdtwopart" (session 11), one tile -> two parts, ms:
@@ -613,25 +618,20 @@ def _split_y(x, wv, bv, mean, rstd,
 def _fwd_split_kernel(
     X, W, B, Y, MEAN, RSTD, ST, CNT,
     M, N, stride_x, stride_y, eps, S,
-    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PHASE: tl.constexpr, FIN_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, FUSED: tl.constexpr, FIN_BLOCK: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
 ):
     """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, consecutive ids, the chunk held in
-    registers. Each first writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to
-    ST[row, s] (PHASE 0 and 1).
+    registers. Each writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to
+    ST[row, s].
 
-    PHASE 0 (one launch): then counts itself in on the row's int32 CNT (acquire-release, GPU scope);
-    the row's last program to arrive merges the S pairs, writes mean/rstd and y for the whole row in
+    FUSED (one launch): then counts itself in on the row's int32 CNT (acquire-release, GPU scope); the
+    row's last program to arrive merges the S pairs, writes mean/rstd and y for the whole row in
     FIN_BLOCK-wide steps, re-reading x, which the row's programs (scheduled alongside) read moments
     before: L2 hits. HBM: read x once, write y (2 passes).
-    PHASE 1 / 2 (two launches): PHASE 2 (walking the rows last-first, so that the end of launch 1's
-    reads are L2 hits) re-reads the chunk, merges the pairs (every program of the row computes the same
-    mean/rstd) and writes its slice of y. HBM: read x twice, write y (3 passes at worst).
+    Else (two launches) ``_fwd_split_apply_kernel`` writes y.
     """
-    if PHASE == 2:
-        t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
-    else:
-        t = tl.program_id(0).to(tl.int64)
+    t = tl.program_id(0).to(tl.int64)
     row = t // S
     s = t % S
     xrow = X + row * stride_x
@@ -642,32 +642,18 @@ def _fwd_split_kernel(
     if not IS_RMS:
         shift = tl.load(xrow).to(ACC)
     x = _split_x(tl.load(xrow + cols, mask=cmask, other=0.0), cmask, shift, IS_RMS, ACC)
-    if PHASE == 2:
-        mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
-        if s == 0:
-            tl.store(RSTD + row, rstd)
-            if not IS_RMS:
-                tl.store(MEAN + row, shift + mean)
-        wv = x
-        bv = x
-        if HAS_W:
-            wv = tl.load(W + cols, mask=cmask, other=0.0)
-        if HAS_B:
-            bv = tl.load(B + cols, mask=cmask, other=0.0)
-        tl.store(yrow + cols, _split_y(x, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cmask)
+    zero = tl.zeros([], dtype=tl.int64)
+    cnt = tl.minimum(N - s * CHUNK + zero, CHUNK).to(ACC)
+    if IS_RMS:
+        cmean = tl.sum(x * x, axis=0) / cnt  # mean of squares of the chunk
+        cm2 = tl.zeros([], dtype=ACC)
     else:
-        zero = tl.zeros([], dtype=tl.int64)
-        cnt = tl.minimum(N - s * CHUNK + zero, CHUNK).to(ACC)
-        if IS_RMS:
-            cmean = tl.sum(x * x, axis=0) / cnt  # mean of squares of the chunk
-            cm2 = tl.zeros([], dtype=ACC)
-        else:
-            cmean = tl.sum(x, axis=0) / cnt
-            d = tl.where(cmask, x - cmean, 0.0)
-            cm2 = tl.sum(d * d, axis=0)
-        tl.store(ST + (row * S + s) * 2, cmean)
-        tl.store(ST + (row * S + s) * 2 + 1, cm2)
-    if PHASE == 0:
+        cmean = tl.sum(x, axis=0) / cnt
+        d = tl.where(cmask, x - cmean, 0.0)
+        cm2 = tl.sum(d * d, axis=0)
+    tl.store(ST + (row * S + s) * 2, cmean)
+    tl.store(ST + (row * S + s) * 2 + 1, cm2)
+    if FUSED:
         # every thread's pair store before the counter's release; the acquire side (the last
         # program) then sees all S pairs
         tl.debug_barrier()
@@ -703,6 +689,52 @@ def _fwd_split_kernel(
                     bn = tl.load(B + c + FIN_BLOCK, mask=nm, other=0.0)
                 xc = _split_x(xv, cm, shift, IS_RMS, ACC)
                 tl.store(yrow + c, _split_y(xc, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=cm)
+
+
+@triton.jit
+def _fwd_split_apply_kernel(
+    X, W, B, Y, MEAN, RSTD, ST,
+    M, N, stride_x, stride_y, eps, S,
+    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+):
+    """The two-launch split forward's second launch: program = (ROWS consecutive rows, chunk), the
+    programs walked last-first (the end of the first launch's reads are L2 hits). The chunk's w/b are
+    loaded once for its ROWS rows (a one-row program re-reads them from L2 per row: with fp32 w/b on
+    16-bit x, 4x the row's own bytes). Per row: re-read the chunk (the next row's load issued before
+    this row's arithmetic), merge the row's S pairs (``_split_stats``, as the one launch: the same
+    statistics) and write the chunk's slice of y. HBM: read x twice, write y (3 passes at worst)."""
+    t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    r0 = (t // S) * ROWS
+    s = t % S
+    cols = s * CHUNK + tl.arange(0, CHUNK)
+    cmask = cols < N
+    wv = tl.zeros([CHUNK], dtype=ACC)
+    bv = wv
+    if HAS_W:
+        wv = tl.load(W + cols, mask=cmask, other=0.0)
+    if HAS_B:
+        bv = tl.load(B + cols, mask=cmask, other=0.0)
+    # rows past M (the last block) redo row M - 1 and store nothing
+    xn = tl.load(X + r0 * stride_x + cols, mask=cmask, other=0.0)
+    for i in tl.static_range(ROWS):
+        ok = r0 + i < M
+        row = tl.minimum(r0 + i, M - 1)
+        xv = xn
+        if i + 1 < ROWS:
+            xn = tl.load(X + tl.minimum(row + 1, M - 1) * stride_x + cols, mask=cmask, other=0.0)
+        shift = tl.zeros([], dtype=ACC)
+        if not IS_RMS:
+            shift = tl.load(X + row * stride_x).to(ACC)
+        mean, rstd = _split_stats(ST, row, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
+        if s == 0:
+            if ok:
+                tl.store(RSTD + row, rstd)
+                if not IS_RMS:
+                    tl.store(MEAN + row, shift + mean)
+        x = _split_x(xv, cmask, shift, IS_RMS, ACC)
+        tl.store(Y + row * stride_y + cols, _split_y(x, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC),
+                 mask=cmask & (r0 + i + tl.zeros_like(cols) < M))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1272,22 +1304,25 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     NA, NB = _two_parts(N)  # (NA = BLOCK_N when NB == 0)
     if NB:  # the rows kernel in two column parts; its knobs as for next_pow2(N) (at most fwd_max_block)
         BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
+    wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
-        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block"]
+        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block_wide_params" if wide_params else "fwd_split_fused_max_block"]
         pre = "fwd_split_fused_" if fused else "fwd_split_"
         CH = min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
         # arrival counters, zeroed per call: a cached buffer would race across streams and CUDA graphs
         cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if fused else st
-        sargs = (x, args[2], args[3], y, args[6], rstd, st, cnt, M, N, _row_stride(x), N, float(eps), S)
-        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # unused by the two launches
-        kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), FIN_BLOCK=fin, HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
+        sargs = (x, args[2], args[3], y, args[6], rstd, st)
+        scal = (M, N, _row_stride(x), N, float(eps), S)
+        kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
                   IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
-        for phase in ((0,) if fused else (1, 2)):
-            launch(_fwd_split_kernel, (M * S,), *sargs, PHASE=phase, **kw)
+        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # the last program's steps
+        launch(_fwd_split_kernel, (M * S,), *sargs, cnt, *scal, FUSED=fused, FIN_BLOCK=fin, **kw)
+        if not fused:
+            R = max(1, min(_CFG["fwd_split_apply_rows"], M))
+            launch(_fwd_split_apply_kernel, (cdiv(M, R) * S,), *sargs, *scal, ROWS=R, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
-        wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
