@@ -539,9 +539,10 @@ def test_split_forward(N, monkeypatch):
 
 
 def _split_outputs(x, w, b, is_rms, fused, monkeypatch, rows=1):
-    for k in ("fwd_split_fused_max_block", "fwd_split_fused_max_block_wide_params"):
-        monkeypatch.setitem(L._CFG, k, 1 << 30 if fused else 0)
-    monkeypatch.setitem(L._CFG, "fwd_split_apply_rows", rows)
+    for sfx in ("", "_heavy_params"):
+        monkeypatch.setitem(L._CFG, "fwd_split_fused_max_block" + sfx, 1 << 30 if fused else 0)
+        monkeypatch.setitem(L._CFG, "fwd_split_apply_rows" + sfx, rows)
+    monkeypatch.setattr(L, "_num_sms", lambda t: 1)  # rows a program not capped by the grid's size
     if is_rms:
         return L.rms_forward(x, w, 1e-6)
     return L.ln_forward(x, w, b, 1e-5)
@@ -668,6 +669,30 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     _check_sum(s, x + r)
     assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
     assert [e[0] for e in routes()] == ["_fwd_loop_kernel" if N > 24576 else "_fwd_rows_kernel"]
+
+
+@interp
+def test_split_forward_heavy_params_routing(monkeypatch):
+    # layer norm with 16-bit x and fp32 w and b (more parameter bytes per column than twice x's) takes the two
+    # launches at every split width, several rows per program, capped so the grid keeps 2 programs per SM;
+    # RMS with fp32 w (twice x's bytes) keeps the one launch
+    seen = _record_launches(monkeypatch)
+    N = 40000
+    x, _ = _inputs(7, N, torch.bfloat16)
+    w, b = _params(N, torch.bfloat16, "fp32")
+    y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+    yr, mr, rr = ref_ln(x, w, b, 1e-5)
+    assert rel(y, yr) <= TOL[torch.bfloat16] and rel(rstd, rr) <= TOL[torch.bfloat16]
+    assert (mean.double() - mr).abs().max().item() <= 1e-5
+    S = -(-N // L._CFG["fwd_split_chunk"])
+    rows = max(1, min(L._CFG["fwd_split_apply_rows_heavy_params"], 7 * S // (2 * L._num_sms(x))))
+    assert [(n, kw.get("FUSED"), kw.get("ROWS")) for n, kw in seen if n in _KERNELS] == [
+        ("_fwd_split_kernel", False, None), ("_fwd_split_apply_kernel", None, rows)]
+    assert rows > 1
+    seen.clear()
+    y, rstd = L.rms_forward(x, w, 1e-6)
+    assert rel(y, ref_rms(x, w, 1e-6)[0]) <= TOL[torch.bfloat16]
+    assert [(n, kw.get("FUSED")) for n, kw in seen if n in _KERNELS] == [("_fwd_split_kernel", True)]
 
 
 @interp

@@ -29,7 +29,10 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
   tail, two launches with 4096-wide chunks: the first writes the pairs, the second (walking the rows
   last-first, so the end of the first launch's reads are L2 hits) merges them, re-reads x and writes y;
   3 passes at worst (bf16 512x262144 LN 0.221 ms, one launch 0.226). Both merge the pairs the same
-  way: with the same chunk, the same bits.
+  way: with the same chunk, the same bits. Layer norm with 16-bit x and fp32 w and b (more parameter
+  bytes per column than twice x's, ``'fwd_split_fused_max_block_heavy_params'``) takes the two launches
+  at every split width, the second with 8 rows per program, each w/b chunk loaded once for them
+  (``'fwd_split_apply_rows_heavy_params'``; 2048x65536 0.294 -> 0.209 ms, 512x262144 0.240 -> 0.210).
 * ``BLOCK_N > 16384`` with a residual (``add_*_forward``): ``_fwd_loop_kernel``, persistent programs
   (4 per SM) each looping twice over a row in chunks, the second loop walking backwards over the stored
   sum so that it re-reads the most recently written chunks from L2: read x and residual, write s and y,
@@ -153,18 +156,16 @@ _CFG = {
     # 0.2262, 256x131072 LN 0.0551 -> 0.0631 (the last program's pass over a long row is the tail)
     "fwd_split_min_block": 32768,
     "fwd_split_fused_max_block": 65536,
-    # the same where weight/bias are wider than x (the last program's pass re-reads fp32 w/b, 4x a 16-bit
-    # row's bytes, alone: bf16 x / fp32 w LN 2048x65536 0.290 ms, bf16 0.194, session 17)
-    "fwd_split_fused_max_block_wide_params": 65536,
-    # rows per program of the two launches' second (w/b chunk loaded once for them)
+    # "heavy" weight/bias, more bytes per column than twice x's (layer norm, 16-bit x, fp32 w and b): the one
+    # launch's last program re-reads them alone (bf16 x / fp32 w,b LN 2048x65536 0.293 ms, bf16 0.195), so two
+    # launches, the second with several rows per program (the w/b chunk loaded once for them). H200 session 18
+    # sweep fwdsplitrows, LN bf16 x / fp32 w,b, rows 1 / 2 / 4 / 8: 2048x65536 one launch 0.2938, two 0.2208 /
+    # - / 0.2195 / 0.2092 ms; 512x262144 0.2401 / 0.2183 / 0.2098 / 0.2100. Elsewhere rows lost or tied (LN bf16
+    # 512x262144 0.2020 -> 0.2083 at 4, fp32 +1..+3 %; RMS within 1 %) and two launches lost at 65536 (LN bf16
+    # 0.1952 -> 0.1991, RMS bf16 x / fp32 w 0.1724 -> 0.1941)
+    "fwd_split_fused_max_block_heavy_params": 0,
     "fwd_split_apply_rows": 1,
-    # rows of a width that is not a power of two are held as two power-of-two column parts where that
-    # takes fewer lanes (12288 = 8192 + 4096 instead of 16384; _two_parts), for next_pow2(N) >= the min
-    # block and up to max lanes (0: off). H200 sweep "fwdtwopart" (session 11), one tile -> two parts, ms:
-    # 8192x12288 LN bf16 / fp32 0.1244 / 0.2536 -> 0.1187 / 0.1985, RMS 0.1141 / 0.2222 -> 0.1120 / 0.1978;
-    # 4096x20480 (split kernel before) LN 0.1662 / 0.2852 -> 0.1562 / 0.1947, bf16 x / fp32 w 0.2558 ->
-    # 0.1213; but narrower rows lost (bf16 LN 16384x3072 0.0613 -> 0.0809, 32768x768 0.0321 -> 0.0399:
-    # twice the cross-warp reductions per row), so two parts only from the 16384 class up
+    "fwd_split_apply_rows_heavy_params": 8,
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
     # 16-bit two-part rows at full warps (below) run persistent: a 20480-wide row took 96 registers at 16 warps, one program per SM
@@ -1306,7 +1307,9 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
     wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
-        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block_wide_params" if wide_params else "fwd_split_fused_max_block"]
+        heavy = sum(p.element_size() for p in (weight, bias) if p is not None) > 2 * x.element_size()
+        sfx = "_heavy_params" if heavy else ""
+        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block" + sfx]
         pre = "fwd_split_fused_" if fused else "fwd_split_"
         CH = min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
@@ -1320,7 +1323,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # the last program's steps
         launch(_fwd_split_kernel, (M * S,), *sargs, cnt, *scal, FUSED=fused, FIN_BLOCK=fin, **kw)
         if not fused:
-            R = max(1, min(_CFG["fwd_split_apply_rows"], M))
+            # fewer rows a program where that would leave fewer than 2 programs per SM
+            R = max(1, min(_CFG["fwd_split_apply_rows" + sfx], M * S // (2 * _num_sms(x))))
             launch(_fwd_split_apply_kernel, (cdiv(M, R) * S,), *sargs, *scal, ROWS=R, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
