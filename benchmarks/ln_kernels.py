@@ -635,6 +635,16 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                     if N == 262144 and lab.startswith("two"):
                         continue  # two launches there already: r* are those
                     add("fwdsplitrows", lab, cfg, op, M, N, "fwd", pdt, dt)
+    # session 18: the one-row forward's registers capped (maxnreg). Offline sm_90: fp32 LN 16384 92 -> 64 registers
+    # without a spill (2 programs of 16 warps a SM instead of 1), fp32 RMS 16384 74 -> 64 with 24 B of stack, fp32
+    # 8192 (8 warps) 74-78 -> 64 with 8-16 B. Predicted: LN fp32 4096x16384 0.153 -> ~0.140 ms (Liger 0.142), RMS fp32
+    # 16384 -0..-4 %, 8192 +-3 %, 16-bit rows unchanged (64 registers already)
+    for op in ("ln", "rms"):
+        for M, N in ((4096, 16384), (8192, 8192)):
+            for dt in (f32, bf):
+                for lab, cfg in (("base", {}), ("r64", {"fwd_maxnreg": 64}), ("r72", {"fwd_maxnreg": 72}),
+                                 ("r80", {"fwd_maxnreg": 80})):
+                    add("fwdmaxnreg", lab, cfg, op, M, N, "fwd", dt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -667,7 +677,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
                      "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
-                     "fwd2pmix", "fwdsplitrows"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

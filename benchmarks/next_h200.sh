@@ -106,6 +106,8 @@
 # Session 18:
 # PART=40: the two-launch split forward's second launch with several rows per program (fwd_split_apply_rows) and
 #          two launches at 65536 (fwd_split_fused_max_block*): its CUDA tests (same bits), the sweep fwdsplitrows.
+# PART=41: the layer-norm kernels' CUDA tests at the heavy-params routing, the one-row forward's registers capped
+#          (fwd_maxnreg: its same-bits CUDA test, the sweep fwdmaxnreg).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -495,6 +497,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 41 ]; then
+    stamp "pytest -m cuda: the layer-norm kernels (the heavy-params split forward, the capped registers' same bits)"
+    cuda_tests ${PYTEST_S:-260} tests/kernels/test_layer_norm_kernels.py
+    stamp "layer / RMS norm: the one-row forward's registers capped (sweep fwdmaxnreg)"
+    SWEEP_LINES="sweep fwdmaxnreg|chose|FAILED" ln_sweep fwdmaxnreg ${SWEEP_S:-150}
 elif [ "$PART" = 40 ]; then
     stamp "pytest -m cuda: the split forward (several rows per program in the second launch: same bits)"
     cuda_tests ${PYTEST_S:-120} tests/kernels/test_layer_norm_kernels.py -k split

@@ -1076,6 +1076,25 @@ def test_rows_stages_reach_the_plain_kernel_within_the_shared_memory_cap(monkeyp
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("op,N,dtype", [("ln", 16384, torch.float32), ("rms", 16384, torch.float32),
+                                        ("ln", 8192, torch.float32), ("ln", 16384, torch.bfloat16)])
+def test_cuda_forward_maxnreg_same_bits(op, N, dtype, monkeypatch):
+    # the one-row forward with its registers capped (fwd_maxnreg; where that spills, the spilled values come back
+    # unchanged): the same bits as uncapped, eagerly and in a CUDA graph, and float64's
+    M = 2 ** 23 // N + 3
+    x, _ = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+
+    def run():
+        return L.ln_forward(x, w, b, 1e-5) if op == "ln" else L.rms_forward(x, w, 1e-6)
+    seen = _record_launches(monkeypatch)
+    for regs in (64, 80):
+        assert_pdl_same_bits(monkeypatch, run, L._CFG, "fwd_maxnreg", regs, 0)
+    assert any(kw.get("maxnreg") == 64 for n, kw in seen if n == "_fwd_rows_kernel"), "the registers were capped"
+    (check_ln if op == "ln" else check_rms)(M, N, dtype, "same", device="cuda")
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("op,N,dtype,pdt", [("ln", 16384, torch.bfloat16, "same"), ("rms", 16384, torch.bfloat16, "same"),
                                             ("rms", 16384, torch.float32, "same"), ("ln", 8192, torch.float32, "same"),
                                             ("ln", 8192, torch.bfloat16, "fp32"), ("rms", 12288, torch.float16, "fp32")])

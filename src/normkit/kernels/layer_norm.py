@@ -166,6 +166,10 @@ _CFG = {
     "fwd_split_fused_max_block_heavy_params": 0,
     "fwd_split_apply_rows": 1,
     "fwd_split_apply_rows_heavy_params": 8,
+    # registers a thread of the one-row forward (BLOCK_N >= min block, not persistent, one column part) at
+    # most (0: Triton's choice): fp32 layer norm at 16384 takes 92 (offline sm_90), one 16-warp program per SM
+    "fwd_maxnreg": 0,
+    "fwd_maxnreg_min_block": 8192,
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
     # 16-bit two-part rows at full warps (below) run persistent: a 20480-wide row took 96 registers at 16 warps, one program per SM
@@ -1346,9 +1350,11 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
             per = cdiv(nblocks, P)
             nblocks = cdiv(nblocks, per)
+        cap_regs = _CFG["fwd_maxnreg"] if not persist and not NB and BLOCK_N >= _CFG["fwd_maxnreg_min_block"] else 0
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=NA, NB=NB, PERSIST=persist, num_warps=nw, **flags,
+            **({"maxnreg": cap_regs} if cap_regs and not interpreting() else {}),
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
