@@ -33,6 +33,8 @@ H200 sweep of 2026-11-30, ``benchmarks/ln_kernels.py --sweep``). Forward:
   bytes per column than twice x's, ``'fwd_split_fused_max_block_heavy_params'``) takes the two launches
   at every split width, the second with 8 rows per program, each w/b chunk loaded once for them
   (``'fwd_split_apply_rows_heavy_params'``; 2048x65536 0.294 -> 0.209 ms, 512x262144 0.240 -> 0.210).
+* fp32 layer norm's one-row forward from 16384 wide runs at most 64 registers a thread (``'fwd_maxnreg'``):
+  two 16-warp programs per SM instead of one, no spill (4096x16384 0.154 -> 0.136 ms).
 * ``BLOCK_N > 16384`` with a residual (``add_*_forward``): ``_fwd_loop_kernel``, persistent programs
   (4 per SM) each looping twice over a row in chunks, the second loop walking backwards over the stored
   sum so that it re-reads the most recently written chunks from L2: read x and residual, write s and y,
@@ -166,10 +168,13 @@ _CFG = {
     "fwd_split_fused_max_block_heavy_params": 0,
     "fwd_split_apply_rows": 1,
     "fwd_split_apply_rows_heavy_params": 8,
-    # registers a thread of the one-row forward (BLOCK_N >= min block, not persistent, one column part) at
-    # most (0: Triton's choice): fp32 layer norm at 16384 takes 92 (offline sm_90), one 16-warp program per SM
-    "fwd_maxnreg": 0,
-    "fwd_maxnreg_min_block": 8192,
+    # registers a thread of fp32 layer norm's one-row forward (BLOCK_N >= min block, not persistent, one column
+    # part) at most (0: Triton's choice). Uncapped it takes 92 at 16384 (offline sm_90: x - shift and x - mean
+    # both held), so one 16-warp program per SM; at 64 two, and no spill. H200 session 18 sweep fwdmaxnreg, LN
+    # fp32 4096x16384 0.1539 -> 0.1360 ms (Liger 0.142); elsewhere it lost or tied: LN fp32 8192x8192 +1 %,
+    # LN bf16 16384 +2 % (64 registers already), RMS fp32 (74 registers uncapped, 24 B of stack capped) +1.5..+3 %
+    "fwd_maxnreg": 64,
+    "fwd_maxnreg_min_block": 16384,
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
     # 16-bit two-part rows at full warps (below) run persistent: a 20480-wide row took 96 registers at 16 warps, one program per SM
@@ -1350,11 +1355,12 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             P = max(1, min(nblocks, _num_sms(x) * _CFG["fwd_persist_progs_per_sm"]))
             per = cdiv(nblocks, P)
             nblocks = cdiv(nblocks, per)
-        cap_regs = _CFG["fwd_maxnreg"] if not persist and not NB and BLOCK_N >= _CFG["fwd_maxnreg_min_block"] else 0
+        capped = not (is_rms or persist or NB) and x.element_size() == 4 and BLOCK_N >= _CFG["fwd_maxnreg_min_block"]
+        cap_regs = _CFG["fwd_maxnreg"] if capped else 0
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=NA, NB=NB, PERSIST=persist, num_warps=nw, **flags,
-            **({"maxnreg": cap_regs} if cap_regs and not interpreting() else {}),
+            **({"maxnreg": cap_regs} if cap_regs else {}),
         )
     else:
         P = _loop_programs(x, M, N * x.element_size() * (2 if residual is not None else 1))
