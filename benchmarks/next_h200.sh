@@ -108,6 +108,8 @@
 #          two launches at 65536 (fwd_split_fused_max_block*): its CUDA tests (same bits), the sweep fwdsplitrows.
 # PART=41: the layer-norm kernels' CUDA tests at the heavy-params routing, the one-row forward's registers capped
 #          (fwd_maxnreg: its same-bits CUDA test, the sweep fwdmaxnreg).
+# PART=42: the suite bench of layer and RMS norm (every dtype, peers) at the adopted split / register knobs, the
+#          split forward's widths outside the suite, the randomized test's layer / RMS cases on CUDA.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -497,6 +499,20 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 42 ]; then
+    use_wheels
+    stamp "bench: layer and RMS norm, every dtype, peers (the suite)"
+    timeout 320 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
+        --budget 290 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    stamp "bench: split-forward widths outside the suite (32768, 131072; 64 rows of 65536)"
+    W0=$W; W=$W0/wide; mkdir -p "$W"; ln_bench 100 4096x32768 1024x131072 64x65536; W=$W0
+    grep -E "bf16/fp32.*fwd" "$W/wide/bench-ln/summary.md" | head -12
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261203, new)"
+    NORMKIT_RANDOM_SEED=20261203 timeout -s INT ${RANDOM_S:-120} python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py \
+        -k "layer_norm or rms_norm" > "$W/pytest_randomized_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
+    grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -20 | cut -c1-300
 elif [ "$PART" = 41 ]; then
     stamp "pytest -m cuda: the layer-norm kernels (the heavy-params split forward, the capped registers' same bits)"
     cuda_tests ${PYTEST_S:-260} tests/kernels/test_layer_norm_kernels.py
