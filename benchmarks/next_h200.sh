@@ -154,6 +154,19 @@ bn_bench_and_resnet() {
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
 }
+# the layer / RMS suite bench in every dtype with the peers (budget $1 s) into $W/$2
+ln_suite_bench() {
+    timeout $(( $1 + 20 )) python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
+        --budget "$1" --json "$W/$2/bench.json" --out "$W/$2" --no-progress \
+        > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/$2/summary.md" | head -30
+}
+# the randomized differential test on CUDA, seed $1, within $2 s (SIGINT, so pytest still reports), more pytest args after
+random_cuda_tests() {
+    local seed=$1 limit=$2; shift 2
+    NORMKIT_RANDOM_SEED=$seed timeout -s INT "$limit" python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py "$@" \
+        > "$W/pytest_randomized_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
+    grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -30 | cut -c1-300
+}
 # the layer-norm kernels' CUDA tests within $1 s
 ln_cuda_tests() {
     timeout "$1" python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
@@ -277,18 +290,14 @@ elif [ "$PART" = 14 ]; then
 elif [ "$PART" = 15 ]; then
     use_wheels
     stamp "bench: layer and RMS norm, every dtype"
-    timeout 260 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
-        --budget 240 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    ln_suite_bench 240 bench
     stamp "batch norm: per-kernel time on resnet50's layers, channels_last (programmatic dependent launch off while profiled)"
     timeout 120 python3 benchmarks/bn_breakdown.py --layout channels_last --out "$W" > "$W/bn_breakdown_channels_last.log" 2>&1
     echo "bn_breakdown rc=$?"; tail -1 "$W/bn_breakdown_channels_last.log"
 elif [ "$PART" = 16 ]; then
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, with FlagGems (its sqlalchemy / greenlet wheels carried)"
-    timeout 300 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
-        --budget 280 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    ln_suite_bench 280 bench
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
@@ -440,9 +449,7 @@ elif [ "$PART" = 31 ]; then
     cuda_tests "${PYTEST_S:-330}" ${FIRST:-} tests --deselect tests/test_randomized.py
     if [ "${RANDOM_S:-0}" != 0 ]; then
         stamp "randomized differential test on CUDA"
-        NORMKIT_RANDOM_SEED=${RANDOM_SEED:-20261202} timeout -s INT "$RANDOM_S" python3 -m pytest -q --tb=short -m cuda \
-            tests/test_randomized.py > "$W/pytest_randomized_cuda.log" 2>&1; echo "pytest rc=$?"
-        tail -1 "$W/pytest_randomized_cuda.log"; grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -20
+        random_cuda_tests ${RANDOM_SEED:-20261202} "$RANDOM_S"
     fi
 elif [ "$PART" = 32 ]; then
     use_wheels
@@ -480,9 +487,7 @@ elif [ "$PART" = 36 ]; then
 elif [ "$PART" = 37 ]; then
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, peers"
-    timeout ${LN_S:-300} python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
-        --budget $(( ${LN_S:-300} - 20 )) --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
-        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    ln_suite_bench $(( ${LN_S:-300} - 20 )) bench-ln
     stamp "bench: batch norm, every dtype, peers"
     timeout ${BN_S:-220} python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
         --budget $(( ${BN_S:-220} - 20 )) --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
@@ -492,27 +497,19 @@ elif [ "$PART" = 38 ]; then
     cuda_tests ${PYTEST_S:-250} tests/test_functional.py::test_instance_norm_running_var_small_variance tests/test_distributed.py \
         tests/test_aten.py::test_cuda_sync_batch_norm_primitives_through_normkit_match_aten
     stamp "randomized test on CUDA: instance norm, group norm, batch norm (seed 20261216)"
-    NORMKIT_RANDOM_SEED=20261216 timeout -s INT ${RANDOM_S:-400} python3 -m pytest -q --tb=short -m cuda \
-        tests/test_randomized.py -k "instance_norm or group_norm or batch_norm" > "$W/pytest_randomized_cuda.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
-    grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -30 | cut -c1-300
+    random_cuda_tests 20261216 ${RANDOM_S:-400} -k "instance_norm or group_norm or batch_norm"
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
 elif [ "$PART" = 42 ]; then
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, peers (the suite)"
-    timeout 320 python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
-        --budget 290 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
-        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+    ln_suite_bench 290 bench-ln
     stamp "bench: split-forward widths outside the suite (32768, 131072; 64 rows of 65536)"
     W0=$W; W=$W0/wide; mkdir -p "$W"; ln_bench 100 4096x32768 1024x131072 64x65536; W=$W0
     grep -E "bf16/fp32.*fwd" "$W/wide/bench-ln/summary.md" | head -12
     stamp "randomized test on CUDA: layer / RMS norm (seed 20261203, new)"
-    NORMKIT_RANDOM_SEED=20261203 timeout -s INT ${RANDOM_S:-120} python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py \
-        -k "layer_norm or rms_norm" > "$W/pytest_randomized_cuda.log" 2>&1
-    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"
-    grep -E "^FAILED|^E  |replay" "$W/pytest_randomized_cuda.log" | head -20 | cut -c1-300
+    random_cuda_tests 20261203 ${RANDOM_S:-120} -k "layer_norm or rms_norm"
 elif [ "$PART" = 41 ]; then
     stamp "pytest -m cuda: the layer-norm kernels (the heavy-params split forward, the capped registers' same bits)"
     cuda_tests ${PYTEST_S:-260} tests/kernels/test_layer_norm_kernels.py

@@ -175,6 +175,13 @@ _CFG = {
     # LN bf16 16384 +2 % (64 registers already), RMS fp32 (74 registers uncapped, 24 B of stack capped) +1.5..+3 %
     "fwd_maxnreg": 64,
     "fwd_maxnreg_min_block": 16384,
+    # rows of a width that is not a power of two are held as two power-of-two column parts where that
+    # takes fewer lanes (12288 = 8192 + 4096 instead of 16384; _two_parts), for next_pow2(N) >= the min
+    # block and up to max lanes (0: off). H200 sweep "fwdtwopart" (session 11), one tile -> two parts, ms:
+    # 8192x12288 LN bf16 / fp32 0.1244 / 0.2536 -> 0.1187 / 0.1985, RMS 0.1141 / 0.2222 -> 0.1120 / 0.1978;
+    # 4096x20480 (split kernel before) LN 0.1662 / 0.2852 -> 0.1562 / 0.1947, bf16 x / fp32 w 0.2558 ->
+    # 0.1213; but narrower rows lost (bf16 LN 16384x3072 0.0613 -> 0.0809, 32768x768 0.0321 -> 0.0399:
+    # twice the cross-warp reductions per row), so two parts only from the 16384 class up
     "fwd_two_part_min_block": 16384,
     "fwd_two_part_max": 24576,
     # 16-bit two-part rows at full warps (below) run persistent: a 20480-wide row took 96 registers at 16 warps, one program per SM
@@ -1314,7 +1321,6 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     NA, NB = _two_parts(N)  # (NA = BLOCK_N when NB == 0)
     if NB:  # the rows kernel in two column parts; its knobs as for next_pow2(N) (at most fwd_max_block)
         BLOCK_N = min(BLOCK_N, _CFG["fwd_max_block"])
-    wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
         heavy = sum(p.element_size() for p in (weight, bias) if p is not None) > 2 * x.element_size()
         sfx = "_heavy_params" if heavy else ""
@@ -1336,6 +1342,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             R = max(1, min(_CFG["fwd_split_apply_rows" + sfx], M * S // (2 * _num_sms(x))))
             launch(_fwd_split_apply_kernel, (cdiv(M, R) * S,), *sargs, *scal, ROWS=R, **kw)
     elif BLOCK_N <= _CFG["fwd_max_block"]:
+        wide_params = any(p is not None and p.element_size() > x.element_size() for p in (weight, bias))
         lo = _CFG["fwd_persist_min_block_wide_params" if wide_params else "fwd_persist_min_block"]
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
