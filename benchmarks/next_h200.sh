@@ -110,6 +110,9 @@
 #          (fwd_maxnreg: its same-bits CUDA test, the sweep fwdmaxnreg).
 # PART=42: the suite bench of layer and RMS norm (every dtype, peers) at the adopted split / register knobs, the
 #          split forward's widths outside the suite, the randomized test's layer / RMS cases on CUDA.
+# Session 19:
+# PART=43: the lag split forward's CUDA tests (same bits as two launches), the sweeps bwdnarrow (the narrow plain
+#          backward: LN fp32 262144x256 at 0.54 SOL) and fwdlag (the lag split forward against today's routing).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -501,6 +504,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 43 ]; then
+    stamp "pytest -m cuda: the lag split forward (the two launches' bits at lags of 1-32 items per SM)"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_layer_norm_kernels.py -k "split_lag or split_fused"
+    stamp "layer / RMS norm: the narrow plain backward (sweep bwdnarrow), the lag split forward (sweep fwdlag)"
+    ln_sweep bwdnarrow,fwdlag ${SWEEP_S:-400}
 elif [ "$PART" = 42 ]; then
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, peers (the suite)"

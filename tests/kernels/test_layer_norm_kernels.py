@@ -609,6 +609,75 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
         assert all(torch.equal(u, v) for u, v in zip(first, again))
 
 
+def _lag_outputs(x, w, b, is_rms, monkeypatch, items_per_sm):
+    """The split forward through the lag kernel (items_per_sm x 4 interpreter SMs items of lag, or x the
+    GPU's SMs), with the two launches' chunk and warps."""
+    for sfx in ("", "_heavy_params"):
+        monkeypatch.setitem(L._CFG, "fwd_split_lag_max_block" + sfx, 1 << 30)
+    monkeypatch.setitem(L._CFG, "fwd_split_lag_chunk", L._CFG["fwd_split_chunk"])
+    monkeypatch.setitem(L._CFG, "fwd_split_lag_warps", L._CFG["fwd_split_warps"])
+    monkeypatch.setitem(L._CFG, "fwd_split_lag_items_per_sm", items_per_sm)
+    out = L.rms_forward(x, w, 1e-6) if is_rms else L.ln_forward(x, w, b, 1e-5)
+    for sfx in ("", "_heavy_params"):
+        monkeypatch.setitem(L._CFG, "fwd_split_lag_max_block" + sfx, 0)
+    return out
+
+
+def _check_split_lag(x, w, b, is_rms, monkeypatch, lags):
+    """The lag kernel gives the two-launch path's bits (same pairs, same merge) at every lag."""
+    two = _split_outputs(x, w, b, is_rms, False, monkeypatch)
+    tag = f"{'rms' if is_rms else 'ln'} {tuple(x.shape)} {x.dtype} w={w is not None} b={b is not None}"
+    for lag in lags:
+        got = _lag_outputs(x, w, b, is_rms, monkeypatch, lag)
+        for g, want in zip(got, two):
+            assert torch.equal(g, want), (tag, lag)
+
+
+@interp
+@pytest.mark.parametrize("N", [70, 200])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_split_lag_matches_two_launch(N, dtype, monkeypatch):
+    # lags (x 4 interpreter SMs) of 4 items (below a row's S = 7 at 200 wide: raised to S), 8, and 40 (past all
+    # 5 x S items: every y written by a program past the statistics' tickets)
+    _split_cfg(monkeypatch)
+    xd = torch.randn(5, N, dtype=torch.float64) * 1.5
+    xd[2] += 1000.0
+    x = xd.to(dtype)
+    w, b = _params(N, dtype, "same")
+    wf, bf = _params(N, dtype, "fp32")
+    for pw, pb in ((w, b), (None, None), (wf, bf)):
+        _check_split_lag(x, pw, pb, False, monkeypatch, (1, 2, 10))
+    xr, _ = _inputs(5, N, dtype)
+    for pw in (w, None):
+        _check_split_lag(xr, pw, None, True, monkeypatch, (1, 10))
+    y, mean, rstd = _lag_outputs(x, w, b, False, monkeypatch, 2)
+    yr, mr, rr = ref_ln(x, w, b, 1e-5)
+    assert rel(y, yr) <= TOL[dtype] and rel(rstd, rr) <= TOL[dtype]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [65537, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_split_lag_matches_two_launch(N, dtype, monkeypatch):
+    # compiled, thousands of programs in flight: a y written before its row's pairs were all visible would
+    # differ from the two launches' bits; repeated runs and lags from 1 to 32 items per SM must agree
+    M = 2 ** 25 // N
+    xd = torch.randn(M, N, dtype=torch.float64, device="cuda") * 1.5
+    xd[M // 2] += 1000.0
+    x = xd.to(dtype)
+    w, b = _params(N, dtype, "same", "cuda")
+    wf, bf = _params(N, dtype, "fp32", "cuda")
+    _check_split_lag(x, w, b, False, monkeypatch, (1, 4, 16, 32))
+    _check_split_lag(x, wf, bf, False, monkeypatch, (16,))
+    _check_split_lag(x, w, None, True, monkeypatch, (4, 16))
+    first = _lag_outputs(x, w, b, False, monkeypatch, 16)
+    for _ in range(5):
+        again = _lag_outputs(x, w, b, False, monkeypatch, 16)
+        assert all(torch.equal(u, v) for u, v in zip(first, again))
+    yr, mr, rr = ref_ln(x, w, b, 1e-5)
+    assert rel(first[0], yr) <= TOL[dtype] and rel(first[2], rr) <= TOL[dtype]
+
+
 _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_fwd_split_apply_kernel", "_bwd_rows_kernel",
             "_bwd_coop_kernel", "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel", "_bwd_db_rows_kernel")
 
