@@ -645,38 +645,26 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 for lab, cfg in (("base", {}), ("r64", {"fwd_maxnreg": 64}), ("r72", {"fwd_maxnreg": 72}),
                                  ("r80", {"fwd_maxnreg": 80})):
                     add("fwdmaxnreg", lab, cfg, op, M, N, "fwd", dt, dt)
-    # session 19: the split forward in one launch with a lag (_fwd_split_lag_kernel): program t writes y of
-    # item t - LAG (x re-read from L2) and the statistics of item t, so no program waits on a row in flight
-    # and x is read once from HBM. Today: 65536 one launch whose last program walks the row (LN / RMS bf16
-    # 0.65 / ~0.74 SOL), 262144 two launches (3 passes, 0.63-0.66). Prediction: 0.78-0.85 SOL on both
-    # widths (-15..-25 % time), fp32 alike; the heavy-params rows (bf16 x, fp32 w/b: w/b re-read per item,
-    # 4x x's bytes from L2) within +-5 % of their 8-rows two launches. Lags of 8 / 16 / 32 items per SM
-    # (the L2 distance: 2 x lag x chunk bytes, 8-34 MB at c4096 bf16)
-    def lag(ch, w, i):
-        return {"fwd_split_lag_max_block": 1 << 30, "fwd_split_lag_max_block_heavy_params": 1 << 30,
-                "fwd_split_lag_chunk": ch, "fwd_split_lag_warps": w, "fwd_split_lag_items_per_sm": i}
-
-    # sm_90 registers (offline): c2048 w4 40-56 (~10 programs per SM), c4096 w8 ~50-60, c4096 w4 116-183 (3-4),
-    # c8192 w8 120-127 (2): the lag must exceed the programs resident per SM
-    lag_variants = [("base", {}), ("c2048_w4_i32", lag(2048, 4, 32)), ("c2048_w4_i64", lag(2048, 4, 64)),
-                    ("c4096_w8_i16", lag(4096, 8, 16)), ("c4096_w8_i32", lag(4096, 8, 32)),
-                    ("c4096_w4_i16", lag(4096, 4, 16)), ("c8192_w8_i8", lag(8192, 8, 8)),
-                    ("c8192_w8_i16", lag(8192, 8, 16))]
-    for M, N in ((2048, 65536), (512, 262144), (4096, 32768)):
-        for op, dt, pdt in (("ln", bf, bf), ("rms", bf, bf), ("ln", f32, f32), ("rms", f32, f32), ("ln", bf, f32)):
-            for lab, cfg in lag_variants:
-                add("fwdlag", lab, cfg, op, M, N, "fwd", pdt, dt)
+    # session 19 (H200, call 1): "fwdlag", the split forward in one launch with a lag (_fwd_split_lag_kernel: program
+    # t wrote y of item t - LAG, x re-read from L2, and the statistics of item t; no wait on a row in flight)
+    # against today's routing, chunks 2048-8192, lags 8-64 items per SM. Predicted 0.78-0.85 SOL at 32768-262144.
+    # Lost on all 15 rows: geomean 0.2474 -> 0.3147 ms at best (c4096_w4_i16); LN bf16 2048x65536 0.1953 -> 0.2518,
+    # 512x262144 0.2019 -> 0.2623; RMS fp32 512x262144 0.3851 -> 0.3877 (the closest). Every variant stayed at
+    # or under 0.66 SOL, the 3-pass ceiling: the L2 re-read missed. Deleted (NOTES-layer_norm.md, session 19)
     # session 19: the narrow plain backward. LN fp32 262144x256 runs at 0.54 SOL (0.350 ms; bf16 0.75, RMS fp32
     # 0.73, LN fp32 768 0.77): 83 registers (offline sm_90) leave one 16-warp program per SM, two waves of
     # them. Variants: tiles / warps, programs per SM, the prefetching kernel from 64 / 256 wide. Prediction:
-    # LN fp32 256 0.350 -> 0.26-0.28 ms (as RMS), the other rows within +-5 %
+    # LN fp32 256 0.350 -> 0.26-0.28 ms (as RMS), the other rows within +-5 %. Measured (call 1): the
+    # prefetching kernel (t1024_e8_p4) LN fp32 0.3688 -> 0.2062 ms, RMS fp32 0.2603 -> 0.2033; 16-bit x lost
+    # with it (LN bf16 0.1276 -> 0.1403) and kept the plain kernel's default; 64 wide within 1-3 %. Adopted for
+    # fp32 x from 256 wide (bwd_pf_min_block_32bit): fp32 "base" rows take the prefetching kernel since. One
+    # 16-warp program per SM instead of two (t4096_e8_p1, a knob deleted since) lost on 8 of 10 rows
     def pfn(lo, t, e, p):
         return {"bwd_pf_min_block": lo, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p}
 
     for M, N in ((262144, 256), (1048576, 64)):
         for op, dt, pdt in (("ln", f32, f32), ("rms", f32, f32), ("ln", bf, bf), ("rms", bf, bf), ("ln", bf, f32)):
-            for lab, cfg in (("base", {}), ("t4096_e8_p1", {"bwd_narrow_progs_per_sm": 1}),
-                             ("t2048_e8", {"bwd_tile_elems": 2048}), ("t1024_e8", {"bwd_tile_elems": 1024}),
+            for lab, cfg in (("base", {}), ("t2048_e8", {"bwd_tile_elems": 2048}), ("t1024_e8", {"bwd_tile_elems": 1024}),
                              ("t4096_e16", {"bwd_ept": 16}), ("t2048_e4", {"bwd_tile_elems": 2048, "bwd_ept": 4}),
                              ("pf_t1024_e8_p4", pfn(N, 1024, 8, 4)), ("pf_t2048_e8_p2", pfn(N, 2048, 8, 2)),
                              ("pf_t4096_e8_p1", pfn(N, 4096, 8, 1))):
@@ -713,7 +701,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
                      "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
-                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg", "fwdlag"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

@@ -113,6 +113,8 @@
 # Session 19:
 # PART=43: the lag split forward's CUDA tests (same bits as two launches), the sweeps bwdnarrow (the narrow plain
 #          backward: LN fp32 262144x256 at 0.54 SOL) and fwdlag (the lag split forward against today's routing).
+# PART=44: the CUDA tests of the fp32 narrow backward on the prefetching kernel and of batch norm's flat pass loading
+#          first; that pass's A/B (bn_kernels variants flatlf, flat16k, flatlf16k); the narrow layer / RMS rows' bench.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -504,6 +506,18 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 44 ]; then
+    use_wheels
+    stamp "pytest -m cuda: layer norm's widths and PDL bits (fp32 256 wide: prefetching backward), batch norm's flat pass loading first"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py tests/kernels/test_batch_norm_kernels.py \
+        -k "test_cuda_widths or test_cuda_pdl_same_bits or flat_load_first"
+    stamp "batch norm: the flat elementwise pass loading first, 16 KB tiles for 2-byte outputs (bn_kernels A/B)"
+    timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
+        --only-variants flatlf,flat16k,flatlf16k --shapes 256x2048x7x7,256x512x7x7,256x1024x14x14,256x256x14x14 \
+        --layouts contig > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -45 "$W/bn_kernels.log" | cut -c1-200
+    stamp "bench: layer / RMS narrow rows with the peers (fp32 256 wide's backward)"
+    ln_bench 100 262144x256 1048576x64 32768x768
+    grep -E "bwd" "$W/bench-ln/summary.md" | head -24
 elif [ "$PART" = 43 ]; then
     stamp "pytest -m cuda: the lag split forward (the two launches' bits at lags of 1-32 items per SM)"
     cuda_tests ${PYTEST_S:-150} tests/kernels/test_layer_norm_kernels.py -k "split_lag or split_fused"

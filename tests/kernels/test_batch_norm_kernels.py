@@ -611,6 +611,17 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_flat_load_first_pdl_same_bits(dtype, monkeypatch):
+    """The flat elementwise pass loading x / dy before its programmatic-dependent-launch wait: the same bits
+    with PDL on and off (a coefficient read before the combine wrote it would differ)."""
+    monkeypatch.setitem(B._TUNE, "ew_flat_load_first", 1)
+    x, run = _cuda_train_step((64, 512, 7, 7), "contig", dtype)
+    assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
+    _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
+
+
 # ------------------------------------------------------------------------------------------------
 # rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
 # default, 2 still supported; backward always 2) and the backward grid target
@@ -691,11 +702,15 @@ def test_flat_planes_choice():
 @pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14), (40, 6, 3), (5, 30, 3, 1), (4, 5, 1023),
                                    (9, 1, 5, 5)],
                          ids=["7x7", "14x14", "S3", "S3-R>C", "S1023", "C1"])
-def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
+@pytest.mark.parametrize("load_first", [0, 1])
+def test_ew_flat_short_planes_same_bits(shape, dtype, load_first, monkeypatch):
     """Short unaligned planes as one flat array of 16-byte vectors (_bn_ew_flat_kernel): the same
     per-element arithmetic as the [planes, S] tiles, so the same bits in every mode; whole and partial
-    last tiles, tiles spanning more planes than there are channels."""
+    last tiles, tiles spanning more planes than there are channels; x / dy loaded before or after the
+    coefficients."""
     monkeypatch.setitem(B._TUNE, "ew_tile_bytes_ncs", 512)  # several programs on these small shapes
+    monkeypatch.setitem(B._TUNE, "ew_flat_tile_bytes_2byte", 512)
+    monkeypatch.setitem(B._TUNE, "ew_flat_load_first", load_first)
     x = make_x(shape, dtype, "contig")
     dy = make_x(shape, dtype, "contig")
     C = shape[1]

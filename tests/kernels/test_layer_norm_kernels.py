@@ -408,11 +408,11 @@ def test_cpu_checks_in_subprocess():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("N", [64, 320, 1600, 5120, 16385, 20480, 65537, 262144])
+@pytest.mark.parametrize("N", [64, 256, 320, 1600, 5120, 16385, 20480, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_cuda_widths(N, dtype):
-    # 320 / 1600: the prefetching backward at 512 / 2048 wide; 16385 / 20480: two-part forward rows (a
-    # one-lane second part at 16385)
+    # 256 / 320 / 1600: the prefetching backward at 256 (fp32) / 512 / 2048 wide; 16385 / 20480: two-part
+    # forward rows (a one-lane second part at 16385)
     M = max(4, min(4096, 2 ** 22 // N))
     check_ln(M, N, dtype, "same", offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_ln(M, N, dtype, "fp32", device="cuda")
@@ -609,75 +609,6 @@ def test_cuda_split_fused_matches_two_launch(N, dtype, monkeypatch):
         assert all(torch.equal(u, v) for u, v in zip(first, again))
 
 
-def _lag_outputs(x, w, b, is_rms, monkeypatch, items_per_sm):
-    """The split forward through the lag kernel (items_per_sm x 4 interpreter SMs items of lag, or x the
-    GPU's SMs), with the two launches' chunk and warps."""
-    for sfx in ("", "_heavy_params"):
-        monkeypatch.setitem(L._CFG, "fwd_split_lag_max_block" + sfx, 1 << 30)
-    monkeypatch.setitem(L._CFG, "fwd_split_lag_chunk", L._CFG["fwd_split_chunk"])
-    monkeypatch.setitem(L._CFG, "fwd_split_lag_warps", L._CFG["fwd_split_warps"])
-    monkeypatch.setitem(L._CFG, "fwd_split_lag_items_per_sm", items_per_sm)
-    out = L.rms_forward(x, w, 1e-6) if is_rms else L.ln_forward(x, w, b, 1e-5)
-    for sfx in ("", "_heavy_params"):
-        monkeypatch.setitem(L._CFG, "fwd_split_lag_max_block" + sfx, 0)
-    return out
-
-
-def _check_split_lag(x, w, b, is_rms, monkeypatch, lags):
-    """The lag kernel gives the two-launch path's bits (same pairs, same merge) at every lag."""
-    two = _split_outputs(x, w, b, is_rms, False, monkeypatch)
-    tag = f"{'rms' if is_rms else 'ln'} {tuple(x.shape)} {x.dtype} w={w is not None} b={b is not None}"
-    for lag in lags:
-        got = _lag_outputs(x, w, b, is_rms, monkeypatch, lag)
-        for g, want in zip(got, two):
-            assert torch.equal(g, want), (tag, lag)
-
-
-@interp
-@pytest.mark.parametrize("N", [70, 200])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_split_lag_matches_two_launch(N, dtype, monkeypatch):
-    # lags (x 4 interpreter SMs) of 4 items (below a row's S = 7 at 200 wide: raised to S), 8, and 40 (past all
-    # 5 x S items: every y written by a program past the statistics' tickets)
-    _split_cfg(monkeypatch)
-    xd = torch.randn(5, N, dtype=torch.float64) * 1.5
-    xd[2] += 1000.0
-    x = xd.to(dtype)
-    w, b = _params(N, dtype, "same")
-    wf, bf = _params(N, dtype, "fp32")
-    for pw, pb in ((w, b), (None, None), (wf, bf)):
-        _check_split_lag(x, pw, pb, False, monkeypatch, (1, 2, 10))
-    xr, _ = _inputs(5, N, dtype)
-    for pw in (w, None):
-        _check_split_lag(xr, pw, None, True, monkeypatch, (1, 10))
-    y, mean, rstd = _lag_outputs(x, w, b, False, monkeypatch, 2)
-    yr, mr, rr = ref_ln(x, w, b, 1e-5)
-    assert rel(y, yr) <= TOL[dtype] and rel(rstd, rr) <= TOL[dtype]
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("N", [65537, 262144])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_split_lag_matches_two_launch(N, dtype, monkeypatch):
-    # compiled, thousands of programs in flight: a y written before its row's pairs were all visible would
-    # differ from the two launches' bits; repeated runs and lags from 1 to 32 items per SM must agree
-    M = 2 ** 25 // N
-    xd = torch.randn(M, N, dtype=torch.float64, device="cuda") * 1.5
-    xd[M // 2] += 1000.0
-    x = xd.to(dtype)
-    w, b = _params(N, dtype, "same", "cuda")
-    wf, bf = _params(N, dtype, "fp32", "cuda")
-    _check_split_lag(x, w, b, False, monkeypatch, (1, 4, 16, 32))
-    _check_split_lag(x, wf, bf, False, monkeypatch, (16,))
-    _check_split_lag(x, w, None, True, monkeypatch, (4, 16))
-    first = _lag_outputs(x, w, b, False, monkeypatch, 16)
-    for _ in range(5):
-        again = _lag_outputs(x, w, b, False, monkeypatch, 16)
-        assert all(torch.equal(u, v) for u, v in zip(first, again))
-    yr, mr, rr = ref_ln(x, w, b, 1e-5)
-    assert rel(first[0], yr) <= TOL[dtype] and rel(first[2], rr) <= TOL[dtype]
-
-
 _KERNELS = ("_fwd_rows_kernel", "_fwd_loop_kernel", "_fwd_split_kernel", "_fwd_split_apply_kernel", "_bwd_rows_kernel",
             "_bwd_coop_kernel", "_bwd_rows_pf_kernel", "_bwd_rowsum_kernel", "_bwd_cols_kernel", "_bwd_db_rows_kernel")
 
@@ -738,6 +669,27 @@ def test_default_routing(N, fwd, ln_bwd, rms_bwd, monkeypatch):
     _check_sum(s, x + r)
     assert rel(y, ref_rms(s, w, 1e-6)[0]) <= TOL[torch.bfloat16]
     assert [e[0] for e in routes()] == ["_fwd_loop_kernel" if N > 24576 else "_fwd_rows_kernel"]
+
+
+@interp
+def test_narrow_backward_32bit_routing(monkeypatch):
+    # fp32 rows from bwd_pf_min_block_32bit (256) wide take the prefetching backward; 16-bit rows (bf16 w or fp32
+    # w) keep the plain kernel below bwd_pf_min_block; all checked against float64
+    seen = _record_launches(monkeypatch)
+    for N, dtype, kind, want in ((256, torch.float32, "same", "_bwd_rows_pf_kernel"),
+                                 (200, torch.float32, "same", "_bwd_rows_pf_kernel"),
+                                 (128, torch.float32, "same", "_bwd_rows_kernel"),
+                                 (256, torch.bfloat16, "same", "_bwd_rows_kernel"),
+                                 (256, torch.bfloat16, "fp32", "_bwd_rows_kernel")):
+        x, dy = _inputs(37, N, dtype)
+        w, b = _params(N, dtype, kind)
+        y, mean, rstd = L.ln_forward(x, w, b, 1e-5)
+        seen.clear()
+        dx, dw, db = L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=b.dtype)
+        gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
+        tol = TOL_BWD[dtype]
+        assert rel(dx, gx, _dx_scale(dy, w, rstd)) <= tol and rel(dw, gw) <= tol and rel(db, gb) <= tol, (N, dtype)
+        assert [n for n, _ in seen if n in _KERNELS] == [want], (N, dtype, kind)
 
 
 @interp
@@ -1006,6 +958,7 @@ def test_db_split_same_bits(N, pf_off, monkeypatch):
     seen = _record_launches(monkeypatch)
     if pf_off:
         monkeypatch.setitem(L._CFG, "bwd_pf_wide_max_block", 0)
+    monkeypatch.setitem(L._CFG, "bwd_pf_min_block_32bit", L._CFG["bwd_pf_min_block"])  # fp32 200 wide: plain too
     M = 45
     for dtype, kind in ((torch.bfloat16, "same"), (torch.float16, "same"), (torch.float16, "fp32"),
                         (torch.bfloat16, "none"), (torch.float32, "same")):
@@ -1145,6 +1098,7 @@ def test_rows_stages_reach_the_plain_kernel_within_the_shared_memory_cap(monkeyp
     # test_cuda_rows_stages_same_bits checks the compiled bits)
     monkeypatch.setitem(L._CFG, "bwd_rows_stages_min_block", 256)
     monkeypatch.setitem(L._CFG, "bwd_rows_stages", 3)
+    monkeypatch.setitem(L._CFG, "bwd_pf_min_block_32bit", 512)  # fp32 200 wide: the plain kernel
     seen = _record_launches(monkeypatch)
     check_rms(40, 200, torch.float32, "same")
     (kw,) = [kw for n, kw in seen if n == "_bwd_rows_kernel"]
@@ -1317,7 +1271,7 @@ def test_cuda_coop_backward(N, dtype, monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("N,dtype", [(768, torch.bfloat16), (1024, torch.float32), (4096, torch.bfloat16),
+@pytest.mark.parametrize("N,dtype", [(256, torch.float32), (768, torch.bfloat16), (1024, torch.float32), (4096, torch.bfloat16),
                                      (16384, torch.bfloat16), (65536, torch.bfloat16), (3000, torch.float16)])
 def test_cuda_pdl_same_bits(N, dtype, monkeypatch):
     """The dw/db reduction launched with programmatic dependent launch: the same bits as without it, on

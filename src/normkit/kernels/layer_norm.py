@@ -132,7 +132,6 @@ _CFG = {
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
-    "bwd_narrow_progs_per_sm": 0,  # persistent programs per SM of the plain narrow backward (0: 32 warps' worth)
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
     "max_warps": 16,
     # persistent forward rows kernel for widths in [min, max] block (w/b loaded once per program, the
@@ -167,13 +166,6 @@ _CFG = {
     # 512x262144 0.2020 -> 0.2083 at 4, fp32 +1..+3 %; RMS within 1 %) and two launches lost at 65536 (LN bf16
     # 0.1952 -> 0.1991, RMS bf16 x / fp32 w 0.1724 -> 0.1941)
     "fwd_split_fused_max_block_heavy_params": 0,
-    # split rows up to this next_pow2(N) (0: none) take _fwd_split_lag_kernel instead: one launch, 2 HBM
-    # passes, each program writing y of the item LAG = items_per_sm x #SMs tickets before its own
-    "fwd_split_lag_max_block": 0,
-    "fwd_split_lag_max_block_heavy_params": 0,
-    "fwd_split_lag_chunk": 4096,
-    "fwd_split_lag_warps": 4,
-    "fwd_split_lag_items_per_sm": 16,
     "fwd_split_apply_rows": 1,
     "fwd_split_apply_rows_heavy_params": 8,
     # registers a thread of fp32 layer norm's one-row forward (BLOCK_N >= min block, not persistent, one column
@@ -248,6 +240,11 @@ _CFG = {
     # 0.1152, 65536x512 0.1235 -> 0.0741, 131072x384 0.1994 -> 0.1191; LN fp32 320 0.2332 -> 0.1610; RMS bf16
     # within 1-6 % either way) ...
     "bwd_pf_min_block": 512,
+    # ... and from this BLOCK_N for fp32 x: sweep "bwdnarrow" (session 19), 262144x256 plain -> prefetching,
+    # ms: LN fp32 0.3688 -> 0.2062 (0.52 -> 0.92 SOL; the plain kernel's 83 registers left one 16-warp program
+    # per SM), RMS fp32 0.2603 -> 0.2033; 16-bit x lost there (LN bf16 0.1276 -> 0.1403, RMS 0.1133 -> 0.1395,
+    # bf16 x / fp32 w 0.1282 -> 0.1511) and 64 wide moved within 1-3 %
+    "bwd_pf_min_block_32bit": 256,
     "bwd_pf_max_block": 1024,
     "bwd_pf_tile_elems": 1024,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
     "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
@@ -760,79 +757,6 @@ def _fwd_split_apply_kernel(
         x = _split_x(xv, cmask, shift, IS_RMS, ACC)
         tl.store(Y + row * stride_y + cols, _split_y(x, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC),
                  mask=cmask & (r0 + i + tl.zeros_like(cols) < M))
-
-
-@triton.jit
-def _fwd_split_lag_kernel(
-    X, W, B, Y, MEAN, RSTD, ST, CNT,
-    M, N, stride_x, stride_y, eps, S, LAG,
-    CHUNK: tl.constexpr, BLOCK_S: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
-):
-    """The split forward in one launch and 2 HBM passes, no program waiting on a row in flight. Work
-    item i = (row i // S, chunk i % S). Program = ticket t, drawn from CNT[M] when it starts (so every
-    smaller ticket runs already): it writes y of item a = t - LAG, then the statistics pair of item t
-    (as ``_fwd_split_kernel``: ST[row, s], then counts in on CNT[row], release). Item a's row was counted
-    in LAG tickets ago, so the acquire poll on it rarely spins, and its x is re-read from L2 (LAG items
-    of reads and writes since). With LAG >= S a wait only ever points at smaller tickets (the row's last
-    item is a + S - 1 at most), whose programs run already: no deadlock. Grid: M * S + LAG programs (the first LAG write no y, the last LAG
-    no statistics). The same ``_split_stats`` / ``_split_y`` as the two-launch path: the same bits."""
-    t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu").to(tl.int64)
-    total = M * S
-    has_t = t < total
-    a = t - LAG
-    has_a = a >= 0
-    ia = tl.maximum(a, 0)
-    row_a = ia // S
-    ra = X + row_a * stride_x
-    ca = (ia % S) * CHUNK + tl.arange(0, CHUNK)
-    ma = ca < tl.where(has_a, N, 0)  # (a bool tile & a scalar bool: the interpreter's masks reject it)
-    it = tl.minimum(t, total - 1)
-    row_t = it // S
-    s_t = it % S
-    rt = X + row_t * stride_x
-    ct = s_t * CHUNK + tl.arange(0, CHUNK)
-    mt = ct < tl.where(has_t, N, 0)
-    # every load this program makes of x, w and b is issued before its first wait
-    xt = tl.load(rt + ct, mask=mt, other=0.0)
-    xa = tl.load(ra + ca, mask=ma, other=0.0)
-    wv = xa
-    bv = xa
-    if HAS_W:
-        wv = tl.load(W + ca, mask=ma, other=0.0)
-    if HAS_B:
-        bv = tl.load(B + ca, mask=ma, other=0.0)
-    shift_t = tl.zeros([], dtype=ACC)
-    shift_a = tl.zeros([], dtype=ACC)
-    if not IS_RMS:
-        shift_t = tl.load(rt).to(ACC)
-        shift_a = tl.load(ra).to(ACC)
-    if has_a:
-        arrived = tl.atomic_add(CNT + row_a, 0, sem="acquire", scope="gpu")
-        while arrived < S:
-            arrived = tl.atomic_add(CNT + row_a, 0, sem="acquire", scope="gpu")
-        mean, rstd = _split_stats(ST, row_a, S, N, eps, CHUNK, BLOCK_S, IS_RMS, ACC)
-        if ia % S == 0:
-            tl.store(RSTD + row_a, rstd)
-            if not IS_RMS:
-                tl.store(MEAN + row_a, shift_a + mean)
-        x = _split_x(xa, ma, shift_a, IS_RMS, ACC)
-        tl.store(Y + row_a * stride_y + ca, _split_y(x, wv, bv, mean, rstd, HAS_W, HAS_B, IS_RMS, ACC), mask=ma)
-    if has_t:
-        x = _split_x(xt, mt, shift_t, IS_RMS, ACC)
-        zero = tl.zeros([], dtype=tl.int64)
-        cnt = tl.minimum(N - s_t * CHUNK + zero, CHUNK).to(ACC)
-        if IS_RMS:
-            cmean = tl.sum(x * x, axis=0) / cnt
-            cm2 = tl.zeros([], dtype=ACC)
-        else:
-            cmean = tl.sum(x, axis=0) / cnt
-            d = tl.where(mt, x - cmean, 0.0)
-            cm2 = tl.sum(d * d, axis=0)
-        tl.store(ST + (row_t * S + s_t) * 2, cmean)
-        tl.store(ST + (row_t * S + s_t) * 2 + 1, cm2)
-        tl.debug_barrier()  # every thread's pair store before the release
-        tl.atomic_add(CNT + row_t, 1, sem="release", scope="gpu")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1405,26 +1329,20 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     if BLOCK_N >= _CFG["fwd_split_min_block"] and residual is None and not NB:
         heavy = sum(p.element_size() for p in (weight, bias) if p is not None) > 2 * x.element_size()
         sfx = "_heavy_params" if heavy else ""
-        lag = BLOCK_N <= _CFG["fwd_split_lag_max_block" + sfx]
-        fused = not lag and BLOCK_N <= _CFG["fwd_split_fused_max_block" + sfx]
-        pre = "fwd_split_lag_" if lag else "fwd_split_fused_" if fused else "fwd_split_"
+        fused = BLOCK_N <= _CFG["fwd_split_fused_max_block" + sfx]
+        pre = "fwd_split_fused_" if fused else "fwd_split_"
         CH = min(_CFG[pre + "chunk"], BLOCK_N)
         S = cdiv(N, CH)
         st = _alloc((M * S * 2,), dtype=sd, device=dev)
-        # arrival counters (the lag kernel: + its ticket counter), zeroed per call: a cached buffer would
-        # race across streams and CUDA graphs
-        cnt = torch.zeros((M + lag,), dtype=torch.int32, device=dev) if fused or lag else st
+        # arrival counters, zeroed per call: a cached buffer would race across streams and CUDA graphs
+        cnt = torch.zeros((M,), dtype=torch.int32, device=dev) if fused else st
         sargs = (x, args[2], args[3], y, args[6], rstd, st)
         scal = (M, N, _row_stride(x), N, float(eps), S)
         kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
                   IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
-        if lag:  # the lag in items: past the programs resident at once, and >= S (a row's last item first)
-            lag_items = max(S, _num_sms(x) * _CFG["fwd_split_lag_items_per_sm"])
-            launch(_fwd_split_lag_kernel, (M * S + lag_items,), *sargs, cnt, *scal, lag_items, **kw)
-        else:
-            fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # the last program's steps
-            launch(_fwd_split_kernel, (M * S,), *sargs, cnt, *scal, FUSED=fused, FIN_BLOCK=fin, **kw)
-        if not (fused or lag):
+        fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # the last program's steps
+        launch(_fwd_split_kernel, (M * S,), *sargs, cnt, *scal, FUSED=fused, FIN_BLOCK=fin, **kw)
+        if not fused:
             # fewer rows a program where that would leave fewer than 2 programs per SM
             R = max(1, min(_CFG["fwd_split_apply_rows" + sfx], M * S // (2 * _num_sms(x))))
             launch(_fwd_split_apply_kernel, (cdiv(M, R) * S,), *sargs, *scal, ROWS=R, **kw)
@@ -1529,7 +1447,8 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     if rows_kernels:
         narrow = BLOCK_N <= _CFG["multi_row_max"]
         if narrow:
-            pf = _CFG["bwd_pf_min_block"] <= BLOCK_N <= _CFG["bwd_pf_max_block"]
+            lo = _CFG["bwd_pf_min_block_32bit" if x.element_size() == 4 else "bwd_pf_min_block"]
+            pf = lo <= BLOCK_N <= _CFG["bwd_pf_max_block"]
         else:
             cap = _CFG["bwd_pf_wide_max_row_bytes"]
             pf = BLOCK_N <= _CFG["bwd_pf_wide_max_block"] and (not cap or BLOCK_N * x.element_size() <= cap)
@@ -1545,7 +1464,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         if pf:
             pps = _CFG[kind + "_progs_per_sm"]
         elif narrow:
-            pps = _CFG["bwd_narrow_progs_per_sm"] or max(1, 32 // nw)
+            pps = max(1, 32 // nw)
         else:
             pps = _CFG["bwd_plain_progs_per_sm_wide_params" if wide_params else "bwd_plain_wide_progs_per_sm"]
             pps = pps or max(1, 32 // nw)
