@@ -287,7 +287,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # t1024_e8 4 warps 72-128: >= 4/SM; t1024_e4 8 warps 40-75: >= 3/SM; t2048_e8 8 warps 66-109: >= 2/SM.
     # A persistent program past the resident ones costs a second wave.
     def pf(t, e, p):
-        return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p}
+        return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
+                "bwd_pf_progs_per_sm_16bit": p}
 
     narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4)),
                  ("pf_t1024_e4_p3_d2", pf(1024, 4, 3)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2)))
@@ -660,7 +661,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # fp32 x from 256 wide (bwd_pf_min_block_32bit): fp32 "base" rows take the prefetching kernel since. One
     # 16-warp program per SM instead of two (t4096_e8_p1, a knob deleted since) lost on 8 of 10 rows
     def pfn(lo, t, e, p):
-        return {"bwd_pf_min_block": lo, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p}
+        return {"bwd_pf_min_block": lo, "bwd_pf_min_block_32bit": lo, "bwd_pf_tile_elems": t, "bwd_pf_ept": e,
+                "bwd_pf_progs_per_sm": p, "bwd_pf_progs_per_sm_16bit": p}
 
     for M, N in ((262144, 256), (1048576, 64)):
         for op, dt, pdt in (("ln", f32, f32), ("rms", f32, f32), ("ln", bf, bf), ("rms", bf, bf), ("ln", bf, f32)):
@@ -669,6 +671,19 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                              ("pf_t1024_e8_p4", pfn(N, 1024, 8, 4)), ("pf_t2048_e8_p2", pfn(N, 2048, 8, 2)),
                              ("pf_t4096_e8_p1", pfn(N, 4096, 8, 1))):
                 add("bwdnarrow", lab, cfg, op, M, N, "bwd", pdt, dt)
+    # session 19: the 16-bit narrow backward (prefetching kernel, 768 / 1024 wide) at 0.55-0.61 SOL against fp32's
+    # 0.77-0.81: each program keeps two rows of x and dy ahead, 6-8 KB in 16-bit, so 4 programs per SM hold ~24-32 KB
+    # in flight where ~48 KB would cover HBM latency. Variants: 5-7 programs per SM (72-80 registers fit 6-7), two
+    # rows a block at 4 warps (t2048_e16, 128 registers: 4 per SM). Prediction: 768 0.56 -> 0.65-0.70 SOL, 1024 0.61
+    # -> 0.68; bf16 x / fp32 w alike
+    def pf16(t, e, p):
+        return {"bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm_16bit": p}
+
+    for M, N in ((32768, 768), (16384, 1024), (65536, 512)):
+        for op, dt, pdt in (("ln", bf, bf), ("rms", bf, bf), ("ln", bf, f32)):
+            for lab, cfg in (("base", {}), ("p5", pf16(1024, 8, 5)), ("p6", pf16(1024, 8, 6)), ("p7", pf16(1024, 8, 7)),
+                             ("t2048_e16_p4", pf16(2048, 16, 4)), ("t2048_e16_p3", pf16(2048, 16, 3))):
+                add("bwdpf16", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -714,7 +729,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdrowsst", "bwdrowsst8k", "bwdmix", "bwdholdw", "bwd2k", "bwd512", "bwdnarrow"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdrowsst", "bwdrowsst8k", "bwdmix", "bwdholdw", "bwd2k", "bwd512", "bwdnarrow", "bwdpf16"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -115,6 +115,8 @@
 #          backward: LN fp32 262144x256 at 0.54 SOL) and fwdlag (the lag split forward against today's routing).
 # PART=44: the CUDA tests of the fp32 narrow backward on the prefetching kernel and of batch norm's flat pass loading
 #          first; that pass's A/B (bn_kernels variants flatlf, flat16k, flatlf16k); the narrow layer / RMS rows' bench.
+# PART=45: PDL same-bits CUDA tests (the flat pass now loads first), the sweep bwdpf16 (16-bit narrow backward's
+#          programs per SM), the randomized batch-norm cases on CUDA, the batch-norm suite bench and resnet50 steps.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -506,6 +508,16 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 45 ]; then
+    use_wheels
+    stamp "pytest -m cuda: PDL same bits (batch norm's flat pass loading first, bf16 and fp32; layer norm incl. fp32 256 wide)"
+    cuda_tests ${PYTEST_S:-120} tests/kernels/test_batch_norm_kernels.py tests/kernels/test_layer_norm_kernels.py \
+        -k "test_cuda_pdl_same_bits"
+    stamp "layer / RMS norm: the 16-bit narrow prefetching backward's programs per SM (sweep bwdpf16)"
+    ln_sweep bwdpf16 ${SWEEP_S:-110}
+    stamp "randomized test on CUDA: batch norm (seed 20261219)"
+    random_cuda_tests 20261219 ${RANDOM_S:-90} -k "batch_norm"
+    bn_bench_and_resnet
 elif [ "$PART" = 44 ]; then
     use_wheels
     stamp "pytest -m cuda: layer norm's widths and PDL bits (fp32 256 wide: prefetching backward), batch norm's flat pass loading first"

@@ -598,7 +598,8 @@ def _cuda_train_step(shape, layout, dtype):
 @pytest.mark.parametrize("shape,layout,dtype", [
     ((64, 256, 28, 28), "cl", torch.bfloat16),     # rows view
     ((64, 256, 28, 28), "contig", torch.float32),  # ncs, S a multiple of 16
-    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass
+    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass (x loaded
+    ((64, 512, 7, 7), "contig", torch.float32),    # before the PDL wait)
     ((64, 128, 14, 14), "contig", torch.float16),  # ncs, 14x14
     ((4096, 96), "contig", torch.float32),          # 2-D
 ])
@@ -607,17 +608,6 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     of the training forward and backward (and inside a captured CUDA graph) has the same bits with and
     without it, and matches the float64 reference."""
     x, run = _cuda_train_step(shape, layout, dtype)
-    assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
-    _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_flat_load_first_pdl_same_bits(dtype, monkeypatch):
-    """The flat elementwise pass loading x / dy before its programmatic-dependent-launch wait: the same bits
-    with PDL on and off (a coefficient read before the combine wrote it would differ)."""
-    monkeypatch.setitem(B._TUNE, "ew_flat_load_first", 1)
-    x, run = _cuda_train_step((64, 512, 7, 7), "contig", dtype)
     assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
@@ -702,15 +692,11 @@ def test_flat_planes_choice():
 @pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14), (40, 6, 3), (5, 30, 3, 1), (4, 5, 1023),
                                    (9, 1, 5, 5)],
                          ids=["7x7", "14x14", "S3", "S3-R>C", "S1023", "C1"])
-@pytest.mark.parametrize("load_first", [0, 1])
-def test_ew_flat_short_planes_same_bits(shape, dtype, load_first, monkeypatch):
+def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     """Short unaligned planes as one flat array of 16-byte vectors (_bn_ew_flat_kernel): the same
     per-element arithmetic as the [planes, S] tiles, so the same bits in every mode; whole and partial
-    last tiles, tiles spanning more planes than there are channels; x / dy loaded before or after the
-    coefficients."""
+    last tiles, tiles spanning more planes than there are channels."""
     monkeypatch.setitem(B._TUNE, "ew_tile_bytes_ncs", 512)  # several programs on these small shapes
-    monkeypatch.setitem(B._TUNE, "ew_flat_tile_bytes_2byte", 512)
-    monkeypatch.setitem(B._TUNE, "ew_flat_load_first", load_first)
     x = make_x(shape, dtype, "contig")
     dy = make_x(shape, dtype, "contig")
     C = shape[1]

@@ -98,10 +98,6 @@ _TUNE = {
     # backward won 3-6 % but the bf16 forward and eval lost 2-6 %)
     "ew_flat_max_plane": 64,
     "ew_flat_max_plane_bwd": 256,
-    # session 19 (prepared): the flat pass's x / dy loads issued before its coefficients (and before the PDL
-    # wait), and its tile for 2-byte outputs (bf16 NCHW 7x7 eval 0.75 SOL, fp32 0.94: half the bytes a program)
-    "ew_flat_load_first": 0,
-    "ew_flat_tile_bytes_2byte": 8192,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
     # on bf16 only) made that row 0.824 ms and every fp32 rows forward 10-37 % slower in the full run.
@@ -628,16 +624,15 @@ def _bn_ew_ncs_kernel_cs(
 @triton.jit
 def _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, base, i, lim, loc, ch, rmask, C, e0, e1, e2,
                      MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr,
-                     ACC: tl.constexpr, PDL: tl.constexpr, LOAD_FIRST: tl.constexpr):
+                     ACC: tl.constexpr, PDL: tl.constexpr):
     m = i < lim
-    if LOAD_FIRST:  # the tile's loads in flight while the coefficients are loaded and spread
-        x, g = _bn_ew_load(x_ptr + base, g_ptr + base, i, m, MODE, ACC)
+    # the tile's loads in flight while the coefficients are loaded and spread (H200 session 19, bn_kernels
+    # variant flatlf: bf16 256x2048x7x7 eval 0.0331 -> 0.0304 ms, forward -1.7 %, backward and fp32 within 1 %)
+    x, g = _bn_ew_load(x_ptr + base, g_ptr + base, i, m, MODE, ACC)
     if PDL:
         gdc_wait()
     k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, ch, rmask, C, e0, e1, e2,
                                   MODE, HAS_W, HAS_B, F64, ACC)
-    if not LOAD_FIRST:
-        x, g = _bn_ew_load(x_ptr + base, g_ptr + base, i, m, MODE, ACC)
     # the R planes' coefficients spread to their elements (each used term gathered once)
     K2 = tl.gather(k2, loc, axis=0)
     if MODE == 3:
@@ -659,7 +654,7 @@ def _bn_ew_flat_kernel(
     NC, C, NT, e0, e1, e2,
     S: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    PDL: tl.constexpr = False, LOAD_FIRST: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Elementwise pass over short unaligned ncs planes (S % 16 != 0, compiled in) as one flat array:
     a program takes R consecutive planes, R * S contiguous elements starting on a 16-byte boundary (R
@@ -667,8 +662,8 @@ def _bn_ew_flat_kernel(
     [planes, S] tiles of _bn_ew_ncs start every plane off a boundary. The R planes' coefficients are
     computed once and spread to the elements with tl.gather; the arithmetic per element is
     _bn_ew_apply's (the same bits). Tiles walked from the end of memory to the start. PDL: waits for
-    the combine before reading its coefficients (LOAD_FIRST: the tile's x / dy loaded before that,
-    they are no kernel's output), else before anything."""
+    the combine before reading its coefficients; the tile's x / dy, no kernel's output, are loaded
+    before that."""
     pid = NT - 1 - tl.program_id(0)
     r0 = pid.to(tl.int64) * R
     rl = tl.arange(0, RP)
@@ -679,10 +674,10 @@ def _bn_ew_flat_kernel(
     base = r0 * S
     if r0 + R <= NC:  # a whole tile: the bound is a compile-time multiple of the vector width
         _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, base, i, R * S, loc, ch, rmask, C, e0, e1, e2,
-                         MODE, HAS_W, HAS_B, F64, ACC, PDL, LOAD_FIRST)
+                         MODE, HAS_W, HAS_B, F64, ACC, PDL)
     else:
         _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, base, i, ((NC - r0) * S).to(tl.int32), loc, ch,
-                         rmask, C, e0, e1, e2, MODE, HAS_W, HAS_B, F64, ACC, PDL, LOAD_FIRST)
+                         rmask, C, e0, e1, e2, MODE, HAS_W, HAS_B, F64, ACC, PDL)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -984,12 +979,11 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
             num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
     elif _flat_planes(v, mode):
-        fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(),
-                              _TUNE["ew_flat_tile_bytes_2byte" if out.element_size() == 2 else "ew_tile_bytes_ncs"])
+        fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
         launch(_bn_ew_flat_kernel, (fc["NT"],),
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
             S=v.S, R=fc["R"], RP=fc["RP"], BLOCK=fc["BLOCK"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
-            ACC=acc_tl, LOAD_FIRST=bool(_TUNE["ew_flat_load_first"]), num_warps=fc["nw"], **kw,
+            ACC=acc_tl, num_warps=fc["nw"], **kw,
         )
     else:
         kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel

@@ -249,6 +249,10 @@ _CFG = {
     "bwd_pf_tile_elems": 1024,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
     "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
     "bwd_pf_progs_per_sm": 4,  # persistent programs per SM
+    # ... of 16-bit x: its 72-80 registers (offline sm_90, 4 warps) fit 6-7 programs per SM, fp32's 95 five.
+    # Session 19 (prepared): 16-bit 768 / 1024 wide run at 0.55-0.61 SOL against fp32's 0.77-0.81, with half the
+    # bytes in flight per program (2 rows ahead x 2 tensors x 1.5-2 KB)
+    "bwd_pf_progs_per_sm_16bit": 4,
     # ... and for one-row blocks (multi_row_max < BLOCK_N <= bwd_pf_wide_max_block; 0: off)
     "bwd_pf_wide_max_block": 8192,
     # ... and rows of at most this many bytes: two 32 KB fp32 blocks ahead spill (sweep "bwd8k32", fp32
@@ -1462,7 +1466,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = cdiv(M, BLOCK_M)
         if pf:
-            pps = _CFG[kind + "_progs_per_sm"]
+            pps = _CFG[kind + "_progs_per_sm" + ("_16bit" if kind == "bwd_pf" and x.element_size() == 2 else "")]
         elif narrow:
             pps = max(1, 32 // nw)
         else:
