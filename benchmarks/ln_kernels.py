@@ -288,7 +288,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # A persistent program past the resident ones costs a second wave.
     def pf(t, e, p):
         return {"bwd_pf_max_block": 1024, "bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm": p,
-                "bwd_pf_progs_per_sm_16bit": p}
+                "bwd_pf_tile_elems_16bit": t, "bwd_pf_ept_16bit": e, "bwd_pf_progs_per_sm_16bit": p,
+                "bwd_pf_progs_per_sm_16bit_512": p}
 
     narrow_pf = (("plain", {"bwd_pf_max_block": 0}), ("pf_t1024_e8_p4_d2", pf(1024, 8, 4)),
                  ("pf_t1024_e4_p3_d2", pf(1024, 4, 3)), ("pf_t2048_e8_p2_d2", pf(2048, 8, 2)))
@@ -662,7 +663,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 16-warp program per SM instead of two (t4096_e8_p1, a knob deleted since) lost on 8 of 10 rows
     def pfn(lo, t, e, p):
         return {"bwd_pf_min_block": lo, "bwd_pf_min_block_32bit": lo, "bwd_pf_tile_elems": t, "bwd_pf_ept": e,
-                "bwd_pf_progs_per_sm": p, "bwd_pf_progs_per_sm_16bit": p}
+                "bwd_pf_progs_per_sm": p, "bwd_pf_tile_elems_16bit": t, "bwd_pf_ept_16bit": e,
+                "bwd_pf_progs_per_sm_16bit": p, "bwd_pf_progs_per_sm_16bit_512": p}
 
     for M, N in ((262144, 256), (1048576, 64)):
         for op, dt, pdt in (("ln", f32, f32), ("rms", f32, f32), ("ln", bf, bf), ("rms", bf, bf), ("ln", bf, f32)):
@@ -675,9 +677,14 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
     # 0.77-0.81: each program keeps two rows of x and dy ahead, 6-8 KB in 16-bit, so 4 programs per SM hold ~24-32 KB
     # in flight where ~48 KB would cover HBM latency. Variants: 5-7 programs per SM (72-80 registers fit 6-7), two
     # rows a block at 4 warps (t2048_e16, 128 registers: 4 per SM). Prediction: 768 0.56 -> 0.65-0.70 SOL, 1024 0.61
-    # -> 0.68; bf16 x / fp32 w alike
+    # -> 0.68; bf16 x / fp32 w alike. Measured (call 3, ms, "base" then t1024_e8_p4): t2048_e16_p4 won at 768 / 1024
+    # (LN bf16 32768x768 0.0667 -> 0.0558, 16384x1024 0.0395 -> 0.0356; RMS 0.0644 -> 0.0521, 0.0402 -> 0.0332;
+    # bf16 x / fp32 w 0.0652 -> 0.0559, 0.0408 -> 0.0354) but lost at 512 (0.0745 -> 0.0831: 159-168 registers
+    # there, 3 programs a SM), where t2048_e16_p3 won (0.0672); p5-p7 of the 1-row tile gained less (p6 768 0.0581).
+    # Adopted: t2048_e16, 4 programs per SM at 1024 wide, 3 at 512 (bwd_pf_*_16bit; "base" is that since)
     def pf16(t, e, p):
-        return {"bwd_pf_tile_elems": t, "bwd_pf_ept": e, "bwd_pf_progs_per_sm_16bit": p}
+        return {"bwd_pf_tile_elems_16bit": t, "bwd_pf_ept_16bit": e, "bwd_pf_progs_per_sm_16bit": p,
+                "bwd_pf_progs_per_sm_16bit_512": p}
 
     for M, N in ((32768, 768), (16384, 1024), (65536, 512)):
         for op, dt, pdt in (("ln", bf, bf), ("rms", bf, bf), ("ln", bf, f32)):

@@ -117,6 +117,7 @@
 #          first; that pass's A/B (bn_kernels variants flatlf, flat16k, flatlf16k); the narrow layer / RMS rows' bench.
 # PART=45: PDL same-bits CUDA tests (the flat pass now loads first), the sweep bwdpf16 (16-bit narrow backward's
 #          programs per SM), the randomized batch-norm cases on CUDA, the batch-norm suite bench and resnet50 steps.
+# PART=46: layer norm's PDL same-bits CUDA tests at the adopted 16-bit narrow backward, the layer / RMS suite bench.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -508,6 +509,12 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 46 ]; then
+    use_wheels
+    stamp "pytest -m cuda: layer norm's PDL same bits (the 16-bit narrow backward at two rows a block, 768 wide)"
+    cuda_tests ${PYTEST_S:-60} tests/kernels/test_layer_norm_kernels.py -k "test_cuda_pdl_same_bits"
+    stamp "bench: layer and RMS norm, every dtype, peers (the suite)"
+    ln_suite_bench ${BENCH_S:-250} bench-ln
 elif [ "$PART" = 45 ]; then
     use_wheels
     stamp "pytest -m cuda: PDL same bits (batch norm's flat pass loading first, bf16 and fp32; layer norm incl. fp32 256 wide)"

@@ -249,10 +249,15 @@ _CFG = {
     "bwd_pf_tile_elems": 1024,  # BLOCK_M * BLOCK_N of the prefetching kernel (narrow rows)
     "bwd_pf_ept": 8,  # elements per thread -> num_warps (capped by max_warps)
     "bwd_pf_progs_per_sm": 4,  # persistent programs per SM
-    # ... of 16-bit x: its 72-80 registers (offline sm_90, 4 warps) fit 6-7 programs per SM, fp32's 95 five.
-    # Session 19 (prepared): 16-bit 768 / 1024 wide run at 0.55-0.61 SOL against fp32's 0.77-0.81, with half the
-    # bytes in flight per program (2 rows ahead x 2 tensors x 1.5-2 KB)
+    # ... the same for 16-bit x: twice the elements a thread (two rows a block at 1024 wide), so each program keeps
+    # as many bytes in flight as fp32's; programs per SM as many as fit in registers (offline sm_90: 119-128 at
+    # 1024 wide, 4 a SM; 156-168 at 512 wide, 3). H200 sweep "bwdpf16" (session 19), ms, t1024_e8_p4 -> these:
+    # LN bf16 32768x768 0.0667 -> 0.0558, 16384x1024 0.0395 -> 0.0356, 65536x512 0.0745 -> 0.0672 (p4 there:
+    # 0.0831); RMS bf16 768 0.0644 -> 0.0521, 1024 0.0402 -> 0.0332; bf16 x / fp32 w 768 0.0652 -> 0.0559
+    "bwd_pf_tile_elems_16bit": 2048,
+    "bwd_pf_ept_16bit": 16,
     "bwd_pf_progs_per_sm_16bit": 4,
+    "bwd_pf_progs_per_sm_16bit_512": 3,
     # ... and for one-row blocks (multi_row_max < BLOCK_N <= bwd_pf_wide_max_block; 0: off)
     "bwd_pf_wide_max_block": 8192,
     # ... and rows of at most this many bytes: two 32 KB fp32 blocks ahead spill (sweep "bwd8k32", fp32
@@ -1460,13 +1465,14 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         if pf:
             kind = ("bwd_pf" if narrow else "bwd_pf_mid" if BLOCK_N == _CFG["bwd_pf_mid_block"] else
                     "bwd_pf_2k" if BLOCK_N == _CFG["bwd_pf_2k_block"] else "bwd_pf_wide")
-            ept = _CFG[kind + "_ept"]
-            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems"], ept=ept)
+            sfx = "_16bit" if narrow and x.element_size() == 2 else ""  # the narrow kernel's 16-bit knobs
+            BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True, tile=_CFG["bwd_pf_tile_elems" + sfx],
+                                    ept=_CFG["bwd_pf_ept" + sfx if narrow else kind + "_ept"])
         else:
             BLOCK_M, nw = _rows_cfg(BLOCK_N, bwd=True)
         nblocks = cdiv(M, BLOCK_M)
         if pf:
-            pps = _CFG[kind + "_progs_per_sm" + ("_16bit" if kind == "bwd_pf" and x.element_size() == 2 else "")]
+            pps = _CFG[kind + "_progs_per_sm" + sfx + ("_512" if sfx and BLOCK_N <= 512 else "")]
         elif narrow:
             pps = max(1, 32 // nw)
         else:
