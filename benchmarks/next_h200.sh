@@ -112,12 +112,17 @@
 #          split forward's widths outside the suite, the randomized test's layer / RMS cases on CUDA.
 # Session 19:
 # PART=43: the lag split forward's CUDA tests (same bits as two launches), the sweeps bwdnarrow (the narrow plain
-#          backward: LN fp32 262144x256 at 0.54 SOL) and fwdlag (the lag split forward against today's routing).
+#          backward: LN fp32 262144x256 at 0.54 SOL) and fwdlag (the lag split forward against today's routing; the
+#          kernel, its tests and the group are deleted since).
 # PART=44: the CUDA tests of the fp32 narrow backward on the prefetching kernel and of batch norm's flat pass loading
-#          first; that pass's A/B (bn_kernels variants flatlf, flat16k, flatlf16k); the narrow layer / RMS rows' bench.
+#          first; that pass's A/B (bn_kernels variants flatlf, flat16k, flatlf16k: their knobs are deleted since, the
+#          tile-first order kept as the only one); the narrow layer / RMS rows' bench.
 # PART=45: PDL same-bits CUDA tests (the flat pass now loads first), the sweep bwdpf16 (16-bit narrow backward's
 #          programs per SM), the randomized batch-norm cases on CUDA, the batch-norm suite bench and resnet50 steps.
 # PART=46: layer norm's PDL same-bits CUDA tests at the adopted 16-bit narrow backward, the layer / RMS suite bench.
+# For the next session:
+# PART=47: all layer-norm kernel CUDA tests at the final code (test_cuda_widths has not run on the 16-bit narrow
+#          backward's two / four rows a block), the randomized layer / RMS cases on CUDA.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -509,6 +514,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 47 ]; then
+    stamp "pytest -m cuda: every layer-norm kernel test at session 19's narrow backward (widths 256 / 320 / 1600 ...)"
+    ln_cuda_tests ${PYTEST_S:-300}
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261220)"
+    random_cuda_tests 20261220 ${RANDOM_S:-150} -k "layer_norm or rms_norm"
 elif [ "$PART" = 46 ]; then
     use_wheels
     stamp "pytest -m cuda: layer norm's PDL same bits (the 16-bit narrow backward at two rows a block, 768 wide)"
