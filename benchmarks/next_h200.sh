@@ -123,6 +123,8 @@
 # For the next session:
 # PART=47: all layer-norm kernel CUDA tests at the final code (test_cuda_widths has not run on the 16-bit narrow
 #          backward's two / four rows a block), the randomized layer / RMS cases on CUDA.
+# PART=48: the cooperative backward holding its chunk's w (bwd_coop_hold_w, prepared in session 19): its CUDA tests
+#          (test_cuda_coop_backward with hold_w 0 / 1) and the sweep bwdcoophold (mixed-dtype LN 16384 at 0.47 SOL).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -514,6 +516,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 48 ]; then
+    stamp "pytest -m cuda: the cooperative backward, w reloaded per row or held"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_layer_norm_kernels.py -k "coop"
+    stamp "layer / RMS norm: the cooperative backward holding w (sweep bwdcoophold)"
+    ln_sweep bwdcoophold ${SWEEP_S:-120}
 elif [ "$PART" = 47 ]; then
     stamp "pytest -m cuda: every layer-norm kernel test at session 19's narrow backward (widths 256 / 320 / 1600 ...)"
     ln_cuda_tests ${PYTEST_S:-300}
