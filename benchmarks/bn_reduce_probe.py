@@ -1,0 +1,140 @@
+"""How fast can one read pass of batch norm's statistics go? The split reduction alone, against read-only
+references, on the suite's 51-103 MB rows (where the training forward sits at 0.54-0.57 SOL).
+
+    PYTHONPATH=src python benchmarks/bn_reduce_probe.py --out DIR [--budget SECONDS]
+
+Per shape (bf16, channels_last and NCHW) it times, in CUDA graphs over inputs rotated past L2:
+
+* ``copy``: x -> y (eager), the SOL ceiling (GB/s counting read + write);
+* ``stream``: a one-tile-per-program read kernel (16 KB tiles, 8 warps, one float written per program):
+  what a read pass can do when the hardware keeps every SM full of short programs;
+* ``torch_sum``: ``x.sum(reduce dims, dtype=float32)``, PyTorch's own reduction;
+* ``nk:<variant>``: normkit's split reduction (``batch_norm._reduce``) with ``_TUNE`` overrides.
+
+Each line of ``DIR/bn_reduce_probe.jsonl`` has the read GB/s and its fraction of copy (copy GB/s counts
+both directions, so a read pass at "1.0 of copy" moves as many bytes a second as the copy does).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if "--dry" in sys.argv:  # CPU check of the script: the Triton interpreter, tiny shapes
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+import triton
+import triton.language as tl
+
+from normkit.bench.timing import Timer
+from normkit.kernels import batch_norm as B
+
+SHAPES = [((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"), ((256, 2048, 7, 7), "cl"),
+          ((256, 512, 28, 28), "cl"), ((65536, 1024), "cl"), ((256, 64, 56, 56), "nchw"),
+          ((256, 1024, 14, 14), "nchw"), ((256, 2048, 7, 7), "nchw")]
+
+# _TUNE overrides; the partial cap is lifted where the program count is what a variant changes
+VARIANTS = {
+    "default": {},
+    "p256": {"target_programs_rows_fwd": 256, "target_programs": 512},
+    "p1k": {"target_programs_rows_fwd": 1024, "target_programs": 2048, "partial_frac_rows": 0.05},
+    "p2k": {"target_programs_rows_fwd": 2048, "target_programs": 4096, "partial_frac_rows": 0.05,
+            "partial_frac": 0.2},
+    "t8k": {"red_tile_bytes": 8192, "red_tile_bytes_ncs_fwd": 32768},
+    "t2k": {"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192},
+    "u2": {"red_unroll_rows_fwd": 2},
+    "w4": {"red_warps": 4},
+}
+
+
+@triton.jit
+def _stream_read_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(x, axis=0))
+
+
+DEV = "cuda"
+
+
+def make_inputs(shape, layout, n_sets):
+    xs = []
+    for _ in range(n_sets):
+        x = torch.randn(shape, device=DEV, dtype=torch.bfloat16) + 0.5
+        if layout == "cl" and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        xs.append(x)
+    return xs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget", type=float, default=150.0)
+    ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes")
+    a = ap.parse_args()
+    global SHAPES, DEV
+    if a.dry:
+        SHAPES = [((4, 8, 4, 4), "cl"), ((4, 8, 4, 4), "nchw")]
+        DEV = "cpu"
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "bn_reduce_probe.jsonl")
+    timer = Timer(DEV)
+    t0 = time.time()
+
+    n = 1 << (20 if a.dry else 28)
+    src = torch.randn(n // 4, device=DEV)
+    dst = torch.empty_like(src)
+    ms, _ = timer.time([lambda: dst.copy_(src)], graph=False)
+    copy_gbps = 2 * n / (ms * 1e-3) / 1e9
+    del src, dst
+    print(f"copy {copy_gbps:.0f} GB/s", flush=True)
+    base = dict(B._TUNE)
+    with open(path, "a") as f:
+        for shape, layout in SHAPES:
+            if time.time() - t0 > a.budget:
+                print("budget reached", flush=True)
+                break
+            nbytes = 2 * int(torch.Size(shape).numel())
+            n_sets = 1 if a.dry else min(8, max(1, -(-4 * 60 * 2 ** 20 // nbytes)))
+            xs = make_inputs(shape, layout, n_sets)
+            numel = xs[0].numel()
+
+            def record(name, fns, **extra):
+                t_ms, timer_name = timer.time(fns)
+                gbps = nbytes / (t_ms * 1e-3) / 1e9
+                row = dict(shape=list(shape), layout=layout, impl=name, ms=t_ms, read_gbps=gbps,
+                           of_copy=gbps / copy_gbps, copy_gbps=copy_gbps, timer=timer_name, **extra)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                print(f"{'x'.join(map(str, shape)):>16} {layout:>4} {name:>12} {t_ms * 1e3:8.1f} us "
+                      f"{gbps:6.0f} GB/s {gbps / copy_gbps:5.2f} of copy {extra or ''}", flush=True)
+
+            BLOCK = 8192
+            outs = [torch.empty(-(-numel // BLOCK), device=DEV) for _ in xs]
+            record("stream", [lambda x=x, o=o: _stream_read_kernel[(o.numel(),)](x, o, numel, BLOCK=BLOCK,
+                                                                                num_warps=8)
+                              for x, o in zip(xs, outs)])
+            dims = [0] + list(range(2, len(shape)))
+            record("torch_sum", [lambda x=x: x.sum(dims, dtype=torch.float32) for x in xs])
+            for vname, over in VARIANTS.items():
+                B._TUNE.clear()
+                B._TUNE.update(base)
+                B._TUNE.update(over)
+                views = [B._View(x) for x in xs]
+                cfg = B._reduce_cfg(views[0], 2, False)
+                record("nk:" + vname, [lambda v=v: B._reduce(v, None, None, False, tl.float32, torch.float32)
+                                       for v in views],
+                       cfg={k: cfg[k] for k in sorted(cfg)})
+            B._TUNE.clear()
+            B._TUNE.update(base)
+            del xs, outs
+            torch.cuda.empty_cache()
+    print(f"total {time.time() - t0:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
