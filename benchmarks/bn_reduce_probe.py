@@ -9,7 +9,8 @@ Per shape (bf16, channels_last and NCHW) it times, in CUDA graphs over inputs ro
 * ``stream``: a one-tile-per-program read kernel (16 KB tiles, 8 warps, one float written per program):
   what a read pass can do when the hardware keeps every SM full of short programs;
 * ``torch_sum``: ``x.sum(reduce dims, dtype=float32)``, PyTorch's own reduction;
-* ``nk:<variant>``: normkit's split reduction (``batch_norm._reduce``) with ``_TUNE`` overrides.
+* ``nk:<fwd|bwd>:<variant>``: normkit's split reduction (``batch_norm._reduce``) with ``_TUNE`` overrides, the
+  forward's statistics (read x) and the backward's sums (read x and dy).
 
 Each line of ``DIR/bn_reduce_probe.jsonl`` has the read GB/s and its fraction of copy (copy GB/s counts
 both directions, so a read pass at "1.0 of copy" moves as many bytes a second as the copy does).
@@ -35,17 +36,22 @@ SHAPES = [((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"), ((256, 2048, 7
           ((256, 512, 28, 28), "cl"), ((65536, 1024), "cl"), ((256, 64, 56, 56), "nchw"),
           ((256, 1024, 14, 14), "nchw"), ((256, 2048, 7, 7), "nchw")]
 
-# _TUNE overrides; the partial cap is lifted where the program count is what a variant changes
+# _TUNE overrides and the directions they touch (the forward's statistics, the backward's sums over x and dy);
+# the partial cap is lifted where the program count is what a variant changes
 VARIANTS = {
-    "default": {},
-    "p256": {"target_programs_rows_fwd": 256, "target_programs": 512},
-    "p1k": {"target_programs_rows_fwd": 1024, "target_programs": 2048, "partial_frac_rows": 0.05},
-    "p2k": {"target_programs_rows_fwd": 2048, "target_programs": 4096, "partial_frac_rows": 0.05,
-            "partial_frac": 0.2},
-    "t8k": {"red_tile_bytes": 8192, "red_tile_bytes_ncs_fwd": 32768},
-    "t2k": {"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192},
-    "u2": {"red_unroll_rows_fwd": 2},
-    "w4": {"red_warps": 4},
+    "default": ({}, ("fwd", "bwd")),
+    "p256": ({"target_programs_rows_fwd": 256, "target_programs_ncs_fwd": 512}, ("fwd",)),
+    "p128": ({"target_programs_rows_fwd": 128, "target_programs_ncs_fwd": 256}, ("fwd",)),
+    "p1k": ({"target_programs_rows_fwd": 1024, "target_programs_ncs_fwd": 2048, "partial_frac_rows": 0.05},
+            ("fwd",)),
+    "t2k": ({"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192}, ("fwd", "bwd")),
+    "w4": ({"red_warps_rows_fwd": 4, "red_warps": 4}, ("fwd", "bwd")),
+    "d2": ({"red_dist_rows": 2}, ("fwd", "bwd")),
+    "d2w4": ({"red_dist_rows": 2, "red_warps_rows_fwd": 4, "red_warps": 4}, ("fwd", "bwd")),
+    "d2t2k": ({"red_dist_rows": 2, "red_tile_bytes": 2048}, ("fwd", "bwd")),
+    "d2u2": ({"red_dist_rows": 2, "red_unroll_rows_fwd": 2}, ("fwd",)),
+    "w4t2k": ({"red_warps_rows_fwd": 4, "red_warps": 4, "red_tile_bytes": 2048}, ("fwd", "bwd")),
+    "tpb330": ({"target_programs_rows_bwd": 330, "target_programs": 512}, ("bwd",)),
 }
 
 
@@ -103,14 +109,14 @@ def main():
             xs = make_inputs(shape, layout, n_sets)
             numel = xs[0].numel()
 
-            def record(name, fns, **extra):
+            def record(name, fns, read_bytes=nbytes, **extra):
                 t_ms, timer_name = timer.time(fns)
-                gbps = nbytes / (t_ms * 1e-3) / 1e9
+                gbps = read_bytes / (t_ms * 1e-3) / 1e9
                 row = dict(shape=list(shape), layout=layout, impl=name, ms=t_ms, read_gbps=gbps,
                            of_copy=gbps / copy_gbps, copy_gbps=copy_gbps, timer=timer_name, **extra)
                 f.write(json.dumps(row) + "\n")
                 f.flush()
-                print(f"{'x'.join(map(str, shape)):>16} {layout:>4} {name:>12} {t_ms * 1e3:8.1f} us "
+                print(f"{'x'.join(map(str, shape)):>16} {layout:>4} {name:>16} {t_ms * 1e3:8.1f} us "
                       f"{gbps:6.0f} GB/s {gbps / copy_gbps:5.2f} of copy {extra or ''}", flush=True)
 
             BLOCK = 8192
@@ -120,18 +126,25 @@ def main():
                               for x, o in zip(xs, outs)])
             dims = [0] + list(range(2, len(shape)))
             record("torch_sum", [lambda x=x: x.sum(dims, dtype=torch.float32) for x in xs])
-            for vname, over in VARIANTS.items():
-                B._TUNE.clear()
-                B._TUNE.update(base)
-                B._TUNE.update(over)
-                views = [B._View(x) for x in xs]
-                cfg = B._reduce_cfg(views[0], 2, False)
-                record("nk:" + vname, [lambda v=v: B._reduce(v, None, None, False, tl.float32, torch.float32)
-                                       for v in views],
-                       cfg={k: cfg[k] for k in sorted(cfg)})
+            gs = [torch.randn_like(x) for x in xs]
+            mean = torch.full((shape[1],), 0.5, device=DEV)
+            for direction in ("fwd", "bwd"):
+                for vname, (over, dirs) in VARIANTS.items():
+                    if direction not in dirs:
+                        continue
+                    B._TUNE.clear()
+                    B._TUNE.update(base)
+                    B._TUNE.update(over)
+                    views = [B._View(x) for x in xs]
+                    bwd = direction == "bwd"
+                    cfg = B._reduce_cfg(views[0], 2, bwd)
+                    fns = [lambda v=v, g=g: B._reduce(v, g if bwd else None, mean if bwd else None, bwd,
+                                                      tl.float32, torch.float32) for v, g in zip(views, gs)]
+                    record(f"nk:{direction}:{vname}", fns, read_bytes=nbytes * (2 if bwd else 1),
+                           cfg={k: cfg[k] for k in sorted(cfg)})
             B._TUNE.clear()
             B._TUNE.update(base)
-            del xs, outs
+            del xs, outs, gs
             torch.cuda.empty_cache()
     print(f"total {time.time() - t0:.1f}s", flush=True)
 

@@ -129,6 +129,9 @@
 # PART=49: batch norm's split reduction alone against read-only references (benchmarks/bn_reduce_probe.py: the
 #          forward reductions ran at 0.54-0.69 of copy on the 51-103 MB layers, session 14's bn_breakdown), the sweep
 #          bwdcoophold (PART=48's), every layer-norm kernel CUDA test (PART=47's first half; coop hold_w 0 / 1 in it).
+# PART=50: the probe again with more variants (the rows reduction's loads two steps ahead, 4-warp programs, fewer ncs
+#          forward programs; forward and backward sums), their CUDA same-bits test, the A/B of the candidates on whole
+#          forwards / backwards (bn_kernels.py), the randomized layer / RMS cases on CUDA (PART=47's second half).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -520,6 +523,19 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 50 ]; then
+    stamp "batch norm's split reduction alone: prefetch distance, warps, ncs programs (bn_reduce_probe.py)"
+    timeout $(( ${PROBE_S:-100} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-100} \
+        > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"; cut -c1-150 "$W/bn_reduce_probe.log"
+    stamp "pytest -m cuda: the rows reduction two steps ahead gives the same bits"
+    cuda_tests ${PYTEST_S:-90} tests/kernels/test_batch_norm_kernels.py -k "prefetch_distance or knob_paths"
+    stamp "batch norm A/B on whole forwards / backwards (bn_kernels.py)"
+    timeout ${BN_S:-240} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-240} - 30 )) \
+        --only-variants ${BN_VARIANTS:-rowsd2,rowsw4,rowsd2w4,ncsfp512,ncsfp256,redw4} \
+        --shapes ${BN_SHAPES:-256x64x56x56,256x1024x14x14,256x2048x7x7,256x512x28x28,65536x1024,16x64x32x64x64} \
+        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -60 "$W/bn_kernels.log" | cut -c1-200
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261220)"
+    random_cuda_tests 20261220 ${RANDOM_S:-90} -k "layer_norm or rms_norm"
 elif [ "$PART" = 49 ]; then
     stamp "batch norm's split reduction alone, against read-only references (bn_reduce_probe.py)"
     timeout $(( ${PROBE_S:-100} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-100} \
