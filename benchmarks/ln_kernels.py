@@ -691,16 +691,6 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for lab, cfg in (("base", {}), ("p5", pf16(1024, 8, 5)), ("p6", pf16(1024, 8, 6)), ("p7", pf16(1024, 8, 7)),
                              ("t2048_e16_p4", pf16(2048, 16, 4)), ("t2048_e16_p3", pf16(2048, 16, 3))):
                 add("bwdpf16", lab, cfg, op, M, N, "bwd", pdt, dt)
-    # session 19 (prepared, not measured): the cooperative backward holding its chunk's w (bwd_coop_hold_w), loaded
-    # once per program instead of from L2 per row, as the rows kernel's bwd_hold_w (-21..-32 % with fp32 w there).
-    # Registers (offline sm_90): LN 16-bit 121 -> 119, LN fp32 127-128 -> 128, RMS fp32 94-96 -> 111-113 (4 programs
-    # per SM either way). Prediction: bf16 x / fp32 w LN 4096x16384 0.201 -> 0.16-0.18 ms (0.47 -> 0.53-0.59 SOL),
-    # fp32 rows -3..-10 %, 16-bit w within +-3 %
-    for M, N, op, dt, pdt in ((4096, 16384, "ln", bf, f32), (4096, 16384, "ln", f32, f32), (4096, 16384, "rms", f32, f32),
-                              (2048, 65536, "ln", f32, f32), (2048, 65536, "rms", f32, f32), (8192, 12288, "ln", bf, f32),
-                              (8192, 16384, "rms", bf, bf)):
-        for lab, cfg in (("base", {}), ("hold", {"bwd_coop_hold_w": 1})):
-            add("bwdcoophold", lab, cfg, op, M, N, "bwd", pdt, dt)
     out, chosen = [], {}
     if only:
         order = [g for g in only if g in groups]
@@ -746,7 +736,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 except Exception as e:
                     log(f"sweep {g} {label} check FAILED {repr(e)[:200]}")
                     err = float("nan")
-            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdrowsst", "bwdrowsst8k", "bwdmix", "bwdholdw", "bwd2k", "bwd512", "bwdnarrow", "bwdpf16", "bwdcoophold"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
+            elif g in ("bwdcoop", "lnbwddbsplit", "bwdst", "bwdst4", "bwd5route", "bwdrowsst", "bwdrowsst8k", "bwdmix", "bwdholdw", "bwd2k", "bwd512", "bwdnarrow", "bwdpf16"):  # backward kernels new to these rows: dx, dw (, db) on a row subset against fp64
                 try:
                     c = check(op, min(M, 64), N, dt, pdt)
                     err = max(c[k] for k in ("dx", "dw", "db") if k in c)

@@ -124,11 +124,11 @@
 # PART=47: all layer-norm kernel CUDA tests at the final code (test_cuda_widths has not run on the 16-bit narrow
 #          backward's two / four rows a block), the randomized layer / RMS cases on CUDA.
 # PART=48: the cooperative backward holding its chunk's w (bwd_coop_hold_w, prepared in session 19): its CUDA tests
-#          (test_cuda_coop_backward with hold_w 0 / 1) and the sweep bwdcoophold (mixed-dtype LN 16384 at 0.47 SOL).
+#          and the sweep bwdcoophold. Ran inside session 20's PART=49: -1.2 % on its row; the knob is deleted since.
 # Session 20:
 # PART=49: batch norm's split reduction alone against read-only references (benchmarks/bn_reduce_probe.py: the
 #          forward reductions ran at 0.54-0.69 of copy on the 51-103 MB layers, session 14's bn_breakdown), the sweep
-#          bwdcoophold (PART=48's), every layer-norm kernel CUDA test (PART=47's first half; coop hold_w 0 / 1 in it).
+#          bwdcoophold (PART=48's; its knob deleted since), every layer-norm kernel CUDA test (PART=47's first half).
 # PART=50: the probe again with more variants (the rows reduction's loads two steps ahead, 4-warp programs, fewer ncs
 #          forward programs; forward and backward sums), their CUDA same-bits test, the A/B of the candidates on whole
 #          forwards / backwards (bn_kernels.py), the randomized layer / RMS cases on CUDA (PART=47's second half).
@@ -540,15 +540,8 @@ elif [ "$PART" = 49 ]; then
     stamp "batch norm's split reduction alone, against read-only references (bn_reduce_probe.py)"
     timeout $(( ${PROBE_S:-100} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-100} \
         > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"; cut -c1-200 "$W/bn_reduce_probe.log"
-    stamp "layer / RMS norm: the cooperative backward holding w (sweep bwdcoophold)"
-    ln_sweep bwdcoophold ${SWEEP_S:-120}
-    stamp "pytest -m cuda: every layer-norm kernel test (coop hold_w 0 / 1, the 16-bit narrow backward's tiles)"
+    stamp "pytest -m cuda: every layer-norm kernel test (the 16-bit narrow backward's tiles)"
     ln_cuda_tests ${PYTEST_S:-240}
-elif [ "$PART" = 48 ]; then
-    stamp "pytest -m cuda: the cooperative backward, w reloaded per row or held"
-    cuda_tests ${PYTEST_S:-150} tests/kernels/test_layer_norm_kernels.py -k "coop"
-    stamp "layer / RMS norm: the cooperative backward holding w (sweep bwdcoophold)"
-    ln_sweep bwdcoophold ${SWEEP_S:-120}
 elif [ "$PART" = 47 ]; then
     stamp "pytest -m cuda: every layer-norm kernel test at session 19's narrow backward (widths 256 / 320 / 1600 ...)"
     ln_cuda_tests ${PYTEST_S:-300}

@@ -948,28 +948,6 @@ def test_coop_backward(N, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("N", [100, 1000])
-def test_coop_backward_hold_w_same_bits(N, monkeypatch):
-    # bwd_coop_hold_w: the cooperative kernel with its chunk's w loaded once per program gives the bits of the
-    # per-row reload (the same products), with w in x's dtype and in fp32, layer and RMS norm
-    _coop_on(monkeypatch)
-    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same")):
-        x, dy = _inputs(37, N, dtype)
-        w, b = _params(N, dtype, kind)
-        _, mean, rstd = L.ln_forward(x, w, b, 1e-5)
-        _, rrstd = L.rms_forward(x, w, 1e-6)
-        runs = []
-        for hold in (0, 1):
-            monkeypatch.setitem(L._CFG, "bwd_coop_hold_w", hold)
-            runs.append(L.ln_backward(dy, x, mean, rstd, w, (True, True, True), bias_dtype=b.dtype)
-                        + L.rms_backward(dy, x, rrstd, w, (True, True)))
-        for a, c in zip(*runs):
-            assert torch.equal(a, c), (N, dtype)
-        gx, gw, gb = ref_ln_bwd(dy, x, w, b, 1e-5)
-        assert rel(runs[1][0], gx, _dx_scale(dy, w, rstd)) <= TOL_BWD[dtype] and rel(runs[1][1], gw) <= TOL_BWD[dtype]
-
-
-@interp
 @pytest.mark.parametrize("N,pf_off", [(200, False), (2000, True)])
 def test_db_split_same_bits(N, pf_off, monkeypatch):
     # bwd_db_split_min_width: layer norm's plain rows kernel without its db accumulator, db summed by
@@ -1272,11 +1250,9 @@ def test_cuda_db_split(N, dtype, monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("N", [20000, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("hold_w", [0, 1])
-def test_cuda_coop_backward(N, dtype, hold_w, monkeypatch):
+def test_cuda_coop_backward(N, dtype, monkeypatch):
     # compiled, many rows in flight and a row's programs on different SMs: against float64, and repeated
-    # calls bit-identical (a row sum read before it was visible would show); w reloaded per row or held
-    monkeypatch.setitem(L._CFG, "bwd_coop_hold_w", hold_w)
+    # calls bit-identical (a row sum read before it was visible would show)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block", 1 << 30)
     monkeypatch.setitem(L._CFG, "bwd_coop_max_block_16bit", 1 << 30)
     seen = _record_launches(monkeypatch)

@@ -228,10 +228,6 @@ _CFG = {
     "bwd_coop_chunk": 2048,
     "bwd_coop_ept": 16,  # sm_90 registers, LN bf16 / fp32: c2048 (4 warps) 121 / 127, c4096 (8) 121 / 128
     "bwd_coop_progs_per_sm": 4,
-    # the cooperative kernel holding its chunk's w (loaded once; a program's chunk is the same on every row) instead
-    # of re-reading it from L2 per row, as bwd_hold_w does for the rows kernel (-21..-32 % there with fp32 w).
-    # Session 19, prepared, not measured (off): mixed-dtype LN 4096x16384 backward runs this kernel at 0.47 SOL
-    "bwd_coop_hold_w": 0,
     "coop_max_programs_per_row": 32,
     # (Several rows per exchange, _bwd_coop_rows_kernel, lost on every row it was swept on: H200 session 10,
     # NOTES-layer_norm.md; deleted.)
@@ -967,17 +963,13 @@ def _bwd_rows_pf_kernel(
 
 @triton.jit
 def _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
-               HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr, w_held=None):
-    """(dy, w*dy, xhat) on one row's columns ``cols``; xhat is 0 on masked columns. w_held: w on ``cols``,
-    loaded by the caller (else loaded here)."""
+               HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """(dy, w*dy, xhat) on one row's columns ``cols``; xhat is 0 on masked columns."""
     x = tl.load(X + row * stride_x + cols, mask=cmask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=cmask, other=0.0).to(ACC)
     wdy = dy
     if HAS_W:
-        if w_held is not None:
-            wdy = dy * w_held
-        else:
-            wdy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+        wdy = dy * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     if IS_RMS:
         xhat = x * rstd
     else:
@@ -1092,7 +1084,7 @@ def _bwd_coop_kernel(
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr,
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    ACC: tl.constexpr, PDL: tl.constexpr = False, HOLD_W: tl.constexpr = False,
+    ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Cooperative wide backward. Program = (row group g, chunk s) from a ticket (CNT[M]): a group's S
     programs draw consecutive tickets, so a program only ever waits for programs that already run (no
@@ -1101,8 +1093,7 @@ def _bwd_coop_kernel(
     ST[row, s], counts itself in on CNT[row] (release), waits until all S have (acquire), merges the S
     sums in chunk order (every program gets the same bits) and writes its own dx slice from the
     registers it holds. At the end each writes its dw/db partials to row g of (G, N).
-    HBM: read x and dy once, write dx (3 passes; row sums + column kernel: 5). HOLD_W: the chunk's w loaded once
-    by the program (its chunk is the same on every row) instead of from L2 per row.
+    HBM: read x and dy once, write dx (3 passes; row sums + column kernel: 5).
     Never under the interpreter with S > 1 (programs run one after another)."""
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
@@ -1116,16 +1107,13 @@ def _bwd_coop_kernel(
     row0 = g * rows_per_group
     row_end = tl.minimum(row0 + rows_per_group, M)
     so = tl.arange(0, BLOCK_S)
-    w_held = None
-    if HOLD_W and HAS_W and STORE_DX:
-        w_held = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
     for row in range(row0, row_end):
         rstd = tl.load(RSTD + row).to(ACC)
         mean = rstd
         if not IS_RMS:
             mean = tl.load(MEAN + row).to(ACC)
         dy, wdy, xhat = _row_terms(X, DY, W, row, cols, cmask, stride_x, stride_dy, mean, rstd,
-                                   HAS_W, IS_RMS, ACC, w_held)
+                                   HAS_W, IS_RMS, ACC)
         if NEED_DW:
             dw_acc += dy * xhat
         if NEED_DB:
@@ -1532,7 +1520,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         args = (dy, x, wp, mean, rstd, st, cnt, dx if need_dx else dummy, dwp, dbp,
                 M, N, _row_stride(dy), _row_stride(x), N, rpg, S)
         launch(_bwd_coop_kernel, (G * S,), *args, CHUNK=coop, BLOCK_S=next_pow2(S),
-               num_warps=_coop_warps(coop), enable_fp_fusion=False, HOLD_W=bool(_CFG["bwd_coop_hold_w"]), **flags)
+               num_warps=_coop_warps(coop), enable_fp_fusion=False, **flags)
     else:
         c = _alloc((M, 2), dtype=acc_t, device=dev)
         if need_dx:
