@@ -40,17 +40,12 @@ SHAPES = [((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"), ((256, 2048, 7
 # the partial cap is lifted where the program count is what a variant changes
 VARIANTS = {
     "default": ({}, ("fwd", "bwd")),
-    "p256": ({"target_programs_rows_fwd": 256, "target_programs_ncs_fwd": 512}, ("fwd",)),
-    "p128": ({"target_programs_rows_fwd": 128, "target_programs_ncs_fwd": 256}, ("fwd",)),
-    "p1k": ({"target_programs_rows_fwd": 1024, "target_programs_ncs_fwd": 2048, "partial_frac_rows": 0.05},
+    "p1k": ({"target_programs_rows_fwd": 1024, "target_programs_ncs_fwd_16bit": 2048, "partial_frac_rows": 0.05},
             ("fwd",)),
     "t2k": ({"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192}, ("fwd", "bwd")),
-    "w4": ({"red_warps_rows_fwd": 4, "red_warps": 4}, ("fwd", "bwd")),
-    "d2": ({"red_dist_rows": 2}, ("fwd", "bwd")),
-    "d2w4": ({"red_dist_rows": 2, "red_warps_rows_fwd": 4, "red_warps": 4}, ("fwd", "bwd")),
-    "d2t2k": ({"red_dist_rows": 2, "red_tile_bytes": 2048}, ("fwd", "bwd")),
-    "d2u2": ({"red_dist_rows": 2, "red_unroll_rows_fwd": 2}, ("fwd",)),
-    "w4t2k": ({"red_warps_rows_fwd": 4, "red_warps": 4, "red_tile_bytes": 2048}, ("fwd", "bwd")),
+    "w8": ({"red_warps_rows_fwd": 8}, ("fwd",)),
+    "w4": ({"red_warps_rows_fwd_min_bytes": 0, "red_warps": 4}, ("fwd", "bwd")),
+    "ncs1k": ({"target_programs_ncs_fwd_16bit": 1024}, ("fwd",)),
     "tpb330": ({"target_programs_rows_bwd": 330, "target_programs": 512}, ("bwd",)),
 }
 

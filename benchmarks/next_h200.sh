@@ -132,6 +132,10 @@
 # PART=50: the probe again with more variants (the rows reduction's loads two steps ahead, 4-warp programs, fewer ncs
 #          forward programs; forward and backward sums), their CUDA same-bits test, the A/B of the candidates on whole
 #          forwards / backwards (bn_kernels.py), the randomized layer / RMS cases on CUDA (PART=47's second half).
+#          (The two-steps-ahead knob, red_dist_rows, lost and is deleted since; its branch here names variants that
+#          are gone.)
+# PART=51: the batch-norm kernel CUDA tests at the adopted reduction rules (4-warp rows forward from 256-byte row
+#          segments; 256 ncs forward programs for aligned 16-bit planes), the batch-norm suite bench and resnet50 steps.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -523,6 +527,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 51 ]; then
+    use_wheels
+    stamp "pytest -m cuda: the batch-norm kernels at the adopted reduction rules"
+    cuda_tests ${PYTEST_S:-120} tests/kernels/test_batch_norm_kernels.py
+    bn_bench_and_resnet
 elif [ "$PART" = 50 ]; then
     stamp "batch norm's split reduction alone: prefetch distance, warps, ncs programs (bn_reduce_probe.py)"
     timeout $(( ${PROBE_S:-100} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-100} \

@@ -43,7 +43,7 @@ TOL_STAT = {torch.float64: 1e-13, torch.float32: 1e-6, torch.float16: 1e-6, torc
 TINY = {"red_tile_bytes": 128, "red_tile_bytes_fwd_fp32": 128, "target_programs_rows_fwd_fp32": 5,
         "red_tile_bytes_ncs_fwd": 128, "red_tile_bytes_ncs_bwd": 64,
         "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6,
-        "target_programs_ncs_fwd": 6, "min_rows": 2, "combine_elems": 16,
+        "target_programs_ncs_fwd_16bit": 6, "min_rows": 2, "combine_elems": 16,
         "combine_elems_bwd": 16}
 
 
@@ -768,53 +768,6 @@ def test_fp64_eps_exact(layout):
     assert relerr(y, x / torch.sqrt(torch.tensor(1e-6 + eps, dtype=torch.float64))) < 1e-14
 
 
-@interp
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("unroll", [2, 4])
-@pytest.mark.parametrize("shape", [(101, 6), (5, 5, 4, 3), (2, 3, 4, 3, 4)], ids=["2d", "nhwc", "ndhwc"])
-def test_rows_prefetch_distance_same_bits(shape, unroll, dtype, monkeypatch):
-    """The rows reduction with its loads two steps ahead (red_dist_rows 2) sums the same chunks in the same
-    order as one step ahead: the same bits in every mode; loops of several steps, the last ones masked."""
-    for k, v in dict(TINY, red_unroll_rows_fwd=unroll, red_unroll_rows_fwd_fp32=unroll,
-                     target_programs_rows_bwd=3).items():
-        monkeypatch.setitem(B._TUNE, k, v)
-    layout = "contig" if len(shape) == 2 else "cl"
-    x = make_x(shape, dtype, layout)
-    dy = make_x(shape, dtype, layout)
-    C = shape[1]
-    w, b = torch.rand(C) + 0.5, torch.randn(C)
-    v = B._View(x)
-    assert v.kind == "rows" and B._reduce_cfg(v, x.element_size())["n_iter"] >= 2
-    got = _same_bits_either_way(monkeypatch, {"red_dist_rows": 1}, {"red_dist_rows": 2}, x, dy, w, b)
-    yr = ref_fwd(x, w, b, 1e-5)[0]
-    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-    assert (got[0].double() - yr).abs().max().item() <= tol * (1 + yr.abs().max().item())
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape,layout,dtype", [
-    ((256, 64, 56, 56), "cl", torch.bfloat16),
-    ((65536, 1024), "contig", torch.bfloat16),
-    ((256, 2048, 7, 7), "cl", torch.float32),
-])
-def test_cuda_rows_prefetch_distance_same_bits(shape, layout, dtype, monkeypatch):
-    """red_dist_rows 1 and 2 on the GPU: the same bits in every mode (forward and backward sums)."""
-    x = torch.randn(shape, device="cuda", dtype=dtype) + 0.5
-    dy = torch.randn(shape, device="cuda", dtype=dtype)
-    if layout == "cl":
-        x = x.contiguous(memory_format=torch.channels_last)
-        dy = dy.contiguous(memory_format=torch.channels_last)
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    rm, rv = torch.randn(C, device="cuda") * 0.1, torch.rand(C, device="cuda") + 0.5
-    outs = []
-    for dist in (1, 2):
-        monkeypatch.setitem(B._TUNE, "red_dist_rows", dist)
-        outs.append(_all_modes(x, dy, w, b, rm, rv))
-    for a, c in zip(*outs):
-        assert torch.equal(a, c)
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("knob,shape,layout,dtype", [
     ("rows4", (256, 512, 28, 28), "cl", torch.bfloat16),
@@ -851,3 +804,41 @@ def test_rows_forward_config_by_element_size():
     b32 = B._reduce_cfg_uncached(v32, 4, bwd=True)
     assert b16["UNROLL"] == b32["UNROLL"] == 2
     assert b16["BM"] * b16["BC"] * 2 == b32["BM"] * b32["BC"] * 4 == B._TUNE["red_tile_bytes"]
+
+
+def _meta(shape, dtype, cl=False):
+    x = torch.empty(shape, dtype=dtype, device="meta")
+    return x.contiguous(memory_format=torch.channels_last) if cl else x
+
+
+def test_rows_forward_warps_by_row_segment():
+    """Rows forward programs run 4 warps where a program's row segment is >= 256 bytes, 8 below (bf16 NHWC at 64
+    channels) and in the backward (H200 A/B, session 20)."""
+    cases = [((256, 1024, 14, 14), torch.bfloat16, 4), ((65536, 1024), torch.bfloat16, 4),
+             ((256, 64, 56, 56), torch.bfloat16, 8), ((256, 2048, 7, 7), torch.bfloat16, 8),
+             ((256, 2048, 7, 7), torch.float32, 4), ((256, 64, 56, 56), torch.float32, 4)]
+    for shape, dt, warps in cases:
+        v = B._View(_meta(shape, dt, cl=len(shape) == 4))
+        esize = torch.empty((), dtype=dt).element_size()
+        cfg = B._reduce_cfg_uncached(v, esize)
+        assert cfg["BC"] * esize >= 256 or warps == 8
+        assert B._rows_reduce_warps(cfg, esize, False) == warps, (shape, dt)
+        bc = B._reduce_cfg_uncached(v, esize, bwd=True)  # the backward: 8 warps from 2048-element tiles, as before
+        assert B._rows_reduce_warps(bc, esize, True) == (B._TUNE["red_warps"] if bc["BM"] * bc["BC"] >= 2048 else 4)
+
+
+def test_ncs_forward_program_target():
+    """The ncs forward of aligned 16-bit planes takes its own program target (longer loops per program); fp32,
+    unaligned planes (7x7, 14x14) and the backward keep the common one."""
+    def programs(shape, dt, bwd=False):
+        v = B._View(_meta(shape, dt))
+        cfg = B._reduce_cfg_uncached(v, torch.empty((), dtype=dt).element_size(), bwd)
+        return cfg["P"] * cfg["NCB"]
+
+    small, common = B._TUNE["target_programs_ncs_fwd_16bit"], B._TUNE["target_programs"]
+    assert small < common
+    assert programs((256, 64, 56, 56), torch.bfloat16) <= small
+    assert programs((16, 64, 32, 64, 64), torch.float16) <= small
+    assert programs((256, 64, 56, 56), torch.float32) > small
+    assert programs((256, 64, 56, 56), torch.bfloat16, bwd=True) > small
+    assert programs((256, 1024, 14, 14), torch.bfloat16) > small  # unaligned: its own target, not reduced

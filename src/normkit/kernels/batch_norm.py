@@ -109,12 +109,15 @@ _TUNE = {
     # (per-channel parameters; the elementwise pass's first x / dy tile), then wait for it (griddepcontrol).
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
-    # session 20 (bn_reduce_probe.py: the reductions alone ran at 0.49-0.80 of copy where a one-tile-a-program
-    # read runs at 0.92-1.03): the rows reduction's prefetch distance in loop steps (1 or 2), its forward's
-    # warps, the ncs forward's program target
-    "red_dist_rows": 1,
-    "red_warps_rows_fwd": 8,
-    "target_programs_ncs_fwd": 1024,
+    # session 20 (bn_reduce_probe.py: the reductions alone at 0.49-0.80 of copy, a one-tile-a-program read at
+    # 0.92-1.03; bn_kernels.py A/B, results/h200-2026-12-03-s20/call2-part50): the rows forward's programs at 4 warps
+    # where a program's row segment is >= 256 bytes (bf16 forward: 65536x1024 -6.1 %, 256x512x28x28 NHWC -4.8 %,
+    # 256x1024x14x14 -3.6 %; fp32 -1.7..-5.9 %; bf16 with 128-byte segments: 256x2048x7x7 NHWC +4.7 %, the rest within
+    # 0.7 %), and a quarter of the programs for the ncs forward of aligned 16-bit planes (longer loops: NCHW bf16
+    # 56x56 -8.7 %, 28x28 -2.9 %, 3-D -3.8 %; the unaligned 14x14 lost 5.9 %, so those keep the common target)
+    "red_warps_rows_fwd": 4,
+    "red_warps_rows_fwd_min_bytes": 256,
+    "target_programs_ncs_fwd_16bit": 256,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -209,7 +212,7 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, DIST: tl.constexpr = 1, PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -233,25 +236,12 @@ def _bn_reduce_rows_kernel(
     rr = tl.arange(0, BM)
     x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
                                                         BM, UNROLL, BWD)
-    if DIST == 2:
-        # the loads of step i + 2 issued before step i is summed: ptxas places a step's loads after the
-        # previous step's sums, so with one step ahead only one step is in flight while a program waits
-        y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            x0, g0, x1, g1, x2, g2, x3, g3 = y0, k0, y1, k1, y2, k2, y3, k3
-            y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
-    else:
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
+    for i in range(0, n_iter):
+        c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+                                                            cmask, BM, UNROLL, BWD)
+        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+                                       ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     tl.store(part_ptr + p * C + cols, s1, mask=cmask)
@@ -847,7 +837,9 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac_rows"]
     else:
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
-        target = _TUNE["target_programs" if bwd else "target_programs_ncs_fwd"]
+        target = _TUNE["target_programs"]
+        if not bwd and esize <= 2 and not _unaligned(v):
+            target = _TUNE["target_programs_ncs_fwd_16bit"]
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "rows":
@@ -969,10 +961,8 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     if v.kind == "rows":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], DIST=_TUNE["red_dist_rows"],
-            **pdl_trigger(pdl),
-            num_warps=(_TUNE["red_warps" if bwd else "red_warps_rows_fwd"] if cfg["BM"] * cfg["BC"] >= 2048
-                       else 4),
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
+            num_warps=_rows_reduce_warps(cfg, x.element_size(), bwd),
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
@@ -983,6 +973,17 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             num_warps=nw,
         )
     return part, P
+
+
+def _rows_reduce_warps(cfg, esize, bwd):
+    """Warps of a rows reduction program. The forward's programs with row segments of >= 256 bytes take 4
+    (twice the bytes a thread has in flight, as many programs a SM: ptxas issues a loop step's loads only
+    after the previous step's sums, so a program waits with one step in flight)."""
+    if cfg["BM"] * cfg["BC"] < 2048:
+        return 4
+    if not bwd and cfg["BC"] * esize >= _TUNE["red_warps_rows_fwd_min_bytes"]:
+        return _TUNE["red_warps_rows_fwd"]
+    return _TUNE["red_warps"]
 
 
 def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=False):
