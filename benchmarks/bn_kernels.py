@@ -120,7 +120,8 @@ VARIANTS = {
     # fewer ncs forward programs (adopted at 256 for aligned 16-bit planes), 4-warp reductions everywhere (redw4:
     # NCHW forward +8..+23 %, not taken). The variants below now set each rule's other side.
     "rowsw8": {"red_warps_rows_fwd": 8},
-    "rowsw4all": {"red_warps_rows_fwd_min_bytes": 0},
+    "rowsw4all": {"red_warps_rows_min_bytes": 0, "red_warps_rows_bwd": 8},
+    "rowsbw4": {"red_warps_rows_bwd": 4},
     "ncsfp1k": {"target_programs_ncs_fwd_16bit": 1024},
     "ncsfp512": {"target_programs_ncs_fwd_16bit": 512},
 }
@@ -142,11 +143,12 @@ VARIANT_SCOPE = {
     "comb1kfwd": ("any", ("fwd",)),
     "rowsw8": ("rows", ("fwd",)),
     "rowsw4all": ("rows", ("fwd",)),
+    "rowsbw4": ("rows", ("bwd",)),
     "ncsfp1k": ("ncs", ("fwd",)),
     "ncsfp512": ("ncs", ("fwd",)),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8")
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "rowsbw4")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

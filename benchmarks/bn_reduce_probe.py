@@ -44,7 +44,7 @@ VARIANTS = {
             ("fwd",)),
     "t2k": ({"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192}, ("fwd", "bwd")),
     "w8": ({"red_warps_rows_fwd": 8}, ("fwd",)),
-    "w4": ({"red_warps_rows_fwd_min_bytes": 0, "red_warps": 4}, ("fwd", "bwd")),
+    "w4": ({"red_warps_rows_min_bytes": 0, "red_warps_rows_bwd": 4, "red_warps": 4}, ("fwd", "bwd")),
     "ncs1k": ({"target_programs_ncs_fwd_16bit": 1024}, ("fwd",)),
     "tpb330": ({"target_programs_rows_bwd": 330, "target_programs": 512}, ("bwd",)),
 }

@@ -136,6 +136,8 @@
 #          are gone.)
 # PART=51: the batch-norm kernel CUDA tests at the adopted reduction rules (4-warp rows forward from 256-byte row
 #          segments; 256 ncs forward programs for aligned 16-bit planes), the batch-norm suite bench and resnet50 steps.
+# PART=52: the backward's rows sums at 4 warps from 256-byte row segments (red_warps_rows_bwd; bn_kernels.py variant
+#          rowsbw4, every rows-view suite shape, bf16 and fp32), the batch-norm kernel CUDA tests at that setting.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -527,6 +529,14 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 52 ]; then
+    stamp "batch norm A/B: the backward's rows sums at 4 warps (bn_kernels.py rowsbw4)"
+    timeout ${BN_S:-150} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-150} - 30 )) \
+        --only-variants rowsbw4 --modes bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -24 "$W/bn_kernels.log" | cut -c1-200
+    stamp "pytest -m cuda: the batch-norm kernels with the backward's rows sums at 4 warps"
+    timeout -s INT ${PYTEST_S:-90} python3 -c "import sys, pytest; from normkit.kernels import batch_norm as B; \
+B._TUNE['red_warps_rows_bwd'] = 4; sys.exit(pytest.main(['-q', '--tb=short', '-m', 'cuda', 'tests/kernels/test_batch_norm_kernels.py']))" \
+        > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head
 elif [ "$PART" = 51 ]; then
     use_wheels
     stamp "pytest -m cuda: the batch-norm kernels at the adopted reduction rules"

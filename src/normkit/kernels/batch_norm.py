@@ -116,7 +116,8 @@ _TUNE = {
     # 0.7 %), and a quarter of the programs for the ncs forward of aligned 16-bit planes (longer loops: NCHW bf16
     # 56x56 -8.7 %, 28x28 -2.9 %, 3-D -3.8 %; the unaligned 14x14 lost 5.9 %, so those keep the common target)
     "red_warps_rows_fwd": 4,
-    "red_warps_rows_fwd_min_bytes": 256,
+    "red_warps_rows_bwd": 8,  # the backward's sums at the same rule: prepared, not yet measured on whole backwards
+    "red_warps_rows_min_bytes": 256,
     "target_programs_ncs_fwd_16bit": 256,
 }
 
@@ -976,13 +977,13 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
 
 
 def _rows_reduce_warps(cfg, esize, bwd):
-    """Warps of a rows reduction program. The forward's programs with row segments of >= 256 bytes take 4
-    (twice the bytes a thread has in flight, as many programs a SM: ptxas issues a loop step's loads only
-    after the previous step's sums, so a program waits with one step in flight)."""
+    """Warps of a rows reduction program. Programs with row segments of >= 256 bytes take their direction's
+    count (forward: 4, twice the bytes a thread has in flight at as many programs a SM: ptxas issues a loop
+    step's loads only after the previous step's sums, so a program waits with one step in flight)."""
     if cfg["BM"] * cfg["BC"] < 2048:
         return 4
-    if not bwd and cfg["BC"] * esize >= _TUNE["red_warps_rows_fwd_min_bytes"]:
-        return _TUNE["red_warps_rows_fwd"]
+    if cfg["BC"] * esize >= _TUNE["red_warps_rows_min_bytes"]:
+        return _TUNE["red_warps_rows_bwd" if bwd else "red_warps_rows_fwd"]
     return _TUNE["red_warps"]
 
 
