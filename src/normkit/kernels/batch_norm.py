@@ -116,7 +116,7 @@ _TUNE = {
     # 0.7 %), and a quarter of the programs for the ncs forward of aligned 16-bit planes (longer loops: NCHW bf16
     # 56x56 -8.7 %, 28x28 -2.9 %, 3-D -3.8 %; the unaligned 14x14 lost 5.9 %, so those keep the common target)
     "red_warps_rows_fwd": 4,
-    "red_warps_rows_bwd": 8,  # the backward's sums at the same rule: prepared, not yet measured on whole backwards
+    "red_warps_rows_bwd": 4,  # call 4: bf16 NHWC 28x28 / 14x14, 65536x1024 backward -4.0 / -2.6 / -3.1 %, the rest +-1 %
     "red_warps_rows_min_bytes": 256,
     "target_programs_ncs_fwd_16bit": 256,
 }
