@@ -40,8 +40,11 @@ for short unaligned ncs planes that loaded four coefficients per element was mea
 (benchmarks/NOTES-batch_norm.md); the one kept (``_bn_ew_flat_kernel``, planes up to
 ``ew_flat_max_plane`` / ``_bwd`` elements) loads 16-byte vectors and spreads the per-plane
 coefficients with ``tl.gather``. The rows reduction issues the next loop step's loads before this
-step's sums. Measured and dropped (same bits, slower on the H200): the same prefetch in the ncs
-reduction, and a flat reduction over short planes.
+step's sums in its source, but ptxas moves the sums ahead of them (sm_90 SASS), so a waiting program
+has one step in flight: programs whose row segments are >= 256 bytes run 4 warps (twice the bytes a
+thread has in flight); the ncs forward of aligned 16-bit planes runs fewer, longer programs
+(``target_programs_ncs_fwd_16bit``). Measured and dropped (same bits, slower on the H200): the same
+prefetch in the ncs reduction, the rows loop two steps ahead, and a flat reduction over short planes.
 
 eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen's InvStd on CPU
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
