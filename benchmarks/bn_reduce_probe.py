@@ -2,6 +2,7 @@
 references, on the suite's 51-103 MB rows (where the training forward sits at 0.54-0.57 SOL).
 
     PYTHONPATH=src python benchmarks/bn_reduce_probe.py --out DIR [--budget SECONDS]
+    python benchmarks/bn_reduce_probe.py --plot DIR/bn_reduce_probe.jsonl [--impls stream,nk:fwd:default,...]
 
 Per shape (bf16, channels_last and NCHW) it times, in CUDA graphs over inputs rotated past L2:
 
@@ -71,12 +72,46 @@ def make_inputs(shape, layout, n_sets):
     return xs
 
 
+def plot(path, impls):
+    """Fraction of copy per shape (rows) and implementation (bars), next to the jsonl as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in open(path)]
+    cases = list(dict.fromkeys(("x".join(map(str, r["shape"])), r["layout"]) for r in rows))
+    impls = impls or list(dict.fromkeys(r["impl"] for r in rows))
+    val = {(("x".join(map(str, r["shape"])), r["layout"]), r["impl"]): r["of_copy"] for r in rows}
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.3 * len(cases) * len(impls) / 2))
+    h = 0.8 / len(impls)
+    for j, impl in enumerate(impls):
+        ys = [i + j * h for i in range(len(cases))]
+        ax.barh(ys, [val.get((c, impl), 0.0) for c in cases], height=h, label=impl)
+    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(cases))], [f"{s} {l}" for s, l in cases])
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("read GB/s / copy GB/s (same run)")
+    ax.set_title("batch norm's split reduction alone against a streaming read (bf16, H200)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = os.path.splitext(path)[0] + ".png"
+    fig.savefig(out, dpi=110)
+    print("wrote", out)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--plot", default=None, metavar="JSONL", help="plot a probe's results instead of running it")
+    ap.add_argument("--impls", default="", help="with --plot: comma list of implementations to show")
+    ap.add_argument("--out")
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes")
     a = ap.parse_args()
+    if a.plot:
+        return plot(a.plot, [i for i in a.impls.split(",") if i])
+    if not a.out:
+        ap.error("--out is required to run the probe")
     global SHAPES, DEV
     if a.dry:
         SHAPES = [((4, 8, 4, 4), "cl"), ((4, 8, 4, 4), "nchw")]
