@@ -138,6 +138,9 @@
 #          segments; 256 ncs forward programs for aligned 16-bit planes), the batch-norm suite bench and resnet50 steps.
 # PART=52: the backward's rows sums at 4 warps from 256-byte row segments (red_warps_rows_bwd; bn_kernels.py variant
 #          rowsbw4, every rows-view suite shape, bf16 and fp32), the batch-norm kernel CUDA tests at that setting.
+# For the next session:
+# PART=53: conformance on CUDA and the randomized batch-norm / module / instance-norm cases on CUDA at session 20's
+#          reduction rules (new reduction orders: 4-warp rows programs, fewer ncs forward programs).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -529,6 +532,12 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 53 ]; then
+    stamp "conformance on CUDA (normkit check)"
+    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
+    stamp "randomized test on CUDA: batch norm (seed 20261221)"
+    random_cuda_tests 20261221 ${RANDOM_S:-300} -k "batch_norm or module or instance_norm"
 elif [ "$PART" = 52 ]; then
     stamp "batch norm A/B: the backward's rows sums at 4 warps (bn_kernels.py rowsbw4)"
     timeout ${BN_S:-150} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-150} - 30 )) \
