@@ -140,7 +140,9 @@
 #          rowsbw4, every rows-view suite shape, bf16 and fp32), the batch-norm kernel CUDA tests at that setting.
 # For the next session:
 # PART=53: conformance on CUDA and the randomized batch-norm / module / instance-norm cases on CUDA at session 20's
-#          reduction rules (new reduction orders: 4-warp rows programs, fewer ncs forward programs).
+#          reduction rules (new reduction orders: 4-warp rows programs, fewer ncs forward programs); then the probe with
+#          its tile-partials reductions (programs that read K = 1-8 tiles and exit, partials summed after: do they reach
+#          the streaming read's 0.92-1.03 of copy, and what do the partials cost?).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -538,6 +540,9 @@ elif [ "$PART" = 53 ]; then
         > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
     stamp "randomized test on CUDA: batch norm (seed 20261221)"
     random_cuda_tests 20261221 ${RANDOM_S:-300} -k "batch_norm or module or instance_norm"
+    stamp "batch norm's reductions alone, with reductions that read a few tiles a program (bn_reduce_probe.py)"
+    timeout $(( ${PROBE_S:-120} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-120} \
+        > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"; grep -E "stream|tiles|default" "$W/bn_reduce_probe.log" | cut -c1-160
 elif [ "$PART" = 52 ]; then
     stamp "batch norm A/B: the backward's rows sums at 4 warps (bn_kernels.py rowsbw4)"
     timeout ${BN_S:-150} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-150} - 30 )) \
