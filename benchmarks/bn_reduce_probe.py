@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from normkit.bench.runner import Context, copy_bandwidth
 from normkit.bench.timing import Timer
 from normkit.kernels import batch_norm as B
 
@@ -47,8 +48,8 @@ VARIANTS = {
     "p1k": ({"target_programs_rows_fwd": 1024, "target_programs_ncs_fwd_16bit": 2048, "partial_frac_rows": 0.05},
             ("fwd",)),
     "t2k": ({"red_tile_bytes": 2048, "red_tile_bytes_ncs_fwd": 8192}, ("fwd", "bwd")),
-    "w8": ({"red_warps_rows_fwd": 8}, ("fwd",)),
-    "w4": ({"red_warps_rows_min_bytes": 0, "red_warps_rows_bwd": 4, "red_warps": 4}, ("fwd", "bwd")),
+    "w8": ({"red_warps_rows_wide": 8}, ("fwd", "bwd")),
+    "w4": ({"red_warps_rows_min_bytes": 0, "red_warps": 4}, ("fwd", "bwd")),
     "ncs1k": ({"target_programs_ncs_fwd_16bit": 1024}, ("fwd",)),
     "tpb330": ({"target_programs_rows_bwd": 330, "target_programs": 512}, ("bwd",)),
 }
@@ -154,12 +155,7 @@ def main():
     timer = Timer(DEV)
     t0 = time.time()
 
-    n = 1 << (20 if a.dry else 28)
-    src = torch.randn(n // 4, device=DEV)
-    dst = torch.empty_like(src)
-    ms, _ = timer.time([lambda: dst.copy_(src)], graph=False)
-    copy_gbps = 2 * n / (ms * 1e-3) / 1e9
-    del src, dst
+    copy_gbps = copy_bandwidth(Context(device=DEV, timer=timer), 1 << 28)
     print(f"copy {copy_gbps:.0f} GB/s", flush=True)
     base = dict(B._TUNE)
     with open(path, "a") as f:

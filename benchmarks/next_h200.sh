@@ -138,6 +138,7 @@
 #          segments; 256 ncs forward programs for aligned 16-bit planes), the batch-norm suite bench and resnet50 steps.
 # PART=52: the backward's rows sums at 4 warps from 256-byte row segments (red_warps_rows_bwd; bn_kernels.py variant
 #          rowsbw4, every rows-view suite shape, bf16 and fp32), the batch-norm kernel CUDA tests at that setting.
+#          (Adopted; the forward's and backward's knobs are one since, red_warps_rows_wide, and this block is gone.)
 # For the next session:
 # PART=53: conformance on CUDA and the randomized batch-norm / module / instance-norm cases on CUDA at session 20's
 #          reduction rules (new reduction orders: 4-warp rows programs, fewer ncs forward programs); then the probe with
@@ -543,14 +544,6 @@ elif [ "$PART" = 53 ]; then
     stamp "batch norm's reductions alone, with reductions that read a few tiles a program (bn_reduce_probe.py)"
     timeout $(( ${PROBE_S:-120} + 40 )) python3 benchmarks/bn_reduce_probe.py --out "$W" --budget ${PROBE_S:-120} \
         > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"; grep -E "stream|tiles|default" "$W/bn_reduce_probe.log" | cut -c1-160
-elif [ "$PART" = 52 ]; then
-    stamp "batch norm A/B: the backward's rows sums at 4 warps (bn_kernels.py rowsbw4)"
-    timeout ${BN_S:-150} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-150} - 30 )) \
-        --only-variants rowsbw4 --modes bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -24 "$W/bn_kernels.log" | cut -c1-200
-    stamp "pytest -m cuda: the batch-norm kernels with the backward's rows sums at 4 warps"
-    timeout -s INT ${PYTEST_S:-90} python3 -c "import sys, pytest; from normkit.kernels import batch_norm as B; \
-B._TUNE['red_warps_rows_bwd'] = 4; sys.exit(pytest.main(['-q', '--tb=short', '-m', 'cuda', 'tests/kernels/test_batch_norm_kernels.py']))" \
-        > "$W/pytest_cuda.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_cuda.log" | head
 elif [ "$PART" = 51 ]; then
     use_wheels
     stamp "pytest -m cuda: the batch-norm kernels at the adopted reduction rules"

@@ -811,22 +811,19 @@ def _meta(shape, dtype, cl=False):
     return x.contiguous(memory_format=torch.channels_last) if cl else x
 
 
-def test_rows_forward_warps_by_row_segment():
-    """Rows forward programs run 4 warps where a program's row segment is >= 256 bytes, 8 below (bf16 NHWC at 64
-    channels); the backward's at its own count from the same segment length (H200 A/B, session 20)."""
+def test_rows_reduction_warps_by_row_segment():
+    """Rows reduction programs (forward and backward) run 4 warps where a program's row segment is >= 256 bytes,
+    8 below (bf16 NHWC at 64 channels; H200 A/B, session 20)."""
     cases = [((256, 1024, 14, 14), torch.bfloat16, 4), ((65536, 1024), torch.bfloat16, 4),
              ((256, 64, 56, 56), torch.bfloat16, 8), ((256, 2048, 7, 7), torch.bfloat16, 8),
              ((256, 2048, 7, 7), torch.float32, 4), ((256, 64, 56, 56), torch.float32, 4)]
     for shape, dt, warps in cases:
         v = B._View(_meta(shape, dt, cl=len(shape) == 4))
         esize = torch.empty((), dtype=dt).element_size()
-        cfg = B._reduce_cfg_uncached(v, esize)
-        assert cfg["BC"] * esize >= 256 or warps == 8
-        assert B._rows_reduce_warps(cfg, esize, False) == warps, (shape, dt)
-        bc = B._reduce_cfg_uncached(v, esize, bwd=True)
-        want = 4 if bc["BM"] * bc["BC"] < 2048 else (
-            B._TUNE["red_warps_rows_bwd"] if bc["BC"] * esize >= 256 else B._TUNE["red_warps"])
-        assert B._rows_reduce_warps(bc, esize, True) == want
+        for bwd in (False, True):
+            cfg = B._reduce_cfg_uncached(v, esize, bwd)
+            assert (cfg["BC"] * esize >= 256) == (warps == 4)
+            assert B._rows_reduce_warps(cfg, esize) == warps, (shape, dt, bwd)
 
 
 def test_ncs_forward_program_target():

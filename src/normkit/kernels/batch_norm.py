@@ -113,13 +113,13 @@ _TUNE = {
     # H200 2026-12-01 (session 8), 15 rows: forward -3.2 % bf16 / -3.3 % fp32, backward -3.0 / -1.7 %
     "pdl": 1,
     # session 20 (bn_reduce_probe.py: the reductions alone at 0.49-0.80 of copy, a one-tile-a-program read at
-    # 0.92-1.03; bn_kernels.py A/B, results/h200-2026-12-03-s20/call2-part50): the rows forward's programs at 4 warps
-    # where a program's row segment is >= 256 bytes (bf16 forward: 65536x1024 -6.1 %, 256x512x28x28 NHWC -4.8 %,
-    # 256x1024x14x14 -3.6 %; fp32 -1.7..-5.9 %; bf16 with 128-byte segments: 256x2048x7x7 NHWC +4.7 %, the rest within
-    # 0.7 %), and a quarter of the programs for the ncs forward of aligned 16-bit planes (longer loops: NCHW bf16
-    # 56x56 -8.7 %, 28x28 -2.9 %, 3-D -3.8 %; the unaligned 14x14 lost 5.9 %, so those keep the common target)
-    "red_warps_rows_fwd": 4,
-    "red_warps_rows_bwd": 4,  # call 4: bf16 NHWC 28x28 / 14x14, 65536x1024 backward -4.0 / -2.6 / -3.1 %, the rest +-1 %
+    # 0.92-1.03; bn_kernels.py A/B, results/h200-2026-12-03-s20/call2-part50, call4-part52): rows reduction programs
+    # at 4 warps where a program's row segment is >= 256 bytes (bf16 forward: 65536x1024 -6.1 %, 256x512x28x28 NHWC
+    # -4.8 %, 256x1024x14x14 -3.6 %; fp32 -1.7..-5.9 %; bf16 backward -2.6..-4.0 % on those three, the rest +-1 %;
+    # bf16 with 128-byte segments: 256x2048x7x7 NHWC forward +4.7 %, the rest within 0.7 %), and a quarter of the
+    # programs for the ncs forward of aligned 16-bit planes (longer loops: NCHW bf16 56x56 -8.7 %, 28x28 -2.9 %, 3-D
+    # -3.8 %; the unaligned 14x14 lost 5.9 %, so those keep the common target)
+    "red_warps_rows_wide": 4,
     "red_warps_rows_min_bytes": 256,
     "target_programs_ncs_fwd_16bit": 256,
 }
@@ -966,7 +966,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
-            num_warps=_rows_reduce_warps(cfg, x.element_size(), bwd),
+            num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
     else:
         kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
@@ -979,14 +979,14 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     return part, P
 
 
-def _rows_reduce_warps(cfg, esize, bwd):
-    """Warps of a rows reduction program. Programs with row segments of >= 256 bytes take their direction's
-    count (forward: 4, twice the bytes a thread has in flight at as many programs a SM: ptxas issues a loop
-    step's loads only after the previous step's sums, so a program waits with one step in flight)."""
+def _rows_reduce_warps(cfg, esize):
+    """Warps of a rows reduction program. Programs with row segments of >= 256 bytes take 4 (twice the bytes a
+    thread has in flight at as many programs a SM: ptxas issues a loop step's loads only after the previous
+    step's sums, so a program waits with one step in flight)."""
     if cfg["BM"] * cfg["BC"] < 2048:
         return 4
     if cfg["BC"] * esize >= _TUNE["red_warps_rows_min_bytes"]:
-        return _TUNE["red_warps_rows_bwd" if bwd else "red_warps_rows_fwd"]
+        return _TUNE["red_warps_rows_wide"]
     return _TUNE["red_warps"]
 
 
