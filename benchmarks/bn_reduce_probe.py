@@ -10,9 +10,6 @@ Per shape (bf16, channels_last and NCHW) it times, in CUDA graphs over inputs ro
 * ``stream``: a one-tile-per-program read kernel (16 KB tiles, 8 warps, one float written per program):
   what a read pass can do when the hardware keeps every SM full of short programs;
 * ``torch_sum``: ``x.sum(reduce dims, dtype=float32)``, PyTorch's own reduction;
-* ``tiles<K>`` (channels_last / 2-D): a forward reduction whose programs read K 16 KB tiles each and exit, writing
-  per-program partials (``partial_bytes`` in the row), and ``tiles<K>+sum`` with the partials summed over programs
-  (``torch.sum``, standing in for a second reduction level);
 * ``nk:<fwd|bwd>:<variant>``: normkit's split reduction (``batch_norm._reduce``) with ``_TUNE`` overrides, the
   forward's statistics (read x) and the backward's sums (read x and dy).
 
@@ -61,36 +58,6 @@ def _stream_read_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr):
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)
     tl.store(out_ptr + pid, tl.sum(x, axis=0))
-
-
-@triton.jit
-def _tile_partials_kernel(x_ptr, part_ptr, M, C, T, BM: tl.constexpr, BC: tl.constexpr, K: tl.constexpr):
-    """A rows-view forward reduction whose programs read K [BM, BC] tiles each and exit (the hardware keeps the SMs
-    full, as for the streaming kernel): program (t, cb) writes part[0 / 1, t, c] = sums of x - x[0, c] and its
-    square over rows [t * K * BM, (t + 1) * K * BM). The partials are then summed over t (a second level)."""
-    t = tl.program_id(0)
-    cb = tl.program_id(1)
-    cols = cb * BC + tl.arange(0, BC)
-    cmask = cols < C
-    ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-    acc1 = tl.zeros([BM, BC], dtype=tl.float32)
-    acc2 = tl.zeros([BM, BC], dtype=tl.float32)
-    for k in tl.static_range(K):
-        rows = (t * K + k).to(tl.int64) * BM + tl.arange(0, BM)
-        m = (rows < M)[:, None] & cmask[None, :]
-        x = tl.load(x_ptr + rows[:, None] * C + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        d = tl.where(m, x - ref, 0.0)
-        acc1 += d
-        acc2 += d * d
-    tl.store(part_ptr + t * C + cols, tl.sum(acc1, axis=0), mask=cmask)
-    tl.store(part_ptr + (T + t) * C + cols, tl.sum(acc2, axis=0), mask=cmask)
-
-
-def tile_partials(x2d, part, BM, BC, K, warps=8):
-    M, C = x2d.shape
-    T = part.shape[1]
-    _tile_partials_kernel[(T, -(-C // BC))](x2d, part, M, C, T, BM=BM, BC=BC, K=K, num_warps=warps)
-    return part
 
 
 DEV = "cuda"
@@ -183,30 +150,6 @@ def main():
             record("stream", [lambda x=x, o=o: _stream_read_kernel[(o.numel(),)](x, o, numel, BLOCK=BLOCK,
                                                                                 num_warps=8)
                               for x, o in zip(xs, outs)])
-            if layout == "cl":  # reductions that read a few tiles a program and exit, then sum the partials
-                C = shape[1]
-                BC = min(triton.next_power_of_2(C), 256)
-                BM = max(1, 8192 // BC)
-                x2s = [x.permute(0, *range(2, x.dim()), 1).reshape(-1, C) for x in xs]
-                M = x2s[0].shape[0]
-                # offline sm_90: K = 1 / 2 / 4 / 8 at 8 warps 47 / 80 / 111 / 155 registers (5 / 3 / 2 / 1 programs a
-                # SM; the streaming kernel: 27, 8 a SM); 4 warps doubles each thread's bytes in flight
-                for K, warps in ((1, 8), (2, 8), (4, 8), (8, 8), (1, 4), (2, 4)):
-                    name = f"tiles{K}" + ("" if warps == 8 else f"w{warps}")
-                    T = -(-M // (BM * K))
-                    parts = [torch.empty((2, T, C), device=DEV) for _ in xs]
-                    extra = dict(K=K, BM=BM, BC=BC, warps=warps, partial_bytes=2 * T * C * 4)
-                    d = x2s[0].double() - x2s[0][0].double()  # the sums it must give, in float64
-                    got = tile_partials(x2s[0], parts[0], BM, BC, K, warps).double().sum(1)
-                    for g, want in zip(got, (d.sum(0), (d * d).sum(0))):
-                        err = ((g - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
-                        assert err < 1e-4, f"{name}: partial sums off by {err:.2e}"
-                    del d, got
-                    record(name, [lambda x=x, p=p: tile_partials(x, p, BM, BC, K, warps) for x, p in zip(x2s, parts)],
-                           **extra)
-                    record(name + "+sum", [lambda x=x, p=p: tile_partials(x, p, BM, BC, K, warps).sum(1)
-                                           for x, p in zip(x2s, parts)], **extra)
-                    del parts
             dims = [0] + list(range(2, len(shape)))
             record("torch_sum", [lambda x=x: x.sum(dims, dtype=torch.float32) for x in xs])
             gs = [torch.randn_like(x) for x in xs]
