@@ -535,6 +535,11 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 54 ]; then
+    stamp "model zoo: every model's fp32 step against float64 with and without enable(), bf16 steps timed"
+    timeout $(( ${ZOO_S:-420} + 60 )) python3 benchmarks/model_zoo.py --out "$W" --budget ${ZOO_S:-420} \
+        ${ZOO_MODELS:+--models $ZOO_MODELS} > "$W/model_zoo.log" 2>&1; echo "zoo rc=$?"
+    grep -E "^\[|runs," "$W/model_zoo.log" | cut -c1-220
 elif [ "$PART" = 53 ]; then
     stamp "conformance on CUDA (normkit check)"
     timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \

@@ -1,0 +1,63 @@
+"""benchmarks/model_zoo.py on the CPU: the built-in models through normkit at the CPU key (the Triton kernels under
+the interpreter, as conftest sets TRITON_INTERPRET=1 for the subprocess too), and the agreement check catching a
+wrong normalization."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ZOO = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "model_zoo.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("model_zoo", ZOO)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_zoo_dry_run_every_builtin_model_agrees(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(ZOO), "..", "src"))
+    run = subprocess.run([sys.executable, ZOO, "--dry", "--out", str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "model_zoo.jsonl").read_text().splitlines()]
+    zoo = _load()
+    assert {r["model"] for r in rows} == set(zoo.BUILTIN)
+    for r in rows:
+        a = r["agreement"]
+        assert r["status"] == "ok" and a["agree"], r
+        assert sum(a["calls"].values()) > 0, r  # the model's norms really went through normkit
+        assert 0 < a["normkit_err"]["out"] < 1e-5 and 0 < a["eager_err"]["out"] < 1e-5
+        assert r["timing"]["eager"] > 0 and r["timing"]["normkit"] > 0
+    # the families the built-in models are there for
+    ops = set().union(*(r["agreement"]["calls"] for r in rows))
+    assert {"native_batch_norm", "native_layer_norm", "native_group_norm", "instance_norm", "rms_norm"} <= ops
+    assert (tmp_path / "model_zoo.md").read_text().count("| yes |") == len(rows)
+    assert (tmp_path / "model_zoo.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("scale", [1.0 + 3e-4, 1.0])
+def test_agreement_catches_a_slightly_wrong_batch_norm(monkeypatch, scale):
+    """A batch norm whose output is off by 3e-4 relative (far inside bf16 noise, far outside fp32's) must fail;
+    the correct one must pass on the same model."""
+    from normkit.ops import batch_norm as ops_bn
+
+    zoo = _load()
+    real = ops_bn._forward_core
+
+    def skewed(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return (out[0] * scale,) + tuple(out[1:])
+
+    monkeypatch.setattr(ops_bn, "_forward_core", skewed)
+    torch.manual_seed(0)
+    row = zoo.agreement("mlp_bn1d", zoo.BUILTIN["mlp_bn1d"], "contiguous", "cpu", seed=int(torch.randint(0, 9999, ())),
+                        dispatch_key="CPU")
+    assert row["calls"].get("native_batch_norm", 0) > 0
+    assert row["agree"] is (scale == 1.0), row
