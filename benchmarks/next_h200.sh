@@ -535,6 +535,16 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 55 ]; then
+    stamp "mobilenet_v3_small channels_last: the batch-norm layer with the gradient error, captured and replayed"
+    timeout 120 python3 benchmarks/zoo_bn_dump.py --model tv_mobilenet_v3_small --layer ${DUMP_LAYER:-features.5.block.0.1} \
+        --layout channels_last --seed ${DUMP_SEED:-237} --out "$W" 2>&1 | grep -v Warning | tail -20
+    stamp "model zoo (subset): agreement with the fixed running-statistics measure, GPU busy time per step"
+    timeout $(( ${ZOO_S:-240} + 60 )) python3 benchmarks/model_zoo.py --out "$W" --budget ${ZOO_S:-240} --seed 237 \
+        --models ${ZOO_MODELS:-tv_mobilenet_v3_small,timm_levit_128s,tv_resnet18,tv_vit_b_16,hf_bert,tv_densenet121,timm_resnetv2_50x1_bit,tv_efficientnet_b0} \
+        > "$W/model_zoo.log" 2>&1; echo "zoo rc=$?"
+    grep -E "^\[|runs," "$W/model_zoo.log" | cut -c1-220
+    grep -E "^\| tv|^\| timm|^\| hf" "$W/model_zoo.log" | awk -F'|' '{print $2,$3,$4,$(NF-3),$(NF-2),$(NF-1)}'
 elif [ "$PART" = 54 ]; then
     stamp "model zoo: every model's fp32 step against float64 with and without enable(), bf16 steps timed"
     timeout $(( ${ZOO_S:-420} + 60 )) python3 benchmarks/model_zoo.py --out "$W" --budget ${ZOO_S:-420} \
