@@ -535,6 +535,18 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 56 ]; then
+    stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
+    for mode in default plans_off pdl_off; do
+        NORMKIT_LAUNCH_PLANS=$([ $mode = plans_off ] && echo 0 || echo 1) timeout 70 python3 -c "
+import sys; sys.path.insert(0, 'benchmarks'); import model_zoo as Z, torch
+torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
+if '$mode' == 'pdl_off':
+    from normkit.kernels import batch_norm as B; B._TUNE['pdl'] = False
+r = Z.agreement('tv_mobilenet_v3_small', Z.MODELS['tv_mobilenet_v3_small'], 'channels_last', 'cuda', 237, 'CUDA')
+print('$mode', r['agree'], round(r['worst_vs_bound'], 2), r['normkit_err']['grad_param'], '%.1e' % r['normkit_err']['grad'])
+" 2>&1 | tail -2
+    done
 elif [ "$PART" = 55 ]; then
     stamp "mobilenet_v3_small channels_last: the batch-norm layer with the gradient error, captured and replayed"
     timeout 120 python3 benchmarks/zoo_bn_dump.py --model tv_mobilenet_v3_small --layer ${DUMP_LAYER:-features.5.block.0.1} \
