@@ -401,8 +401,9 @@ def _fmt(v):
 
 def table(rows):
     lines = ["| model | layout | agree | out err nk / eager | grad err nk / eager (worst param) | zero-grad params | "
-             "running stats | eval out | normkit calls | fallbacks | bf16 step ms eager / normkit | speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "running stats | eval out | normkit calls | fallbacks | bf16 step ms eager / normkit | "
+             "GPU busy ms eager / normkit | speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("status") != "ok":
             lines.append(f"| {r['model']} | {r['layout']} | {r.get('status')} | {r.get('note', '')[:120]} |"

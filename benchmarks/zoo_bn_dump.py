@@ -23,25 +23,37 @@ import normkit  # noqa: E402
 from normkit.kernels import _plan  # noqa: E402
 
 
+class _GradOf(torch.autograd.Function):
+    """Identity that hands its incoming gradient to ``sink`` (a full backward hook would break on the in-place
+    activations that follow batch norms in torchvision models: hardswish_, relu_)."""
+
+    @staticmethod
+    def forward(ctx, y, sink):
+        ctx.sink = sink
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.sink["g"] = g.detach().clone()
+        ctx.sink["g_strides"] = g.stride()
+        return g, None
+
+
 def capture(model, x, layer, cot_seed):
     mod = dict(model.named_modules())[layer]
     got = {}
+    plain = mod.forward
 
-    def fwd_hook(m, inp, out):
-        got["x"] = inp[0].detach().clone()
-        got["x_strides"] = inp[0].stride()
+    def forward(inp):
+        got["x"] = inp.detach().clone()
+        got["x_strides"] = inp.stride()
+        return _GradOf.apply(plain(inp), got).clone()  # the clone takes the in-place activation
 
-    def bwd_hook(m, gin, gout):
-        got["g"] = gout[0].detach().clone()
-        got["g_strides"] = gout[0].stride()
-
-    h1 = mod.register_forward_hook(fwd_hook)
-    h2 = mod.register_full_backward_hook(bwd_hook)
+    mod.forward = forward
     try:
         Z.one_step(model, x, cot_seed)
     finally:
-        h1.remove()
-        h2.remove()
+        del mod.forward
     got["weight"] = mod.weight.detach().clone()
     got["dw"] = mod.weight.grad.detach().clone() if mod.weight.grad is not None else None
     return got
