@@ -14,8 +14,10 @@ downloaded; built-in pure-torch ones always), in every layout it lists:
    the eval-mode output after it. normkit passes where each of its errors is at most 2x eager's + 1e-5: torch's
    own fp32 kernels set the noise level a model amplifies to.
 2. **Routing**: normkit's aten calls per op in that step, and the calls it handed back to ATen (fallbacks).
-3. **Timing** (bf16 autocast, forward + backward, the model's timing batch): ms per step with and without
-   ``enable()``, CUDA events around ``--steps`` steps after warm-up (host stalls included, as a user sees them).
+3. **Timing** (bf16 autocast, forward + backward, the model's timing batch times ``--time-batch-scale``): ms per
+   step with and without ``enable()``, CUDA events around ``--steps`` steps after warm-up (host stalls included,
+   as a user sees them), ``--rounds`` rounds in alternating order (the fastest kept), and the GPU busy time per
+   step (torch.profiler): a step far above its GPU busy time is host-bound.
 
 Writes ``DIR/model_zoo.jsonl`` (a line per model and layout, as it goes), ``DIR/model_zoo.md`` (the table)
 and ``DIR/model_zoo.png`` (speedups and error ratios). Exit status 1 if any model disagrees or fails.
@@ -270,11 +272,44 @@ def _rel(a, b):
     return (a - b).norm().item() / den if den > 0 else (a - b).norm().item()
 
 
+# piecewise activations and where their derivative jumps: an input on the other side of a kink in fp32 than in
+# float64 changes that element's gradient by O(1), whatever the norms did
+_KINKS = {nn.ReLU: (0.0,), nn.ReLU6: (0.0, 6.0), nn.Hardswish: (-3.0, 3.0), nn.Hardsigmoid: (-3.0, 3.0),
+          nn.LeakyReLU: (0.0,), nn.Hardtanh: (-1.0, 1.0)}
+
+
+def _kink_sides(model):
+    """Hooks recording, per call of a piecewise activation module (in call order), which side of each kink every
+    input element lies on; returns (the list they fill, the hook handles)."""
+    sides, handles = [], []
+    for mod in model.modules():
+        kinks = _KINKS.get(type(mod))
+        if kinks is None:
+            continue
+        if type(mod) is nn.Hardtanh:
+            kinks = (mod.min_val, mod.max_val)
+
+        def hook(m, inp, out, kinks=kinks):
+            t = inp[0].detach()
+            side = torch.zeros(t.shape, dtype=torch.int8, device=t.device)
+            for k in kinks:
+                side += (t > k).to(torch.int8)
+            sides.append(side)
+        handles.append(mod.register_forward_hook(hook))
+    return sides, handles
+
+
 def one_step(model, x, cot_seed):
-    """Train-mode forward + backward with a fixed random cotangent, then an eval forward: what it computed."""
+    """Train-mode forward + backward with a fixed random cotangent, then an eval forward: what it computed, and the
+    kink sides of the train forward's piecewise activations."""
     model.train()
     model.zero_grad(set_to_none=True)
-    y = _output(model(x))
+    sides, handles = _kink_sides(model)
+    try:
+        y = _output(model(x))
+    finally:
+        for h in handles:
+            h.remove()
     g = torch.Generator(device="cpu").manual_seed(cot_seed)
     cot = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device=y.device, dtype=y.dtype)
     (y * cot).sum().backward()
@@ -283,7 +318,12 @@ def one_step(model, x, cot_seed):
     model.eval()
     with torch.no_grad():
         y_eval = _output(model(x))
-    return y.detach(), grads, bufs, y_eval.detach()
+    return y.detach(), grads, bufs, y_eval.detach(), sides
+
+
+def _kink_flips(sides, ref_sides) -> int:
+    """Activation inputs on another side of a kink than in the float64 run."""
+    return sum(int((a != b).sum()) for a, b in zip(sides, ref_sides))
 
 
 def compare(got, ref):
@@ -291,8 +331,8 @@ def compare(got, ref):
     whose float64 gradient is below 1e-6 of the norm it would have if the model's gradient were spread evenly
     (a conv bias ahead of a batch norm: zero in exact arithmetic, rounding noise in float64) is measured in
     ``grad_null`` instead, its error relative to that even-spread norm."""
-    y, grads, bufs, y_eval = got
-    y64, grads64, bufs64, y_eval64 = ref
+    y, grads, bufs, y_eval = got[:4]
+    y64, grads64, bufs64, y_eval64 = ref[:4]
     missing = [n for n in grads64 if n not in grads]
     if missing:
         return {"error": f"no gradient for {missing[0]}"}
@@ -332,43 +372,64 @@ def agreement(name, spec, layout, device, seed, dispatch_key):
     kinds = ("out", "grad", "grad_null", "running", "eval")
     worst = {k: n[k] / (2 * e[k] + 1e-5) for k in kinds}
     row["err_ratio"] = {k: (n[k] / e[k] if e[k] > 0 else None) for k in kinds}
-    row["agree"] = all(v <= 1.0 for v in worst.values())
+    row["kink_flips"] = {"eager": _kink_flips(eager[4], ref[4]), "normkit": _kink_flips(nk[4], ref[4])}
     row["worst_vs_bound"] = max(worst.values())
+    # a gradient past a flipped kink differs from float64 by O(1) in that element, through no fault of the norms:
+    # with flips in normkit's run its gradients are unverified (reported, not passed or failed); the forward
+    # quantities still must agree
+    row["grads_unverified"] = row["kink_flips"]["normkit"] > 0 and max(worst["grad"], worst["grad_null"]) > 1.0
+    checked = [k for k in kinds if not (row["grads_unverified"] and k.startswith("grad"))]
+    row["agree"] = all(worst[k] <= 1.0 for k in checked)
     return row
 
 
-def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, warmup=3):
-    """ms per bf16-autocast forward + backward, eager then under enable() (one model, same batch)."""
+def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, warmup=3, rounds=2):
+    """ms per bf16-autocast forward + backward with and without enable() (one model, same batch): ``rounds``
+    rounds in alternating order (eager, normkit, normkit, eager, ...), each setting keeping its fastest round, so
+    that a drift of the host (leases differ by up to 2x) weighs on both alike; then the GPU busy time per step."""
     model, make_input = build(name, spec, seed)
     x = make_input(batch or spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
     model, x = _prep(model, x, torch.float32, layout, device)
     model.train()
-    out = {}
+
+    def step():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            y = _output(model(x))
+        model.zero_grad(set_to_none=True)
+        y.float().square().mean().backward()
+
+    def ctx(setting):
+        return normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else _null()
+
+    def ms_per_step():
+        if device == "cuda":
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(steps):
+                step()
+            e1.record()
+            e1.synchronize()
+            return e0.elapsed_time(e1) / steps
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter() - t0) * 1e3 / steps
+
+    out = {"eager_rounds": [], "normkit_rounds": []}
     for setting in ("eager", "normkit"):
-        ctx = normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else _null()
-        with ctx:
-            def step():
-                with torch.autocast(device_type=device, dtype=torch.bfloat16):
-                    y = _output(model(x))
-                model.zero_grad(set_to_none=True)
-                y.float().square().mean().backward()
+        with ctx(setting):
             for _ in range(warmup):
                 step()
-            if device == "cuda":
-                torch.cuda.synchronize()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                for _ in range(steps):
-                    step()
-                e1.record()
-                e1.synchronize()
-                out[setting] = e0.elapsed_time(e1) / steps
+    for r in range(rounds):
+        for setting in (("eager", "normkit") if r % 2 == 0 else ("normkit", "eager")):
+            with ctx(setting):
+                out[setting + "_rounds"].append(ms_per_step())
+    for setting in ("eager", "normkit"):
+        out[setting] = min(out[setting + "_rounds"])
+        if device == "cuda":
+            with ctx(setting):
                 out[setting + "_gpu_busy"] = _gpu_busy_ms(step)
-            else:
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    step()
-                out[setting] = (time.perf_counter() - t0) * 1e3 / steps
     out["speedup"] = out["eager"] / out["normkit"]
     return out
 
@@ -420,7 +481,10 @@ def table(rows):
         tm = f"{t['eager']:.2f} / {t['normkit']:.2f}" if t else "-"
         busy = (f"{t['eager_gpu_busy']:.2f} / {t['normkit_gpu_busy']:.2f}" if "eager_gpu_busy" in t else "-")
         sp = f"{t['speedup']:.2f}x" if t else "-"
-        lines.append(f"| {r['model']} | {r['layout']} | {'yes' if a['agree'] else '**NO**'} | "
+        verdict = ("yes, gradients unverified (kink flips: eager %d, normkit %d)" % (a["kink_flips"]["eager"],
+                   a["kink_flips"]["normkit"]) if a["agree"] and a.get("grads_unverified") else
+                   "yes" if a["agree"] else "**NO**")
+        lines.append(f"| {r['model']} | {r['layout']} | {verdict} | "
                      f"{_fmt(n['out'])} / {_fmt(e['out'])} | {_fmt(n['grad'])} / {_fmt(e['grad'])} "
                      f"({n['grad_param']}) | {_fmt(n['grad_null'])} / {_fmt(e['grad_null'])} | {_fmt(n['running'])} / {_fmt(e['running'])} | "
                      f"{_fmt(n['eval'])} / {_fmt(e['eval'])} | {calls} | {fb} | {tm} | {busy} | {sp} |")
@@ -462,6 +526,9 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; later models are skipped")
     ap.add_argument("--steps", type=int, default=10, help="timed bf16 steps per setting")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2, help="timing rounds per setting, alternating order")
+    ap.add_argument("--time-batch-scale", type=float, default=1.0,
+                    help="multiply each model's timing batch (larger batches: GPU-bound steps)")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--dry", action="store_true", help="CPU, built-in models, normkit at the CPU key")
     ap.add_argument("--plot", default=None, help="draw DIR/model_zoo.png from a jsonl and exit")
@@ -497,7 +564,9 @@ def main(argv=None):
                 if not args.no_timing:
                     # --dry: a check of the harness (under TRITON_INTERPRET=1 the kernels run in the interpreter)
                     row["timing"] = (timing(name, spec, layout, device, args.seed, 1, key, spec["batch"], 1)
-                                     if args.dry else timing(name, spec, layout, device, args.seed, args.steps, key))
+                                     if args.dry else
+                                     timing(name, spec, layout, device, args.seed, args.steps, key,
+                                            round(spec["time_batch"] * args.time_batch_scale), rounds=args.rounds))
                 row["status"] = "ok"
             except ImportError as e:
                 row.update(status="skipped", note=f"not installed: {e.name}")

@@ -1,7 +1,7 @@
 """One batch-norm layer of a model_zoo.py model, captured and replayed: where does a gradient error come from?
 
     PYTHONPATH=src python benchmarks/zoo_bn_dump.py --model tv_mobilenet_v3_small --layer features.5.block.0.1 \
-        --layout channels_last --seed 237 --out DIR
+        --layout channels_last --seed 237 --out DIR [--device cpu]
 
 Runs the model's fp32 step (as model_zoo.py's agreement does: same seed, input and cotangent) eagerly and with
 ``normkit.enabled()``, captures the layer's input, grad_output, weight and the saved statistics each path used,
@@ -66,17 +66,20 @@ def main():
     ap.add_argument("--layout", default="channels_last")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--device", default="cuda", help="cpu: normkit at the CPU key (the interpreter's kernels under "
+                    "TRITON_INTERPRET=1), to compare with a GPU run of the same model and seed")
     a = ap.parse_args()
+    key = "CPU" if a.device == "cpu" else "CUDA"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     spec = Z.MODELS[a.model]
     model, make_input = Z.build(a.model, spec, a.seed)
     x = make_input(spec["batch"], torch.Generator(device="cpu").manual_seed(a.seed + 1))
     runs = {}
-    runs["fp64"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float64, a.layout, "cuda"), a.layer, a.seed + 2)
-    runs["eager"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float32, a.layout, "cuda"), a.layer, a.seed + 2)
-    with normkit.enabled():
-        runs["normkit"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float32, a.layout, "cuda"), a.layer,
+    runs["fp64"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float64, a.layout, a.device), a.layer, a.seed + 2)
+    runs["eager"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float32, a.layout, a.device), a.layer, a.seed + 2)
+    with normkit.enabled(_dispatch_key=key):
+        runs["normkit"] = capture(*Z._prep(copy.deepcopy(model), x, torch.float32, a.layout, a.device), a.layer,
                                   a.seed + 2)
     os.makedirs(a.out, exist_ok=True)
     torch.save({k: {n: (v.cpu() if isinstance(v, torch.Tensor) else v) for n, v in r.items()}
@@ -91,12 +94,12 @@ def main():
     r = runs["normkit"]
     xx, gg, w = r["x"], r["g"], r["weight"]
 
-    def dw_of(xin, gin, plans=True, on=True):
+    def dw_of(xin, gin, plans=True, on=True):  # plans: CUDA only (a no-op on the CPU)
         _plan.set_plans(plans)
         xi = xin.clone().requires_grad_()
         wi = w.clone().requires_grad_()
         bi = torch.zeros_like(w).requires_grad_()
-        ctx = normkit.enabled() if on else Z._null()
+        ctx = normkit.enabled(_dispatch_key=key) if on else Z._null()
         with ctx:
             y = torch.nn.functional.batch_norm(xi, None, None, wi, bi, training=True)
             y.backward(gin)
@@ -112,8 +115,8 @@ def main():
                        ("normkit, g in x's layout", (xx, gg.contiguous(memory_format=fmt))),
                        ("normkit, both contiguous", (xx.contiguous(), gg.contiguous())),
                        ("normkit, plans off", (xx, gg, False)),
-                       ("eager cuDNN, as captured", (xx, gg, True, False)),
-                       ("eager cuDNN, both contiguous", (xx.contiguous(), gg.contiguous(), True, False))]:
+                       ("eager (cuDNN), as captured", (xx, gg, True, False)),
+                       ("eager (cuDNN), both contiguous", (xx.contiguous(), gg.contiguous(), True, False))]:
         dw, dx = dw_of(*args)
         print(f"{name:30s} dw rel err {Z._rel(dw, w64.grad):.2e}  dx rel err {Z._rel(dx, xi64.grad):.2e}")
     per_c = ((dw_of(xx, gg)[0].double() - w64.grad).abs() / w64.grad.abs().clamp_min(1e-30))

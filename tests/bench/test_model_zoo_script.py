@@ -61,3 +61,21 @@ def test_agreement_catches_a_slightly_wrong_batch_norm(monkeypatch, scale):
                         dispatch_key="CPU")
     assert row["calls"].get("native_batch_norm", 0) > 0
     assert row["agree"] is (scale == 1.0), row
+
+
+def test_kink_sides_count_activation_inputs_across_a_kink():
+    """The sides recorded per activation call, and a flip counted where fp32 and float64 disagree on a side."""
+    zoo = _load()
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6), torch.nn.Hardswish(),
+                              torch.nn.Linear(6, 3))
+    x = torch.randn(5, 4)
+    out = zoo.one_step(net, x, cot_seed=3)
+    sides = out[4]
+    assert [s.shape for s in sides] == [(5, 6), (5, 6)]  # one entry per activation call, in call order
+    h = net[0](x)
+    assert torch.equal(sides[0], (h > 0).to(torch.int8))
+    assert int(sides[1].max()) <= 2 and int(sides[1].min()) >= 0  # Hardswish: below -3, between, above 3
+    moved = [s.clone() for s in sides]
+    moved[1].view(-1)[:3] = (moved[1].view(-1)[:3] + 1) % 3
+    assert zoo._kink_flips(sides, sides) == 0 and zoo._kink_flips(moved, sides) == 3
