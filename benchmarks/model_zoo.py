@@ -26,6 +26,7 @@ and ``DIR/model_zoo.png`` (speedups and error ratios). Exit status 1 if any mode
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -148,7 +149,7 @@ BUILTIN = {
     "conv1d_bn": _builtin(Conv1dBatchNorm, (8, 200), 16, 512),
     "conv3d_bn_in": _builtin(Conv3dNorms, (2, 12, 16, 16), 4, 32, ("contiguous", "channels_last")),
     "unet_gn": _builtin(UNetGroupNorm, (3, 32, 32), 4, 64, ("contiguous", "channels_last")),
-    "prenorm_transformer": _builtin(PreNormTransformer, ("seq", 64, 128), 8, 64),
+    "prenorm_transformer": _builtin(PreNormTransformer, (64, 128), 8, 64),
     "convnext_blocks": _builtin(ConvNeXtBlocks, (3, 64, 64), 4, 128),
 }
 
@@ -193,10 +194,9 @@ def _no_randomness(model):
     for m in model.modules():
         if isinstance(m, nn.modules.dropout._DropoutNd):
             m.p = 0.0
-        for attr in ("drop_prob", "stochastic_depth_prob"):
-            if isinstance(getattr(m, attr, None), float):
-                setattr(m, attr, 0.0)
-        if type(m).__name__ == "StochasticDepth":
+        if isinstance(getattr(m, "drop_prob", None), float):  # timm's DropPath
+            m.drop_prob = 0.0
+        if type(m).__name__ == "StochasticDepth":  # torchvision's
             m.p = 0.0
     return model
 
@@ -231,8 +231,6 @@ def build(name, spec, seed):
     def make_input(batch, gen):
         if shape[0] == "tokens":
             return torch.randint(0, 30000, (batch, shape[1]), generator=gen)
-        if shape[0] == "seq":
-            return torch.randn((batch,) + tuple(shape[1:]), generator=gen)
         return torch.randn((batch,) + tuple(shape), generator=gen)
 
     return _no_randomness(model), make_input
@@ -262,10 +260,6 @@ def _prep(model, x, dtype, layout, device):
     return model, x
 
 
-def _buffers(model):
-    return {n: b for n, b in model.named_buffers() if b.is_floating_point()}
-
-
 def _rel(a, b):
     a, b = a.double(), b.double()
     den = b.norm().item()
@@ -275,7 +269,7 @@ def _rel(a, b):
 # piecewise activations and where their derivative jumps: an input on the other side of a kink in fp32 than in
 # float64 changes that element's gradient by O(1), whatever the norms did
 _KINKS = {nn.ReLU: (0.0,), nn.ReLU6: (0.0, 6.0), nn.Hardswish: (-3.0, 3.0), nn.Hardsigmoid: (-3.0, 3.0),
-          nn.LeakyReLU: (0.0,), nn.Hardtanh: (-1.0, 1.0)}
+          nn.LeakyReLU: (0.0,), nn.Hardtanh: None}  # None: the module's min_val / max_val
 
 
 def _kink_sides(model):
@@ -283,11 +277,9 @@ def _kink_sides(model):
     input element lies on; returns (the list they fill, the hook handles)."""
     sides, handles = [], []
     for mod in model.modules():
-        kinks = _KINKS.get(type(mod))
-        if kinks is None:
+        if type(mod) not in _KINKS:
             continue
-        if type(mod) is nn.Hardtanh:
-            kinks = (mod.min_val, mod.max_val)
+        kinks = _KINKS[type(mod)] or (mod.min_val, mod.max_val)
 
         def hook(m, inp, out, kinks=kinks):
             t = inp[0].detach()
@@ -314,7 +306,7 @@ def one_step(model, x, cot_seed):
     cot = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device=y.device, dtype=y.dtype)
     (y * cot).sum().backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    bufs = {n: b.detach().clone() for n, b in _buffers(model).items()}
+    bufs = {n: b.detach().clone() for n, b in model.named_buffers() if b.is_floating_point()}
     model.eval()
     with torch.no_grad():
         y_eval = _output(model(x))
@@ -399,7 +391,7 @@ def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, wa
         y.float().square().mean().backward()
 
     def ctx(setting):
-        return normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else _null()
+        return normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else contextlib.nullcontext()
 
     def ms_per_step():
         if device == "cuda":
@@ -446,14 +438,6 @@ def _gpu_busy_ms(step, n=2):
             step()
         torch.cuda.synchronize()
     return _kernel_times(prof, "cuda")[4] / n
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def _fmt(v):

@@ -10,6 +10,7 @@ forms (as captured, grad_output in x's layout, contiguous, launch plans off) aga
 """
 
 import argparse
+import contextlib
 import copy
 import os
 import sys
@@ -99,7 +100,7 @@ def main():
         xi = xin.clone().requires_grad_()
         wi = w.clone().requires_grad_()
         bi = torch.zeros_like(w).requires_grad_()
-        ctx = normkit.enabled(_dispatch_key=key) if on else Z._null()
+        ctx = normkit.enabled(_dispatch_key=key) if on else contextlib.nullcontext()
         with ctx:
             y = torch.nn.functional.batch_norm(xi, None, None, wi, bi, training=True)
             y.backward(gin)
