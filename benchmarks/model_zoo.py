@@ -37,6 +37,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 import normkit
 from normkit import aten
@@ -266,29 +267,41 @@ def _rel(a, b):
     return (a - b).norm().item() / den if den > 0 else (a - b).norm().item()
 
 
-# piecewise activations and where their derivative jumps: an input on the other side of a kink in fp32 than in
-# float64 changes that element's gradient by O(1), whatever the norms did
-_KINKS = {nn.ReLU: (0.0,), nn.ReLU6: (0.0, 6.0), nn.Hardswish: (-3.0, 3.0), nn.Hardsigmoid: (-3.0, 3.0),
-          nn.LeakyReLU: (0.0,), nn.Hardtanh: None}  # None: the module's min_val / max_val
+# piecewise activations (functional or module form, in-place or not) and where their derivative jumps: an input
+# on the other side of a kink in fp32 than in float64 changes that element's gradient by O(1), whatever the norms did
+_KINKS = {"relu": (0.0,), "relu6": (0.0, 6.0), "leaky_relu": (0.0,), "hardswish": (-3.0, 3.0),
+          "hardsigmoid": (-3.0, 3.0), "hardtanh": None}  # None: from the call's min_val / max_val
 
 
-def _kink_sides(model):
-    """Hooks recording, per call of a piecewise activation module (in call order), which side of each kink every
-    input element lies on; returns (the list they fill, the hook handles)."""
-    sides, handles = [], []
-    for mod in model.modules():
-        if type(mod) not in _KINKS:
-            continue
-        kinks = _KINKS[type(mod)] or (mod.min_val, mod.max_val)
+def _kinks_of(func, args, kwargs):
+    name = getattr(func, "__name__", "").rstrip("_")
+    if name not in _KINKS:
+        return None
+    if name == "hardtanh":
+        return (args[1] if len(args) > 1 else kwargs.get("min_val", -1.0),
+                args[2] if len(args) > 2 else kwargs.get("max_val", 1.0))
+    return _KINKS[name]
 
-        def hook(m, inp, out, kinks=kinks):
-            t = inp[0].detach()
+
+class _KinkSides(TorchFunctionMode):
+    """Records, per call of a piecewise activation (in call order), which side of each kink every input element
+    lies on, before the call (in-place ones overwrite their input). A function mode, not module hooks, so that
+    ``F.relu`` inside a ``forward`` counts as much as ``nn.ReLU``."""
+
+    def __init__(self):
+        super().__init__()
+        self.sides = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        kinks = _kinks_of(func, args, kwargs)
+        if kinks is not None and isinstance(args[0], torch.Tensor):
+            t = args[0].detach()
             side = torch.zeros(t.shape, dtype=torch.int8, device=t.device)
             for k in kinks:
                 side += (t > k).to(torch.int8)
-            sides.append(side)
-        handles.append(mod.register_forward_hook(hook))
-    return sides, handles
+            self.sides.append(side)
+        return func(*args, **kwargs)
 
 
 def one_step(model, x, cot_seed):
@@ -296,12 +309,8 @@ def one_step(model, x, cot_seed):
     kink sides of the train forward's piecewise activations."""
     model.train()
     model.zero_grad(set_to_none=True)
-    sides, handles = _kink_sides(model)
-    try:
+    with _KinkSides() as kinks:
         y = _output(model(x))
-    finally:
-        for h in handles:
-            h.remove()
     g = torch.Generator(device="cpu").manual_seed(cot_seed)
     cot = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device=y.device, dtype=y.dtype)
     (y * cot).sum().backward()
@@ -310,7 +319,7 @@ def one_step(model, x, cot_seed):
     model.eval()
     with torch.no_grad():
         y_eval = _output(model(x))
-    return y.detach(), grads, bufs, y_eval.detach(), sides
+    return y.detach(), grads, bufs, y_eval.detach(), kinks.sides
 
 
 def _kink_flips(sides, ref_sides) -> int:
