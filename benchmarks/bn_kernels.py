@@ -59,6 +59,11 @@ SHAPES = [(256, 64, 112, 112), (256, 64, 56, 56), (256, 256, 56, 56), (256, 512,
           (256, 1024, 14, 14), (256, 2048, 7, 7), (65536, 1024), (1048576, 64), (16, 64, 32, 64, 64),
           # resnet50 layers of 6-26 MB whose reductions ran at 0.28-0.50 of copy (bn_breakdown.py)
           (256, 128, 28, 28), (256, 256, 14, 14), (256, 512, 7, 7)]
+# --small: batch-norm layers of the zoo's small models (resnet18 at batch 8 / 32, mobilenet_v3_small at 128, MLP
+# batch norms, a small 3-D one): N * spatial from 32 to 25088 elements a channel, where one launch per direction
+# (fused_max_rows, variant "fused") may beat the split reduction's three
+SMALL_SHAPES = [(8, 64, 56, 56), (8, 128, 28, 28), (8, 256, 14, 14), (8, 512, 7, 7), (32, 512, 7, 7), (32, 256, 14, 14),
+                (128, 576, 7, 7), (128, 96, 14, 14), (256, 1024), (32, 4096), (4, 64, 8, 28, 28)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # 2026-12-01: more reduction programs for inputs <= 64 MB (x2/x4/x8 target, partials to 5 %) lost on
 # every resnet50 layer but one (256x128x28x28 CL fwd 0.0529 -> 0.0578/0.0655/0.0794 ms): knobs deleted.
@@ -124,6 +129,8 @@ VARIANTS = {
     "rowsw4all": {"red_warps_rows_min_bytes": 0},
     "ncsfp1k": {"target_programs_ncs_fwd_16bit": 1024},
     "ncsfp512": {"target_programs_ncs_fwd_16bit": 512},
+    # session 22 (prepared without a GPU): every training forward / backward in one launch (_bn_fused_*_kernel)
+    "fused": {"fused_max_rows": 1 << 40},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -145,9 +152,10 @@ VARIANT_SCOPE = {
     "rowsw4all": ("rows", ("fwd", "bwd")),
     "ncsfp1k": ("ncs", ("fwd",)),
     "ncsfp512": ("ncs", ("fwd",)),
+    "fused": ("any", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8")
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
@@ -381,6 +389,8 @@ def _filter_argv(a):
             out += [opt, getattr(a, attr)]
     if a.dry:
         out.append("--dry")
+    if a.small:
+        out.append("--small")
     return out
 
 
@@ -400,6 +410,7 @@ def main():
     ap.add_argument("--dtypes", default="", help="comma list of bf16,fp32")
     ap.add_argument("--modes", default="", help="comma list of fwd,bwd,eval")
     ap.add_argument("--only-variants", default="", help="comma list of VARIANTS keys (default always kept)")
+    ap.add_argument("--small", action="store_true", help="SMALL_SHAPES (small models' layers) instead of the suite's")
     a = ap.parse_args()
     for k, attr in (("shapes", "shapes"), ("layouts", "layouts"), ("dtypes", "dtypes"), ("modes", "modes"),
                     ("variants", "only_variants")):
@@ -412,6 +423,8 @@ def main():
         if unknown:
             raise SystemExit(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
     global DEV, SHAPES
+    if a.small:
+        SHAPES = SMALL_SHAPES
     if a.dry:
         DEV = "cpu"
         SHAPES = [(4, 6, 5, 3), (2, 3, 4), (33, 5), (2, 3, 2, 3, 4)]

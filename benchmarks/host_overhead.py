@@ -236,7 +236,12 @@ def main():
     ap.add_argument("--replot", default=None, help="only redraw host_overhead.png from this host_overhead.json")
     ap.add_argument("--diagnose-worker-thread", action="store_true",
                     help="only the autograd worker-thread diagnosis (batch norm, contiguous)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KNOB=INT",
+                    help="kernel heuristic knobs for this run (normkit.kernels.set_knobs), e.g. fused_max_rows=8192")
     args = ap.parse_args()
+    from normkit.kernels import set_knobs
+
+    set_knobs(args.set)
     os.makedirs(args.out, exist_ok=True)
     if args.replot:
         with open(args.replot) as f:
@@ -248,7 +253,7 @@ def main():
             json.dump(res, f, indent=1)
         return
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": __import__("triton").__version__, "calls": args.calls, "us_per_call": {}}
+           "triton": __import__("triton").__version__, "calls": args.calls, "knobs": args.set, "us_per_call": {}}
     print("launch modes: " + ", ".join(MODES), flush=True)
     for layout in ("contiguous", "channels_last"):
         print(f"batch_norm 32x64x8x8 bf16 {layout}", flush=True)

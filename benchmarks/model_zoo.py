@@ -16,8 +16,10 @@ downloaded; built-in pure-torch ones always), in every layout it lists:
 2. **Routing**: normkit's aten calls per op in that step, and the calls it handed back to ATen (fallbacks).
 3. **Timing** (bf16 autocast, forward + backward, the model's timing batch times ``--time-batch-scale``): ms per
    step with and without ``enable()``, CUDA events around ``--steps`` steps after warm-up (host stalls included,
-   as a user sees them), ``--rounds`` rounds in alternating order (the fastest kept), and the GPU busy time per
-   step (torch.profiler): a step far above its GPU busy time is host-bound.
+   as a user sees them), ``--rounds`` rounds in alternating order (the fastest kept), the host's time to issue a
+   step (close to the step time: host-bound), the GPU busy time per step (torch.profiler: a step far above it is
+   host-bound), and the host synchronisations of one step (CUDA's sync debug mode; normkit should add none).
+   ``--set KNOB=INT`` sets kernel heuristics for the run (A/B of a kernel choice on whole models).
 
 Writes ``DIR/model_zoo.jsonl`` (a line per model and layout, as it goes), ``DIR/model_zoo.md`` (the table)
 and ``DIR/model_zoo.png`` (speedups and error ratios). Exit status 1 if any model disagrees or fails.
@@ -403,36 +405,56 @@ def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, wa
         return normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else contextlib.nullcontext()
 
     def ms_per_step():
+        """(ms per step, ms the host took to issue the steps): the second near the first says host-bound."""
         if device == "cuda":
             torch.cuda.synchronize()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
+            t0 = time.perf_counter()
             for _ in range(steps):
                 step()
+            issue = (time.perf_counter() - t0) * 1e3 / steps
             e1.record()
             e1.synchronize()
-            return e0.elapsed_time(e1) / steps
+            return e0.elapsed_time(e1) / steps, issue
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
-        return (time.perf_counter() - t0) * 1e3 / steps
+        t = (time.perf_counter() - t0) * 1e3 / steps
+        return t, t
 
     out = {"eager_rounds": [], "normkit_rounds": []}
     for setting in ("eager", "normkit"):
         with ctx(setting):
             for _ in range(warmup):
                 step()
+            if device == "cuda":
+                out[setting + "_host_syncs"] = _host_syncs(step)
     for r in range(rounds):
         for setting in (("eager", "normkit") if r % 2 == 0 else ("normkit", "eager")):
             with ctx(setting):
                 out[setting + "_rounds"].append(ms_per_step())
     for setting in ("eager", "normkit"):
-        out[setting] = min(out[setting + "_rounds"])
+        out[setting], out[setting + "_issue"] = min(out[setting + "_rounds"])
         if device == "cuda":
             with ctx(setting):
                 out[setting + "_gpu_busy"] = _gpu_busy_ms(step)
     out["speedup"] = out["eager"] / out["normkit"]
     return out
+
+
+def _host_syncs(step):
+    """The host synchronisations one step makes (CUDA's sync debug mode warns at each), as messages."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [str(w.message)[:160] for w in caught if "synchroniz" in str(w.message).lower()]
 
 
 def _gpu_busy_ms(step, n=2):
@@ -456,23 +478,25 @@ def _fmt(v):
 def table(rows):
     lines = ["| model | layout | agree | out err nk / eager | grad err nk / eager (worst param) | zero-grad params | "
              "running stats | eval out | normkit calls | fallbacks | bf16 step ms eager / normkit | "
-             "GPU busy ms eager / normkit | speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "GPU busy ms eager / normkit | host issue ms eager / normkit | host syncs eager / normkit | speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("status") != "ok":
             lines.append(f"| {r['model']} | {r['layout']} | {r.get('status')} | {r.get('note', '')[:120]} |"
-                         " | | | | | | | | |")
+                         " | | | | | | | | | | |")
             continue
         a = r["agreement"]
         n, e = a["normkit_err"], a["eager_err"]
         if "error" in n or "error" in e:
-            lines.append(f"| {r['model']} | {r['layout']} | **NO** | {n.get('error') or e.get('error')} | | | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['layout']} | **NO** | {n.get('error') or e.get('error')} | | | | | | | | | | | |")
             continue
         t = r.get("timing") or {}
         calls = ", ".join(f"{k} {v}" for k, v in sorted(a["calls"].items())) or "none"
         fb = ", ".join(f"{k} {v}" for k, v in sorted(a["fallbacks"].items())) or "-"
         tm = f"{t['eager']:.2f} / {t['normkit']:.2f}" if t else "-"
         busy = (f"{t['eager_gpu_busy']:.2f} / {t['normkit_gpu_busy']:.2f}" if "eager_gpu_busy" in t else "-")
+        issue = f"{t['eager_issue']:.2f} / {t['normkit_issue']:.2f}" if t else "-"
+        syncs = (f"{len(t['eager_host_syncs'])} / {len(t['normkit_host_syncs'])}" if "eager_host_syncs" in t else "-")
         sp = f"{t['speedup']:.2f}x" if t else "-"
         verdict = ("yes, gradients unverified (kink flips: eager %d, normkit %d)" % (a["kink_flips"]["eager"],
                    a["kink_flips"]["normkit"]) if a["agree"] and a.get("grads_unverified") else
@@ -480,7 +504,7 @@ def table(rows):
         lines.append(f"| {r['model']} | {r['layout']} | {verdict} | "
                      f"{_fmt(n['out'])} / {_fmt(e['out'])} | {_fmt(n['grad'])} / {_fmt(e['grad'])} "
                      f"({n['grad_param']}) | {_fmt(n['grad_null'])} / {_fmt(e['grad_null'])} | {_fmt(n['running'])} / {_fmt(e['running'])} | "
-                     f"{_fmt(n['eval'])} / {_fmt(e['eval'])} | {calls} | {fb} | {tm} | {busy} | {sp} |")
+                     f"{_fmt(n['eval'])} / {_fmt(e['eval'])} | {calls} | {fb} | {tm} | {busy} | {issue} | {syncs} | {sp} |")
     return "\n".join(lines)
 
 
@@ -525,10 +549,15 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--dry", action="store_true", help="CPU, built-in models, normkit at the CPU key")
     ap.add_argument("--plot", default=None, help="draw DIR/model_zoo.png from a jsonl and exit")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KNOB=INT",
+                    help="kernel heuristic knobs for this run (normkit.kernels.set_knobs), e.g. fused_max_rows=8192")
     args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot)
         return 0
+    from normkit.kernels import set_knobs
+
+    set_knobs(args.set)
     device = "cpu" if args.dry else "cuda"
     key = "CPU" if args.dry else "CUDA"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -540,14 +569,14 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "model_zoo.jsonl")
     open(path, "w").close()
-    print(f"model zoo: seed {args.seed}, torch {torch.__version__}, device {device}", flush=True)
+    print(f"model zoo: seed {args.seed}, torch {torch.__version__}, device {device}, knobs {args.set}", flush=True)
     t_start = time.time()
     rows = []
     jobs = [(n, lay) for n in names for lay in MODELS[n]["layouts"]]
     for i, (name, layout) in enumerate(jobs):
         spec = MODELS[name]
         row = {"model": name, "layout": layout, "source": spec["source"], "batch": spec["batch"],
-               "time_batch": spec["time_batch"], "seed": args.seed}
+               "time_batch": spec["time_batch"], "seed": args.seed, "knobs": args.set}
         if time.time() - t_start > args.budget:
             row.update(status="skipped", note="time budget spent")
         else:

@@ -8,7 +8,12 @@
 #         d348747, batch norm's sample-major reduction over short NCHW planes, variants redflat*: measured,
 #         deleted since; NOTES-batch_norm.md session 8).
 # PART=4: the suite bench (batch, layer, RMS norm: every dtype; group, instance norm) and resnet50 steps.
-# For the next session:
+# For the next session (22's plan; 23 onwards):
+# PART=57: the one-launch batch-norm kernels (fused_max_rows; off by default, prepared in session 22 without a GPU):
+#          their CUDA tests, bn_kernels.py --small (split vs fused, graph and do_bench times), host cost per call with
+#          and without. PART=58: the zoo's small models (timing, host syncs per step) split vs fused <= FUSED_ROWS.
+#          Predictions in NOTES-host-overhead.md "Session 22".
+# Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
 # PART=6: their sweeps: the cooperative several-rows backward (ln_kernels.py group bwdcooprows), the narrow
@@ -535,6 +540,26 @@ elif [ "$PART" = 38 ]; then
     stamp "SyncBatchNorm's per-rank primitives: normkit's kernels against torch's (one GPU, no collectives)"
     timeout ${SYNC_S:-200} python3 benchmarks/sync_bn_bench.py --out "$W/sync_bn" --budget $(( ${SYNC_S:-200} - 30 )) \
         > "$W/sync_bn.log" 2>&1; echo "sync_bn rc=$?"; tail -40 "$W/sync_bn.log" | cut -c1-250
+elif [ "$PART" = 57 ]; then
+    stamp "pytest -m cuda: the one-launch batch-norm kernels (session 22, prepared without a GPU)"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py -k "fused or knob_paths or pdl"
+    stamp "batch norm on small models' layers: one launch (variant fused) against the split path, bf16 and fp32"
+    timeout $(( ${BNK_S:-200} + 120 )) python3 benchmarks/bn_kernels.py --out "$W" --small --only-variants fused \
+        --modes fwd,bwd --budget ${BNK_S:-200} --jobs 12 > "$W/bn_kernels.log" 2>&1; echo "bn_kernels rc=$?"
+    grep -E "\| " "$W/bn_kernels.log" | tail -50
+    stamp "host cost per call: split (default) against one launch per direction (32x64x8x8: 2048 a channel)"
+    for knob in fused_max_rows=0 fused_max_rows=4096; do
+        timeout 120 python3 benchmarks/host_overhead.py --out "$W/host-$knob" --rounds 2 --set $knob \
+            > "$W/host-$knob.log" 2>&1; echo "host_overhead $knob rc=$?"; grep -E "batch_norm|F.batch_norm|launcher" "$W/host-$knob.log" | head -12
+    done
+elif [ "$PART" = 58 ]; then
+    stamp "model zoo (timing, host syncs): split against one launch for channels of <= ${FUSED_ROWS:-8192} elements"
+    for knob in fused_max_rows=0 fused_max_rows=${FUSED_ROWS:-8192}; do
+        timeout $(( ${ZOO_S:-220} + 60 )) python3 benchmarks/model_zoo.py --out "$W/zoo-$knob" --budget ${ZOO_S:-220} \
+            --seed 237 --set $knob --models ${ZOO_MODELS:-tv_resnet18,tv_mobilenet_v3_small,tv_shufflenet_v2,mlp_bn1d} \
+            > "$W/zoo-$knob.log" 2>&1; echo "zoo $knob rc=$?"
+        grep -E "^\| (tv|timm|mlp)" "$W/zoo-$knob.log" | awk -F'|' '{print $2,$3,$4,$(NF-5),$(NF-4),$(NF-3),$(NF-2),$(NF-1)}'
+    done
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

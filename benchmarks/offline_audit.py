@@ -36,6 +36,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from normkit.kernels import batch_norm as B  # noqa: E402
+from normkit.kernels import set_knobs  # noqa: E402
 from normkit.kernels import group_norm as GN  # noqa: E402
 from normkit.kernels import layer_norm as L  # noqa: E402
 
@@ -197,13 +198,7 @@ def main():
     ap.add_argument("--set", nargs="*", default=[], metavar="KNOB=INT",
                     help="knobs of batch norm's _TUNE / layer norm's _CFG / group norm's _CFG before recording")
     args = ap.parse_args()
-    for item in args.set:
-        name, value = item.split("=")
-        tables = [t for t in (B._TUNE, L._CFG, GN._CFG) if name in t]
-        if not tables:
-            raise SystemExit(f"unknown knob {name}")
-        for t in tables:
-            t[name] = int(value)
+    set_knobs(args.set)
     launches = record_launches(set(args.ops), args.quick)
     done, rows = {}, []
     for kernel, a, kw in launches:

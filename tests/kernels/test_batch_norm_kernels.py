@@ -149,11 +149,15 @@ def poison(monkeypatch):
     yield
 
 
-@pytest.fixture(params=["default", "tiny"])
+# the one-launch kernels on every shape, with tiny tiles: many tiles a program, a channel block per channel
+# (plane tiles) or 16 channels (row tiles)
+FUSED = {"fused_max_rows": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
+
+
+@pytest.fixture(params=["default", "tiny", "fused"])
 def tune(request, monkeypatch):
-    if request.param == "tiny":
-        for k, v in TINY.items():
-            monkeypatch.setitem(B._TUNE, k, v)
+    for k, v in {"tiny": TINY, "fused": FUSED}.get(request.param, {}).items():
+        monkeypatch.setitem(B._TUNE, k, v)
     return request.param
 
 
@@ -405,6 +409,70 @@ def test_deterministic(layout, tune):
         outs.append((y, m, r, rm, rv, dx, gw, gb))
     for a, c in zip(*outs):
         assert torch.equal(bits(a), bits(c))
+
+
+FUSED_CASES = [((40, 37), "contig"), ((3, 40, 5, 7), "cl"), ((3, 40, 5, 7), "contig"), ((2, 3, 1030), "contig"),
+               ((2, 5, 2, 3, 4), "cl"), ((5, 3, 4, 4), "contig")]
+
+
+@interp
+@pytest.mark.parametrize("knobs", [{"fused_tile_elems": 4096, "fused_min_programs": 1},
+                                   {"fused_tile_elems": 64, "fused_min_programs": 128}], ids=["wide", "narrow"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape,layout", FUSED_CASES, ids=[f"{s}-{l}" for s, l in FUSED_CASES])
+def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch, poison):
+    """The one-launch kernels (``fused_max_rows``): exactly one launch per direction (training forward, training
+    backward, eval backward with weight / bias gradients), several channels a program (wide) or one program a
+    channel block with several tiles (narrow), against float64."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    for k, v in knobs.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    launched = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
+    seed(shape, layout, str(dtype), repr(knobs))
+    x = make_x(shape, dtype, layout)
+    C = shape[1]
+    w, b, rm, rv = _params(C, dtype, "fp32" if dtype != torch.float64 else "input", True, True)
+    rm0, rv0 = rm.clone(), rv.clone()
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+    assert launched == ["_bn_fused_fwd_kernel"]
+    yr, mr, ir, vr = ref_fwd(x, w, b, 1e-5)
+    assert y.stride() == expected_strides(x) and y.dtype == dtype
+    assert relerr(y, yr) < TOL[dtype] and relerr(invstd, ir) < TOL_STAT[dtype]
+    assert err_vs_scale(mean, mr, 1 / ir) < TOL_STAT[dtype]
+    n = x.numel() // C
+    rs_tol = 1e-13 if dtype == torch.float64 else 1e-6
+    assert relerr(rm, 0.9 * rm0.double() + 0.1 * mr) < rs_tol
+    assert relerr(rv, 0.9 * rv0.double() + 0.1 * vr * n / (n - 1)) < rs_tol
+    g = make_x(shape, dtype, layout)
+    for train, (m, r) in ((True, (mean, invstd)), (False, (rm, (1.0 / torch.sqrt(rv.double() + 1e-5)).to(mean.dtype)))):
+        launched.clear()
+        dx, gw, gb = B.bn_backward(g, x, w, m, r, train, [True, True, True])
+        assert launched == ["_bn_fused_bwd_kernel"]
+        dxr, gwr, gbr = ref_bwd(g, x, w, m, r, train)
+        assert dx.stride() == expected_strides(x) and dx.dtype == dtype
+        scale = g.double() * (r.double() * w.double()).view(bshape(x))
+        assert err_vs_scale(dx, dxr, scale) < TOL_BWD[dtype]
+        assert relerr(gw, gwr) < TOL_BWD[dtype] and relerr(gb, gbr) < TOL_BWD[dtype]
+    launched.clear()
+    B.bn_backward(g, x, w, rm, r, False, [True, False, False])  # eval grad_input alone: the one elementwise pass
+    assert launched == ["_bn_ew_rows_kernel" if B._View(x).kind == "rows" else
+                        "_bn_ew_ncs_kernel" if shape[-1] % 16 == 0 else "_bn_ew_flat_kernel"] or len(launched) == 1
+
+
+@interp
+def test_fused_threshold_is_elements_per_channel(monkeypatch):
+    """``fused_max_rows`` bounds N * spatial (the elements of a channel): at the bound one launch, past it three."""
+    x = make_x((4, 3, 5, 6), torch.float32, "contig")
+    launched = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
+    for bound, want in ((120, 1), (119, 3)):
+        monkeypatch.setitem(B._TUNE, "fused_max_rows", bound)
+        launched.clear()
+        B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+        assert len(launched) == want, (bound, launched)
 
 
 @interp
@@ -786,6 +854,32 @@ def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
     r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
     for a, c in zip(r1, r2):
         assert torch.equal(a, c)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape,layout", [((8, 240, 14, 14), "contig"), ((8, 240, 14, 14), "cl"),
+                                          ((8, 64, 56, 56), "contig"), ((8, 64, 56, 56), "cl"),
+                                          ((32, 1024), "contig"), ((4, 96, 8, 28, 28), "cl"), ((2, 16, 1000), "contig")])
+def test_cuda_fused_one_launch(shape, layout, dtype, monkeypatch):
+    """The one-launch kernels on the GPU at model-sized small layers (every layer here fused): against float64 as
+    the split path is checked, the same bits on a second call and through a launch plan's replay."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if layout == "cl":
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    g = torch.randn_like(x)
+    runs = []
+    for _ in range(3):  # the first call records the plan, the others replay it
+        rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
+        y, m, r = B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5)
+        runs.append((y, m, r, rm, rv) + B.bn_backward(g, x, w, m, r, True, [True, True, True]))
+    for later in runs[1:]:
+        for a, c in zip(runs[0], later):
+            assert torch.equal(bits(a), bits(c))
 
 
 def test_rows_forward_config_by_element_size():

@@ -51,3 +51,17 @@ def prev_pow2(n: int) -> int:
     """The largest power of two <= n (1 for n <= 1); plain Python."""
     n = max(1, int(n))
     return 1 << (n.bit_length() - 1)
+
+
+def set_knobs(items) -> None:
+    """Set heuristic knobs by name from ``"NAME=INT"`` strings (benchmark scripts' ``--set``): batch norm's
+    ``_TUNE``, layer norm's and group norm's ``_CFG``, every table that has the name. Unknown names raise."""
+    from normkit.kernels import batch_norm, group_norm, layer_norm
+
+    for item in items:
+        name, _, value = item.partition("=")
+        tables = [t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t]
+        if not tables or not value:
+            raise ValueError(f"unknown knob or no value: {item!r} (NAME=INT)")
+        for t in tables:
+            t[name] = int(value)

@@ -122,6 +122,12 @@ _TUNE = {
     "red_warps_rows_wide": 4,
     "red_warps_rows_min_bytes": 256,
     "target_programs_ncs_fwd_16bit": 256,
+    # one launch per direction (_bn_fused_*_kernel) where a channel has at most this many elements (N * spatial):
+    # a small layer's call costs one launch instead of three (host time, benchmarks/NOTES-host-overhead.md) and
+    # no partials. 0 = off: prepared in session 22 without a GPU, not yet measured on one
+    "fused_max_rows": 0,
+    "fused_tile_elems": 2048,  # elements of a fused program's [B0, B1] tile (two fp64 accumulators each)
+    "fused_min_programs": 128,  # rows view: channel blocks shrink (to 16 channels) to reach this many programs
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -694,6 +700,179 @@ def _bn_ew_flat_kernel(
 
 
 # ----------------------------------------------------------------------------------------------
+# One-launch kernels for small tensors (``fused_max_rows``): a program owns a block of channels and
+# sweeps all of their elements twice (sums, then the elementwise pass; the second sweep reads from L2),
+# so a direction is one launch with no partials, instead of reduction + combine + elementwise.
+
+
+@triton.jit
+def _bn_fused_tile(i, cb, M, C, S, NSC, ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr):
+    """Offsets and mask of tile i of channel block cb. ROWS: [B0 rows, B1 channels] of the (M, C) view;
+    else channel cb of the (N, C, S) view, [B0 samples, B1 elements of their planes]: tile i = sample block
+    i // NSC, plane chunk i % NSC (M = N here)."""
+    if ROWS:
+        rows = (i * B0 + tl.arange(0, B0)).to(tl.int64)  # i * B0 < M: small (fused_max_rows)
+        cols = cb * B1 + tl.arange(0, B1)
+        offs = rows[:, None] * C + cols[None, :]
+        mask = (rows < M)[:, None] & (cols < C)[None, :]
+    else:
+        nb = i // NSC
+        n = nb * B0 + tl.arange(0, B0)
+        s = (i - nb * NSC) * B1 + tl.arange(0, B1)
+        offs = (n * C + cb).to(tl.int64)[:, None] * S + s[None, :]
+        mask = (n < M)[:, None] & (s < S)[None, :]
+    return offs, mask
+
+
+@triton.jit
+def _bn_fused_channels(cb, C, ROWS: tl.constexpr, B1: tl.constexpr):
+    """The program's channels: B1 columns of the rows view, or the one channel cb (a 1-vector)."""
+    if ROWS:
+        ch = cb * B1 + tl.arange(0, B1)
+    else:
+        ch = cb + tl.arange(0, 1)
+    return ch, ch < C
+
+
+@triton.jit
+def _bn_fused_spread(v, ROWS: tl.constexpr):
+    """A per-channel vector broadcast over the tile."""
+    if ROWS:
+        out = v[None, :]
+    else:
+        out = v[:, None]  # [1, 1]
+    return out
+
+
+@triton.jit
+def _bn_fused_sum(acc, ROWS: tl.constexpr):
+    """Per-channel sums of a tile of fp64 accumulators (a 1-vector for a plane tile)."""
+    if ROWS:
+        out = tl.sum(acc, axis=0)
+    else:
+        out = tl.zeros([1], dtype=tl.float64) + tl.sum(tl.sum(acc, axis=1), axis=0)
+    return out
+
+
+@triton.jit
+def _bn_fused_fwd_kernel(
+    x_ptr, y_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
+    M, C, S, NSC, NT, n0, n1, e0, e1, e2, m0, m1, m2,
+    ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
+    S_CONST: tl.constexpr = 0,
+):
+    """Training forward of channel block program_id(0) in one program: shifted sums (shift = the channel's
+    first element, differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd and running
+    statistics as _bn_combine_fwd_kernel; then y = (x - shift) * a + c as the elementwise pass, tiles in
+    reverse order. S_CONST: the plane length compiled in (short unaligned planes, as _const_s), else 0."""
+    if S_CONST > 0:
+        S = S_CONST
+    cb = tl.program_id(0)
+    ch, cmask = _bn_fused_channels(cb, C, ROWS, B1)
+    if ROWS:
+        shift = tl.load(x_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    else:
+        shift = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)
+    shift2 = _bn_fused_spread(shift, ROWS)
+    acc1 = tl.zeros([B0, B1], dtype=tl.float64)
+    acc2 = tl.zeros([B0, B1], dtype=tl.float64)
+    for i in range(0, NT):
+        offs, mask = _bn_fused_tile(i, cb, M, C, S, NSC, ROWS, B0, B1)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        d = tl.where(mask, x - shift2, 0.0).to(tl.float64)
+        acc1 += d
+        acc2 += d * d
+    s1 = _bn_fused_sum(acc1, ROWS)
+    s2 = _bn_fused_sum(acc2, ROWS)
+    nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
+    dmean = s1 / nf
+    var = (s2 - s1 * dmean) / nf
+    var = tl.where(var < 0.0, 0.0, var)
+    mean = shift.to(tl.float64) + dmean
+    eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
+    invstd = 1.0 / tl.sqrt(var + eps)
+    invstd = tl.where(var == 0.0, tl.where(eps == 0.0, 0.0, invstd), invstd)  # ATen's InvStd
+    tl.store(mean_ptr + ch, mean.to(ACC), mask=cmask)
+    tl.store(invstd_ptr + ch, invstd.to(ACC), mask=cmask)
+    a = invstd
+    if HAS_W:
+        a = a * tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+    c = -dmean * a
+    if HAS_B:
+        c += tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    if HAS_RS:
+        if F64:
+            mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
+        else:
+            mom = m0
+        rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        unbiased = (var * nf / (nf - 1.0)).to(ACC)
+        tl.store(rm_ptr + ch, ((1.0 - mom) * rm + mom * mean.to(ACC)).to(rm_ptr.dtype.element_ty), mask=cmask)
+        tl.store(rv_ptr + ch, ((1.0 - mom) * rv + mom * unbiased).to(rv_ptr.dtype.element_ty), mask=cmask)
+    a2 = _bn_fused_spread(a.to(ACC), ROWS)
+    c2 = _bn_fused_spread(c.to(ACC), ROWS)
+    for j in range(0, NT):
+        offs, mask = _bn_fused_tile(NT - 1 - j, cb, M, C, S, NSC, ROWS, B0, B1)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        tl.store(y_ptr + offs, ((x - shift2) * a2 + c2).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bn_fused_bwd_kernel(
+    g_ptr, x_ptr, dx_ptr, mean_ptr, invstd_ptr, w_ptr, gw_ptr, gb_ptr,
+    M, C, S, NSC, NT, n0, n1,
+    ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr, TRAIN: tl.constexpr, HAS_W: tl.constexpr,
+    NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, ACC: tl.constexpr,
+    S_CONST: tl.constexpr = 0,
+):
+    """Backward of channel block program_id(0) in one program: sum(dy), sum(dy * (x - mean)) (products in ACC,
+    summed in fp64), grad_weight / grad_bias as _bn_combine_bwd_kernel, then grad_input as the elementwise
+    pass (training: dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean)), times invstd w; eval: dy invstd w).
+    mean / invstd: the saved statistics (training) or running mean and rsqrt(running var + eps) (eval).
+    S_CONST: as the forward's."""
+    if S_CONST > 0:
+        S = S_CONST
+    cb = tl.program_id(0)
+    ch, cmask = _bn_fused_channels(cb, C, ROWS, B1)
+    mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
+    invstd = tl.load(invstd_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+    mean2 = _bn_fused_spread(mean, ROWS)
+    acc1 = tl.zeros([B0, B1], dtype=tl.float64)
+    acc2 = tl.zeros([B0, B1], dtype=tl.float64)
+    for i in range(0, NT):
+        offs, mask = _bn_fused_tile(i, cb, M, C, S, NSC, ROWS, B0, B1)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+        acc1 += g.to(tl.float64)
+        acc2 += (g * (x - mean2)).to(tl.float64)
+    s1 = _bn_fused_sum(acc1, ROWS)
+    s2 = _bn_fused_sum(acc2, ROWS)
+    if NEED_GW:
+        tl.store(gw_ptr + ch, _bn_from_f64(s2 * invstd, gw_ptr.dtype.element_ty), mask=cmask)
+    if NEED_GB:
+        tl.store(gb_ptr + ch, _bn_from_f64(s1, gb_ptr.dtype.element_ty), mask=cmask)
+    if NEED_DX:
+        gs = invstd
+        if HAS_W:
+            gs = gs * tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
+        nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
+        gm2 = _bn_fused_spread((s1 / nf).to(ACC), ROWS)
+        proj2 = _bn_fused_spread((s2 / nf * invstd * invstd).to(ACC), ROWS)
+        gs2 = _bn_fused_spread(gs.to(ACC), ROWS)
+        for j in range(0, NT):
+            offs, mask = _bn_fused_tile(NT - 1 - j, cb, M, C, S, NSC, ROWS, B0, B1)
+            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+            if TRAIN:
+                x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+                dx = (g - gm2 - (x - mean2) * proj2) * gs2
+            else:
+                dx = g * gs2
+            tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------
 # Host side: layout, heuristics, launchers
 # ----------------------------------------------------------------------------------------------
 
@@ -946,6 +1125,28 @@ def _unaligned_warps(BS):
     return max(1, min(8, BS // 128))
 
 
+def _fused(v) -> bool:
+    """Whether this call takes the one-launch kernels (``fused_max_rows``)."""
+    return v.M <= _TUNE["fused_max_rows"]
+
+
+def _fused_cfg(v):
+    """Grid and tile [B0, B1] of the one-launch kernels. Rows view: [rows, channels], the channels per program
+    shrinking (to 16) until there are ``fused_min_programs`` blocks. ncs view: one channel a program, tile
+    [samples, plane chunk]: a small channel is one tile, all of its loads in flight at once."""
+    tile = _TUNE["fused_tile_elems"]
+    if v.kind == "rows":
+        bc = min(next_pow2(v.C), 64)
+        while bc > 16 and cdiv(v.C, bc) < _TUNE["fused_min_programs"]:
+            bc //= 2
+        bm = max(1, min(next_pow2(v.M), tile // bc))
+        return dict(ROWS=True, B0=bm, B1=bc, NCB=cdiv(v.C, bc), NSC=1, NT=cdiv(v.M, bm), M=v.M)
+    bs = min(next_pow2(v.S), tile)
+    bn = max(1, min(next_pow2(v.N), tile // bs))
+    nsc = cdiv(v.S, bs)
+    return dict(ROWS=False, B0=bn, B1=bs, NCB=v.C, NSC=nsc, NT=cdiv(v.N, bn) * nsc, M=v.N)
+
+
 def _combine_cfg(C, P, bwd=False):
     BP = min(next_pow2(P), 512)
     BCC = max(1, min(next_pow2(C), _TUNE["combine_elems_bwd" if bwd else "combine_elems"] // BP))
@@ -1051,11 +1252,35 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
 def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     """``bn_forward_train``'s work, without a plan (what a plan records)."""
     v = _View(x)
+    if _fused(v):
+        return _forward_train_fused(v, weight, bias, running_mean, running_var, momentum, eps)
     acc_tl, _ = _acc(x)
     pdl = pdl_on(x, _TUNE["pdl"])
     coef, mean, invstd = _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl)
     y = v.empty()
     _elementwise(v, v.x, v.x, y, (coef, coef, coef, coef), _FWD_TRAIN, True, True, eps, acc_tl, pdl)
+    return y, mean, invstd
+
+
+def _forward_train_fused(v, weight, bias, running_mean, running_var, momentum, eps):
+    """The training forward in one launch (_bn_fused_fwd_kernel)."""
+    acc_tl, acc_t = _acc(v.x)
+    dev = v.x.device
+    mean = alloc(torch.empty((v.C,), device=dev, dtype=acc_t))
+    invstd = alloc(torch.empty((v.C,), device=dev, dtype=acc_t))
+    y = v.empty()
+    has_rs = running_mean is not None and running_var is not None
+    n0, n1 = _split_count(v.M)
+    e = _split3(eps)
+    m = _split3(momentum if momentum is not None else 0.0)
+    cfg = _fused_cfg(v)
+    launch(_bn_fused_fwd_kernel, (cfg["NCB"],),
+        v.x, y, mean, invstd, weight if weight is not None else mean, bias if bias is not None else mean,
+        running_mean if has_rs else mean, running_var if has_rs else mean,
+        cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
+        ROWS=cfg["ROWS"], B0=cfg["B0"], B1=cfg["B1"], HAS_W=weight is not None, HAS_B=bias is not None,
+        HAS_RS=has_rs, F64=acc_t == torch.float64, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0, num_warps=4,
+    )
     return y, mean, invstd
 
 
@@ -1141,6 +1366,19 @@ def _backward(grad_out, x, weight, mean, invstd, train, output_mask):
     gb = alloc(torch.empty((C,), device=dev, dtype=pdt)) if need_gb else None
     dx = None
     need_red = need_gw or need_gb or (need_dx and train)
+    if need_red and _fused(v):
+        dx = v.empty() if need_dx else None
+        cfg = _fused_cfg(v)
+        n0, n1 = _split_count(v.M)
+        launch(_bn_fused_bwd_kernel, (cfg["NCB"],),
+            g, v.x, dx if dx is not None else g, mean, invstd, weight if weight is not None else invstd,
+            gw if gw is not None else invstd, gb if gb is not None else invstd,
+            cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1,
+            ROWS=cfg["ROWS"], B0=cfg["B0"], B1=cfg["B1"], TRAIN=bool(train), HAS_W=weight is not None,
+            NEED_DX=need_dx, NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0,
+            num_warps=4,
+        )
+        return dx, gw, gb
     coef = None
     pdl = pdl_on(x, _TUNE["pdl"])
     if need_red:
