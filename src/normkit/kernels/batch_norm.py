@@ -387,6 +387,24 @@ def _bn_combine_fwd_kernel(
     if PDL:
         gdc_wait()
     s1, s2 = _bn_sum_partials(part_ptr, ch, cmask, C, P, BP, BCC)
+    dmean, invstd, mean, var, nf = _bn_finish_stats(s1, s2, shift, ch, cmask, n0, n1, e0, e1, e2, mean_ptr,
+                                                    invstd_ptr, ACC)
+    if HAS_W:
+        a = w * invstd
+    else:
+        a = invstd
+    tl.store(coef_ptr + ch, shift.to(ACC), mask=cmask)
+    tl.store(coef_ptr + C + ch, dmean.to(ACC), mask=cmask)
+    tl.store(coef_ptr + 2 * C + ch, a.to(ACC), mask=cmask)
+    tl.store(coef_ptr + 3 * C + ch, (b - dmean * a).to(ACC), mask=cmask)
+    if HAS_RS:
+        _bn_update_running(rm, rv, mean, var, nf, ch, cmask, m0, m1, m2, rm_ptr, rv_ptr, F64, ACC)
+
+
+@triton.jit
+def _bn_finish_stats(s1, s2, shift, ch, cmask, n0, n1, e0, e1, e2, mean_ptr, invstd_ptr, ACC: tl.constexpr):
+    """From a channel's fp64 sums about its shift: mean and invstd = rsqrt(biased var + eps) stored; returns
+    (mean - shift, invstd, mean, biased var, n) in fp64."""
     nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
     dmean = s1 / nf
     var = (s2 - s1 * dmean) / nf
@@ -398,24 +416,22 @@ def _bn_combine_fwd_kernel(
     invstd = tl.where(var == 0.0, tl.where(eps == 0.0, 0.0, invstd), invstd)
     tl.store(mean_ptr + ch, mean.to(ACC), mask=cmask)
     tl.store(invstd_ptr + ch, invstd.to(ACC), mask=cmask)
-    if HAS_W:
-        a = w * invstd
+    return dmean, invstd, mean, var, nf
+
+
+@triton.jit
+def _bn_update_running(rm, rv, mean, var, nf, ch, cmask, m0, m1, m2, rm_ptr, rv_ptr, F64: tl.constexpr,
+                       ACC: tl.constexpr):
+    """Running statistics (loaded rm, rv) updated with momentum m0 (+ m1 + m2 in fp64) and the unbiased variance."""
+    if F64:
+        mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
     else:
-        a = invstd
-    tl.store(coef_ptr + ch, shift.to(ACC), mask=cmask)
-    tl.store(coef_ptr + C + ch, dmean.to(ACC), mask=cmask)
-    tl.store(coef_ptr + 2 * C + ch, a.to(ACC), mask=cmask)
-    tl.store(coef_ptr + 3 * C + ch, (b - dmean * a).to(ACC), mask=cmask)
-    if HAS_RS:
-        if F64:
-            mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
-        else:
-            mom = m0
-        unbiased = (var * nf / (nf - 1.0)).to(ACC)
-        rm_new = (1.0 - mom) * rm + mom * mean.to(ACC)
-        rv_new = (1.0 - mom) * rv + mom * unbiased
-        tl.store(rm_ptr + ch, rm_new.to(rm_ptr.dtype.element_ty), mask=cmask)
-        tl.store(rv_ptr + ch, rv_new.to(rv_ptr.dtype.element_ty), mask=cmask)
+        mom = m0
+    unbiased = (var * nf / (nf - 1.0)).to(ACC)
+    rm_new = (1.0 - mom) * rm + mom * mean.to(ACC)
+    rv_new = (1.0 - mom) * rv + mom * unbiased
+    tl.store(rm_ptr + ch, rm_new.to(rm_ptr.dtype.element_ty), mask=cmask)
+    tl.store(rv_ptr + ch, rv_new.to(rv_ptr.dtype.element_ty), mask=cmask)
 
 
 @triton.jit
@@ -745,13 +761,31 @@ def _bn_fused_spread(v, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _bn_fused_sum(acc, ROWS: tl.constexpr):
-    """Per-channel sums of a tile of fp64 accumulators (a 1-vector for a plane tile)."""
+def _bn_fused_sums(x_ptr, g_ptr, ref2, cb, M, C, S, NSC, NT, ROWS: tl.constexpr, B0: tl.constexpr,
+                   B1: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr):
+    """Per-channel sums over every tile of channel block cb, terms in ACC summed in fp64 (a lane may sum many
+    tiles): forward sum(x - ref), sum((x - ref)^2) (ref: the shift); backward sum(g), sum(g * (x - ref)) (ref:
+    the mean). A 1-vector for a plane tile's one channel."""
+    acc1 = tl.zeros([B0, B1], dtype=tl.float64)
+    acc2 = tl.zeros([B0, B1], dtype=tl.float64)
+    for i in range(0, NT):
+        offs, mask = _bn_fused_tile(i, cb, M, C, S, NSC, ROWS, B0, B1)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+        if BWD:
+            g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
+            acc1 += g.to(tl.float64)
+            acc2 += (g * (x - ref2)).to(tl.float64)
+        else:
+            d = tl.where(mask, x - ref2, 0.0).to(tl.float64)
+            acc1 += d
+            acc2 += d * d
     if ROWS:
-        out = tl.sum(acc, axis=0)
+        s1 = tl.sum(acc1, axis=0)
+        s2 = tl.sum(acc2, axis=0)
     else:
-        out = tl.zeros([1], dtype=tl.float64) + tl.sum(tl.sum(acc, axis=1), axis=0)
-    return out
+        s1 = tl.zeros([1], dtype=tl.float64) + tl.sum(tl.sum(acc1, axis=1), axis=0)
+        s2 = tl.zeros([1], dtype=tl.float64) + tl.sum(tl.sum(acc2, axis=1), axis=0)
+    return s1, s2
 
 
 @triton.jit
@@ -775,42 +809,20 @@ def _bn_fused_fwd_kernel(
     else:
         shift = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)
     shift2 = _bn_fused_spread(shift, ROWS)
-    acc1 = tl.zeros([B0, B1], dtype=tl.float64)
-    acc2 = tl.zeros([B0, B1], dtype=tl.float64)
-    for i in range(0, NT):
-        offs, mask = _bn_fused_tile(i, cb, M, C, S, NSC, ROWS, B0, B1)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-        d = tl.where(mask, x - shift2, 0.0).to(tl.float64)
-        acc1 += d
-        acc2 += d * d
-    s1 = _bn_fused_sum(acc1, ROWS)
-    s2 = _bn_fused_sum(acc2, ROWS)
-    nf = tl.cast(n0, tl.float64) + tl.cast(n1, tl.float64)
-    dmean = s1 / nf
-    var = (s2 - s1 * dmean) / nf
-    var = tl.where(var < 0.0, 0.0, var)
-    mean = shift.to(tl.float64) + dmean
-    eps = tl.cast(e0, tl.float64) + tl.cast(e1, tl.float64) + tl.cast(e2, tl.float64)
-    invstd = 1.0 / tl.sqrt(var + eps)
-    invstd = tl.where(var == 0.0, tl.where(eps == 0.0, 0.0, invstd), invstd)  # ATen's InvStd
-    tl.store(mean_ptr + ch, mean.to(ACC), mask=cmask)
-    tl.store(invstd_ptr + ch, invstd.to(ACC), mask=cmask)
+    s1, s2 = _bn_fused_sums(x_ptr, x_ptr, shift2, cb, M, C, S, NSC, NT, ROWS, B0, B1, False, ACC)
+    dmean, invstd, mean, var, nf = _bn_finish_stats(s1, s2, shift.to(tl.float64), ch, cmask, n0, n1, e0, e1, e2,
+                                                    mean_ptr, invstd_ptr, ACC)
     a = invstd
     if HAS_W:
         a = a * tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
-    c = -dmean * a
     if HAS_B:
-        c += tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
+        c = tl.load(b_ptr + ch, mask=cmask, other=0.0).to(tl.float64) - dmean * a
+    else:
+        c = -dmean * a
     if HAS_RS:
-        if F64:
-            mom = tl.cast(m0, tl.float64) + tl.cast(m1, tl.float64) + tl.cast(m2, tl.float64)
-        else:
-            mom = m0
         rm = tl.load(rm_ptr + ch, mask=cmask, other=0.0).to(ACC)
         rv = tl.load(rv_ptr + ch, mask=cmask, other=0.0).to(ACC)
-        unbiased = (var * nf / (nf - 1.0)).to(ACC)
-        tl.store(rm_ptr + ch, ((1.0 - mom) * rm + mom * mean.to(ACC)).to(rm_ptr.dtype.element_ty), mask=cmask)
-        tl.store(rv_ptr + ch, ((1.0 - mom) * rv + mom * unbiased).to(rv_ptr.dtype.element_ty), mask=cmask)
+        _bn_update_running(rm, rv, mean, var, nf, ch, cmask, m0, m1, m2, rm_ptr, rv_ptr, F64, ACC)
     a2 = _bn_fused_spread(a.to(ACC), ROWS)
     c2 = _bn_fused_spread(c.to(ACC), ROWS)
     for j in range(0, NT):
@@ -839,16 +851,7 @@ def _bn_fused_bwd_kernel(
     mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)
     invstd = tl.load(invstd_ptr + ch, mask=cmask, other=0.0).to(tl.float64)
     mean2 = _bn_fused_spread(mean, ROWS)
-    acc1 = tl.zeros([B0, B1], dtype=tl.float64)
-    acc2 = tl.zeros([B0, B1], dtype=tl.float64)
-    for i in range(0, NT):
-        offs, mask = _bn_fused_tile(i, cb, M, C, S, NSC, ROWS, B0, B1)
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
-        g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(ACC)
-        acc1 += g.to(tl.float64)
-        acc2 += (g * (x - mean2)).to(tl.float64)
-    s1 = _bn_fused_sum(acc1, ROWS)
-    s2 = _bn_fused_sum(acc2, ROWS)
+    s1, s2 = _bn_fused_sums(x_ptr, g_ptr, mean2, cb, M, C, S, NSC, NT, ROWS, B0, B1, True, ACC)
     if NEED_GW:
         tl.store(gw_ptr + ch, _bn_from_f64(s2 * invstd, gw_ptr.dtype.element_ty), mask=cmask)
     if NEED_GB:
