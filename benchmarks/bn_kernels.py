@@ -130,7 +130,7 @@ VARIANTS = {
     "ncsfp1k": {"target_programs_ncs_fwd_16bit": 1024},
     "ncsfp512": {"target_programs_ncs_fwd_16bit": 512},
     # session 22 (prepared without a GPU): every training forward / backward in one launch (_bn_fused_*_kernel)
-    "fused": {"fused_max_rows": 1 << 40},
+    "fused": {"fused_max_rows": 1 << 40, "fused_max_tiles": 1 << 40},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches

@@ -151,7 +151,7 @@ def poison(monkeypatch):
 
 # the one-launch kernels on every shape, with tiny tiles: many tiles a program, a channel block per channel
 # (plane tiles) or 16 channels (row tiles)
-FUSED = {"fused_max_rows": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
+FUSED = {"fused_max_rows": 1 << 40, "fused_max_tiles": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
 
 
 @pytest.fixture(params=["default", "tiny", "fused"])
@@ -425,6 +425,7 @@ def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch
     backward, eval backward with weight / bias gradients), several channels a program (wide) or one program a
     channel block with several tiles (narrow), against float64."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
     for k, v in knobs.items():
         monkeypatch.setitem(B._TUNE, k, v)
     launched = []
@@ -462,17 +463,23 @@ def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch
 
 
 @interp
-def test_fused_threshold_is_elements_per_channel(monkeypatch):
-    """``fused_max_rows`` bounds N * spatial (the elements of a channel): at the bound one launch, past it three."""
-    x = make_x((4, 3, 5, 6), torch.float32, "contig")
+def test_fused_thresholds(monkeypatch):
+    """``fused_max_rows`` bounds N * spatial (the elements of a channel) and ``fused_max_tiles`` the tiles a program
+    sweeps: within both one launch, past either three."""
     launched = []
     real = B.launch
     monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
-    for bound, want in ((120, 1), (119, 3)):
-        monkeypatch.setitem(B._TUNE, "fused_max_rows", bound)
-        launched.clear()
-        B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
-        assert len(launched) == want, (bound, launched)
+    monkeypatch.setitem(B._TUNE, "fused_tile_elems", 16)
+    # 4 planes of 30: [1 sample, 16] tiles, 2 a plane; 120 rows of 3 channels: [4 rows, 4 channels] tiles
+    for layout, tiles in (("contig", 8), ("cl", 30)):
+        x = make_x((4, 3, 5, 6), torch.float32, layout)
+        assert B._fused_cfg(B._View(x))["NT"] == tiles
+        for max_rows, max_tiles, want in ((120, tiles, 1), (119, tiles, 3), (120, tiles - 1, 3)):
+            monkeypatch.setitem(B._TUNE, "fused_max_rows", max_rows)
+            monkeypatch.setitem(B._TUNE, "fused_max_tiles", max_tiles)
+            launched.clear()
+            B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
+            assert len(launched) == want, (layout, max_rows, max_tiles, launched)
 
 
 @interp
@@ -865,6 +872,10 @@ def test_cuda_fused_one_launch(shape, layout, dtype, monkeypatch):
     """The one-launch kernels on the GPU at model-sized small layers (every layer here fused): against float64 as
     the split path is checked, the same bits on a second call and through a launch plan's replay."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
+    launched = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
     x = torch.randn(shape, device="cuda", dtype=dtype)
     if layout == "cl":
         x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
@@ -880,6 +891,7 @@ def test_cuda_fused_one_launch(shape, layout, dtype, monkeypatch):
     for later in runs[1:]:
         for a, c in zip(runs[0], later):
             assert torch.equal(bits(a), bits(c))
+    assert set(launched) == {"_bn_fused_fwd_kernel", "_bn_fused_bwd_kernel"}, launched
 
 
 def test_rows_forward_config_by_element_size():

@@ -127,6 +127,9 @@ _TUNE = {
     # no partials. 0 = off: prepared in session 22 without a GPU, not yet measured on one
     "fused_max_rows": 0,
     "fused_tile_elems": 2048,  # elements of a fused program's [B0, B1] tile (two fp64 accumulators each)
+    # ... and only where a program sweeps at most this many tiles: a program's loop is serial, so a channels_last
+    # layer with few channel blocks (C / 16 programs) and many rows would take far longer than the split path
+    "fused_max_tiles": 4,
     "fused_min_programs": 128,  # rows view: channel blocks shrink (to 16 channels) to reach this many programs
 }
 
@@ -1129,11 +1132,20 @@ def _unaligned_warps(BS):
 
 
 def _fused(v) -> bool:
-    """Whether this call takes the one-launch kernels (``fused_max_rows``)."""
-    return v.M <= _TUNE["fused_max_rows"]
+    """Whether this call takes the one-launch kernels: channels of at most ``fused_max_rows`` elements, each
+    program sweeping at most ``fused_max_tiles`` tiles."""
+    return v.M <= _TUNE["fused_max_rows"] and _fused_cfg(v)["NT"] <= _TUNE["fused_max_tiles"]
 
 
 def _fused_cfg(v):
+    key = ("fused", v.kind, v.N, v.C, v.S, tuple(_TUNE.values()))
+    cfg = _CFG_CACHE.get(key)
+    if cfg is None:
+        cfg = _CFG_CACHE[key] = _fused_cfg_uncached(v)
+    return cfg
+
+
+def _fused_cfg_uncached(v):
     """Grid and tile [B0, B1] of the one-launch kernels. Rows view: [rows, channels], the channels per program
     shrinking (to 16) until there are ``fused_min_programs`` blocks. ncs view: one channel a program, tile
     [samples, plane chunk]: a small channel is one tile, all of its loads in flight at once."""
