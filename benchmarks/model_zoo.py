@@ -285,10 +285,29 @@ def _kinks_of(func, args, kwargs):
     return _KINKS[name]
 
 
+# max pooling: the element a window picks is its kink (another pick moves the gradient to another element); the
+# position of return_indices among each function's arguments
+_POOLS = {"max_pool1d": 6, "max_pool2d": 6, "max_pool3d": 6, "adaptive_max_pool1d": 2, "adaptive_max_pool2d": 2,
+          "adaptive_max_pool3d": 2}
+
+
+def _pool_picks(func, args, kwargs):
+    """The indices a max-pooling call picks (its return_indices output), without recording gradients."""
+    args, kwargs = list(args), dict(kwargs)
+    pos = _POOLS[func.__name__]
+    if len(args) > pos:
+        args[pos] = True
+    else:
+        kwargs["return_indices"] = True
+    with torch.no_grad():
+        return func(args[0].detach(), *args[1:], **kwargs)[1]
+
+
 class _KinkSides(TorchFunctionMode):
     """Records, per call of a piecewise activation (in call order), which side of each kink every input element
-    lies on, before the call (in-place ones overwrite their input). A function mode, not module hooks, so that
-    ``F.relu`` inside a ``forward`` counts as much as ``nn.ReLU``."""
+    lies on, before the call (in-place ones overwrite their input), and per max-pooling call the element each
+    window picks. A function mode, not module hooks, so that ``F.relu`` inside a ``forward`` counts as much as
+    ``nn.ReLU``."""
 
     def __init__(self):
         super().__init__()
@@ -296,6 +315,9 @@ class _KinkSides(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in _POOLS and isinstance(args[0], torch.Tensor):
+            self.sides.append(_pool_picks(func, args, kwargs))
+            return func(*args, **kwargs)
         kinks = _kinks_of(func, args, kwargs)
         if kinks is not None and isinstance(args[0], torch.Tensor):
             t = args[0].detach()
@@ -325,7 +347,8 @@ def one_step(model, x, cot_seed):
 
 
 def _kink_flips(sides, ref_sides) -> int:
-    """Activation inputs on another side of a kink than in the float64 run."""
+    """Activation inputs on another side of a kink than in the float64 run, and pooling windows that picked
+    another element."""
     return sum(int((a != b).sum()) for a, b in zip(sides, ref_sides))
 
 

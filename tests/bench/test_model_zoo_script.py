@@ -106,3 +106,32 @@ def test_kink_sides_see_functional_and_inplace_activations():
     assert len(sides) == 3
     assert torch.equal(sides[0], (h > 0).to(torch.int8)) and torch.equal(sides[1], sides[0])
     assert torch.equal(sides[2], (h > -0.25).to(torch.int8) + (h > 0.5).to(torch.int8))
+
+
+def test_kink_sides_record_max_pooling_picks():
+    """Each max-pooling call (module, functional with positional arguments, adaptive) records the indices its
+    windows pick, and a window that picks another element counts as a flip."""
+    zoo = _load()
+    F = torch.nn.functional
+
+    class Pools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+            self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+
+        def forward(self, x):
+            h = self.conv(x)
+            return self.pool(h).sum((2, 3)) + F.max_pool2d(h, 2, 2).sum((2, 3)) + F.adaptive_max_pool2d(h, 1)[..., 0, 0]
+
+    torch.manual_seed(5)
+    net, x = Pools(), torch.randn(2, 2, 6, 6)
+    sides = zoo.one_step(net, x, cot_seed=6)[4]
+    h = net.conv(x).detach()
+    assert len(sides) == 3
+    assert torch.equal(sides[0], F.max_pool2d(h, 3, 2, 1, return_indices=True)[1])
+    assert torch.equal(sides[1], F.max_pool2d(h, 2, 2, return_indices=True)[1])
+    assert torch.equal(sides[2], F.adaptive_max_pool2d(h, 1, return_indices=True)[1])
+    moved = [t.clone() for t in sides]
+    moved[1].view(-1)[0] += 1
+    assert zoo._kink_flips(moved, sides) == 1
