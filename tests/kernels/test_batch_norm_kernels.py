@@ -947,3 +947,20 @@ def test_ncs_forward_program_target():
     assert programs((256, 64, 56, 56), torch.float32) > small
     assert programs((256, 64, 56, 56), torch.bfloat16, bwd=True) > small
     assert programs((256, 1024, 14, 14), torch.bfloat16) > small  # unaligned: its own target, not reduced
+
+
+def test_set_knobs_by_name(monkeypatch):
+    """normkit.kernels.set_knobs (the benchmark scripts' --set): a named knob of any family's table takes the int;
+    an unknown name or a missing value raises before anything changes."""
+    from normkit.kernels import layer_norm as L
+    from normkit.kernels import set_knobs
+
+    monkeypatch.setattr(B, "_TUNE", dict(B._TUNE))
+    monkeypatch.setattr(L, "_CFG", dict(L._CFG))
+    name = next(iter(L._CFG))
+    set_knobs(["fused_max_rows=4096", f"{name}=7"])
+    assert B._TUNE["fused_max_rows"] == 4096 and L._CFG[name] == 7
+    for bad in ("no_such_knob=1", "fused_max_rows", "fused_max_rows=", "fused_max_rows=1.5"):
+        with pytest.raises(ValueError):
+            set_knobs(["fused_max_rows=1", bad])
+    assert B._TUNE["fused_max_rows"] == 4096

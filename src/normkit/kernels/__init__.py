@@ -55,13 +55,20 @@ def prev_pow2(n: int) -> int:
 
 def set_knobs(items) -> None:
     """Set heuristic knobs by name from ``"NAME=INT"`` strings (benchmark scripts' ``--set``): batch norm's
-    ``_TUNE``, layer norm's and group norm's ``_CFG``, every table that has the name. Unknown names raise."""
+    ``_TUNE``, layer norm's and group norm's ``_CFG``, every table that has the name. An unknown name or a value
+    that is no int raises before any knob changes."""
     from normkit.kernels import batch_norm, group_norm, layer_norm
 
+    updates = []
     for item in items:
         name, _, value = item.partition("=")
         tables = [t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t]
-        if not tables or not value:
-            raise ValueError(f"unknown knob or no value: {item!r} (NAME=INT)")
-        for t in tables:
-            t[name] = int(value)
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if not tables or number is None:
+            raise ValueError(f"unknown knob or no int value: {item!r} (NAME=INT)")
+        updates += [(t, name, number) for t in tables]
+    for t, name, number in updates:
+        t[name] = number
