@@ -88,3 +88,24 @@ def test_eps_zero_in_eval_case_follows_the_installed_torch(monkeypatch, tmp_path
     capsys.readouterr()
     report = json.loads(out.read_text())
     assert rc == 0 and report["cases"] == 1 and report["failed"] == 0, report
+
+
+def test_batch_norm_conformance_through_the_one_launch_kernels(monkeypatch, tmp_path, capsys):
+    """Every batch-norm case of `normkit check` (values, gradients, running statistics, layouts, errors) with every
+    training forward / backward on the one-launch kernels (fused_max_rows, off by default until measured on a GPU)."""
+    pytest.importorskip("triton")
+    from normkit.conformance.cli import main as check_main
+    from normkit.kernels import batch_norm as B
+
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
+    launched = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
+    out = tmp_path / "check.json"
+    rc = check_main(["--impl", "normkit", "--device", "cpu", "--ops", "batch_norm", "--quiet", "--json", str(out)])
+    capsys.readouterr()
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["failed"] == 0 and report["cases"] > 400, {k: report[k] for k in ("cases", "failed")}
+    assert launched.count("_bn_fused_fwd_kernel") > 100 and launched.count("_bn_fused_bwd_kernel") > 100
+    assert "_bn_combine_fwd_kernel" not in launched  # no training forward took the split path
