@@ -35,6 +35,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -315,11 +316,13 @@ class _KinkSides(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if getattr(func, "__name__", None) in _POOLS and isinstance(args[0], torch.Tensor):
+        if not (args and isinstance(args[0], torch.Tensor)):  # (an input passed by keyword: the same in every run)
+            return func(*args, **kwargs)
+        if getattr(func, "__name__", None) in _POOLS:
             self.sides.append(_pool_picks(func, args, kwargs))
             return func(*args, **kwargs)
         kinks = _kinks_of(func, args, kwargs)
-        if kinks is not None and isinstance(args[0], torch.Tensor):
+        if kinks is not None:
             t = args[0].detach()
             side = torch.zeros(t.shape, dtype=torch.int8, device=t.device)
             for k in kinks:
@@ -468,8 +471,6 @@ def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, wa
 
 def _host_syncs(step):
     """The host synchronisations one step makes (CUDA's sync debug mode warns at each), as messages."""
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")

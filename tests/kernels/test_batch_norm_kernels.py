@@ -458,8 +458,7 @@ def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch
         assert relerr(gw, gwr) < TOL_BWD[dtype] and relerr(gb, gbr) < TOL_BWD[dtype]
     launched.clear()
     B.bn_backward(g, x, w, rm, r, False, [True, False, False])  # eval grad_input alone: the one elementwise pass
-    assert launched == ["_bn_ew_rows_kernel" if B._View(x).kind == "rows" else
-                        "_bn_ew_ncs_kernel" if shape[-1] % 16 == 0 else "_bn_ew_flat_kernel"] or len(launched) == 1
+    assert len(launched) == 1 and launched[0].startswith("_bn_ew_"), launched
 
 
 @interp
