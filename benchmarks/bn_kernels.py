@@ -129,8 +129,10 @@ VARIANTS = {
     "rowsw4all": {"red_warps_rows_min_bytes": 0},
     "ncsfp1k": {"target_programs_ncs_fwd_16bit": 1024},
     "ncsfp512": {"target_programs_ncs_fwd_16bit": 512},
-    # session 22 (prepared without a GPU): every training forward / backward in one launch (_bn_fused_*_kernel)
-    "fused": {"fused_max_rows": 1 << 40, "fused_max_tiles": 1 << 40},
+    # session 22 (prepared without a GPU): every training forward / backward in one launch (_bn_fused_*_kernel);
+    # session 23 measured it (call 1) and adopted it for small layers; "split" is every call on three launches
+    "fused": {"fused_max_rows": 1 << 40, "fused_max_numel": 1 << 40, "fused_max_tiles": 1 << 40},
+    "split": {"fused_max_rows": 0},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches

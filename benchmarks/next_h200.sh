@@ -11,8 +11,10 @@
 # For the next session (22's plan; 23 onwards):
 # PART=57: the one-launch batch-norm kernels (fused_max_rows; off by default, prepared in session 22 without a GPU):
 #          their CUDA tests, bn_kernels.py --small (split vs fused, graph and do_bench times), host cost per call with
-#          and without. PART=58: the zoo's small models (timing, host syncs per step) split vs fused <= FUSED_ROWS.
+#          and without. PART=58: the zoo's small models (timing, host syncs per step), split path against the defaults.
 #          Predictions in NOTES-host-overhead.md "Session 22".
+# Session 23: PART=57 ran (results/h200-2026-12-03-s23); thresholds adopted (fused_max_rows 8192, fused_max_numel 2M).
+# PART=59: every batch-norm kernel CUDA test and conformance on CUDA at those thresholds.
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -553,13 +555,19 @@ elif [ "$PART" = 57 ]; then
             > "$W/host-$knob.log" 2>&1; echo "host_overhead $knob rc=$?"; grep -E "batch_norm|F.batch_norm|launcher" "$W/host-$knob.log" | head -12
     done
 elif [ "$PART" = 58 ]; then
-    stamp "model zoo (timing, host syncs): split against one launch for channels of <= ${FUSED_ROWS:-8192} elements"
-    for knob in fused_max_rows=0 fused_max_rows=${FUSED_ROWS:-8192}; do
-        timeout $(( ${ZOO_S:-200} + 60 )) python3 benchmarks/model_zoo.py --out "$W/zoo-$knob" --budget ${ZOO_S:-200} \
-            --seed 237 --set $knob --models ${ZOO_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} \
-            > "$W/zoo-$knob.log" 2>&1; echo "zoo $knob rc=$?"
-        grep -E "^\| (tv|timm|mlp)" "$W/zoo-$knob.log" | awk -F'|' '{print $2,$3,$4,$(NF-5),$(NF-4),$(NF-3),$(NF-2),$(NF-1)}'
+    stamp "model zoo (timing, host syncs): the split path everywhere against the defaults (one launch for small layers)"
+    for mode in split default; do
+        timeout $(( ${ZOO_S:-200} + 60 )) python3 benchmarks/model_zoo.py --out "$W/zoo-$mode" --budget ${ZOO_S:-200} \
+            --seed 237 $([ $mode = split ] && echo --set fused_max_rows=0) \
+            --models ${ZOO_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} > "$W/zoo-$mode.log" 2>&1; echo "zoo $mode rc=$?"
+        grep -E "^\| (tv|timm|mlp)" "$W/zoo-$mode.log" | awk -F'|' '{print $2,$3,$4,$(NF-5),$(NF-4),$(NF-3),$(NF-2),$(NF-1)}'
     done
+elif [ "$PART" = 59 ]; then
+    stamp "pytest -m cuda: every batch-norm kernel test at the adopted one-launch thresholds"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
+    stamp "conformance on CUDA (normkit check): small cases now on the one-launch kernels"
+    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

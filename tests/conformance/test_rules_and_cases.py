@@ -90,15 +90,18 @@ def test_eps_zero_in_eval_case_follows_the_installed_torch(monkeypatch, tmp_path
     assert rc == 0 and report["cases"] == 1 and report["failed"] == 0, report
 
 
-def test_batch_norm_conformance_through_the_one_launch_kernels(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("path", ["one_launch", "split"])
+def test_batch_norm_conformance_through_each_kernel_path(path, monkeypatch, tmp_path, capsys):
     """Every batch-norm case of `normkit check` (values, gradients, running statistics, layouts, errors) with every
-    training forward / backward on the one-launch kernels (fused_max_rows, off by default until measured on a GPU)."""
+    training forward / backward on the one-launch kernels, then on the three-launch split path (the check's small
+    shapes take one launch by default, big layers the split path)."""
     pytest.importorskip("triton")
     from normkit.conformance.cli import main as check_main
     from normkit.kernels import batch_norm as B
 
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
-    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
+    one_launch = path == "one_launch"
+    for knob in ("fused_max_rows", "fused_max_numel", "fused_max_tiles"):
+        monkeypatch.setitem(B._TUNE, knob, 1 << 40 if one_launch else 0)
     launched = []
     real = B.launch
     monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
@@ -107,5 +110,6 @@ def test_batch_norm_conformance_through_the_one_launch_kernels(monkeypatch, tmp_
     capsys.readouterr()
     report = json.loads(out.read_text())
     assert rc == 0 and report["failed"] == 0 and report["cases"] > 400, {k: report[k] for k in ("cases", "failed")}
-    assert launched.count("_bn_fused_fwd_kernel") > 100 and launched.count("_bn_fused_bwd_kernel") > 100
-    assert "_bn_combine_fwd_kernel" not in launched  # no training forward took the split path
+    fused, combined = (sum(n.startswith(p) for n in launched) for p in ("_bn_fused_", "_bn_combine_"))
+    # every training forward / backward took the path asked for
+    assert (fused > 200 and combined == 0) if one_launch else (combined > 200 and fused == 0), (fused, combined)

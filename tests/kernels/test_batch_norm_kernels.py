@@ -44,7 +44,7 @@ TINY = {"red_tile_bytes": 128, "red_tile_bytes_fwd_fp32": 128, "target_programs_
         "red_tile_bytes_ncs_fwd": 128, "red_tile_bytes_ncs_bwd": 64,
         "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6,
         "target_programs_ncs_fwd_16bit": 6, "min_rows": 2, "combine_elems": 16,
-        "combine_elems_bwd": 16}
+        "combine_elems_bwd": 16, "fused_max_rows": 0}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def poison(monkeypatch):
 
 # the one-launch kernels on every shape, with tiny tiles: many tiles a program, a channel block per channel
 # (plane tiles) or 16 channels (row tiles)
-FUSED = {"fused_max_rows": 1 << 40, "fused_max_tiles": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
+FUSED = {"fused_max_rows": 1 << 40, "fused_max_numel": 1 << 40, "fused_max_tiles": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
 
 
 @pytest.fixture(params=["default", "tiny", "fused"])
@@ -463,8 +463,8 @@ def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch
 
 @interp
 def test_fused_thresholds(monkeypatch):
-    """``fused_max_rows`` bounds N * spatial (the elements of a channel) and ``fused_max_tiles`` the tiles a program
-    sweeps: within both one launch, past either three."""
+    """``fused_max_rows`` bounds N * spatial (the elements of a channel), ``fused_max_numel`` all elements and
+    ``fused_max_tiles`` the tiles a program sweeps: within all three one launch, past any three launches."""
     launched = []
     real = B.launch
     monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))
@@ -473,12 +473,14 @@ def test_fused_thresholds(monkeypatch):
     for layout, tiles in (("contig", 8), ("cl", 30)):
         x = make_x((4, 3, 5, 6), torch.float32, layout)
         assert B._fused_cfg(B._View(x))["NT"] == tiles
-        for max_rows, max_tiles, want in ((120, tiles, 1), (119, tiles, 3), (120, tiles - 1, 3)):
+        for max_rows, max_numel, max_tiles, want in ((120, 360, tiles, 1), (119, 360, tiles, 3),
+                                                     (120, 359, tiles, 3), (120, 360, tiles - 1, 3)):
             monkeypatch.setitem(B._TUNE, "fused_max_rows", max_rows)
+            monkeypatch.setitem(B._TUNE, "fused_max_numel", max_numel)
             monkeypatch.setitem(B._TUNE, "fused_max_tiles", max_tiles)
             launched.clear()
             B.bn_forward_train(x, None, None, None, None, 0.1, 1e-5)
-            assert len(launched) == want, (layout, max_rows, max_tiles, launched)
+            assert len(launched) == want, (layout, max_rows, max_numel, max_tiles, launched)
 
 
 @interp
@@ -682,6 +684,7 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     """Programmatic dependent launch changes when kernels start, never what they compute: every output
     of the training forward and backward (and inside a captured CUDA graph) has the same bits with and
     without it, and matches the float64 reference."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)  # PDL links the split path's three launches
     x, run = _cuda_train_step(shape, layout, dtype)
     assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
@@ -691,10 +694,11 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
 # rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
 # default, 2 still supported; backward always 2) and the backward grid target
 
-ROWS4 = {"red_unroll_rows_fwd": 4, "red_unroll_rows_fwd_fp32": 4}
+# (the split path's knobs: fused_max_rows = 0 keeps small shapes off the one-launch kernels)
+ROWS4 = {"red_unroll_rows_fwd": 4, "red_unroll_rows_fwd_fp32": 4, "fused_max_rows": 0}
 ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, target_programs_rows_bwd=5)
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
-KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2},
+KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2, "fused_max_rows": 0},
          "rows2_tiny": ROWS2_TINY}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
@@ -772,6 +776,7 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     per-element arithmetic as the [planes, S] tiles, so the same bits in every mode; whole and partial
     last tiles, tiles spanning more planes than there are channels."""
     monkeypatch.setitem(B._TUNE, "ew_tile_bytes_ncs", 512)  # several programs on these small shapes
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)  # training too through the split path's elementwise pass
     x = make_x(shape, dtype, "contig")
     dy = make_x(shape, dtype, "contig")
     C = shape[1]

@@ -122,10 +122,16 @@ _TUNE = {
     "red_warps_rows_wide": 4,
     "red_warps_rows_min_bytes": 256,
     "target_programs_ncs_fwd_16bit": 256,
-    # one launch per direction (_bn_fused_*_kernel) where a channel has at most this many elements (N * spatial):
-    # a small layer's call costs one launch instead of three (host time, benchmarks/NOTES-host-overhead.md) and
-    # no partials. 0 = off: prepared in session 22 without a GPU, not yet measured on one
-    "fused_max_rows": 0,
+    # one launch per direction (_bn_fused_*_kernel) for small layers: a channel of at most fused_max_rows elements
+    # (N * spatial), at most fused_max_numel elements in all, at most fused_max_tiles tiles a program. One launch
+    # instead of three, no partials. H200 2026-12-03 (session 23, results/h200-2026-12-03-s23/call1-part57, graph
+    # kernel time, split -> fused): 2-D / NCHW layers <= 1.6M elements 0.45-1.04x (one row slower: 32x512x7x7 bf16
+    # bwd 7.5 -> 7.8 us; 8x256x14x14 bf16 fwd 7.0 -> 3.4 us, 32x4096
+    # fwd 21.6 -> 5.2 us, 256x1024 bwd 6.6 -> 4.7 us); 128x576x7x7 (3.6M) backward 1.04-1.24x, 25088 a channel
+    # 1.1-1.4x, channels_last of 64-256 channels with >4 tiles 1.6-20x: those stay split. Host: the launchers
+    # fwd 67 -> 26 us, bwd 55 -> 24 us; F.batch_norm fwd + bwd under enable() 245 -> 180 us
+    "fused_max_rows": 8192,
+    "fused_max_numel": 1 << 21,
     "fused_tile_elems": 2048,  # elements of a fused program's [B0, B1] tile (two fp64 accumulators each)
     # ... and only where a program sweeps at most this many tiles: a program's loop is serial, so a channels_last
     # layer with few channel blocks (C / 16 programs) and many rows would take far longer than the split path
@@ -1132,9 +1138,11 @@ def _unaligned_warps(BS):
 
 
 def _fused(v) -> bool:
-    """Whether this call takes the one-launch kernels: channels of at most ``fused_max_rows`` elements, each
+    """Whether this call takes the one-launch kernels: channels of at most ``fused_max_rows`` elements, at most
+    ``fused_max_numel`` in all (past it the split path's parallel reduction pays for its two extra launches), each
     program sweeping at most ``fused_max_tiles`` tiles."""
-    return v.M <= _TUNE["fused_max_rows"] and _fused_cfg(v)["NT"] <= _TUNE["fused_max_tiles"]
+    return (v.M <= _TUNE["fused_max_rows"] and v.M * v.C <= _TUNE["fused_max_numel"]
+            and _fused_cfg(v)["NT"] <= _TUNE["fused_max_tiles"])
 
 
 def _fused_cfg(v):
