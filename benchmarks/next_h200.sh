@@ -14,7 +14,9 @@
 #          and without. PART=58: the zoo's small models (timing, host syncs per step), split path against the defaults.
 #          Predictions in NOTES-host-overhead.md "Session 22".
 # Session 23: PART=57 ran (results/h200-2026-12-03-s23); thresholds adopted (fused_max_rows 8192, fused_max_numel 2M).
-# PART=59: every batch-norm kernel CUDA test and conformance on CUDA at those thresholds.
+# PART=59: every batch-norm kernel CUDA test and conformance on CUDA at those thresholds (ran: 2 tests and 2 check
+#          cases failed, fixed since). PART=60: PART=59 again, the zoo A/B interleaved in one process (knob_ab.py),
+#          the randomized batch-norm / module cases on CUDA.
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -568,6 +570,18 @@ elif [ "$PART" = 59 ]; then
     stamp "conformance on CUDA (normkit check): small cases now on the one-launch kernels"
     timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
         > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
+elif [ "$PART" = 60 ]; then
+    stamp "pytest -m cuda: every batch-norm kernel test (the one-launch backward's sums in fp64 terms)"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
+    stamp "conformance on CUDA (normkit check)"
+    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -8 "$W/check_cuda.log" | cut -c1-200
+    stamp "zoo models, split path (A) against the defaults (B), interleaved in one process (knob_ab.py)"
+    timeout ${AB_S:-200} python3 benchmarks/knob_ab.py --models ${AB_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} \
+        --a fused_max_rows=0 --b "" --rounds ${AB_ROUNDS:-15} --out "$W/ab" > "$W/knob_ab.log" 2>&1; echo "knob_ab rc=$?"
+    grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
+    stamp "randomized test on CUDA: batch norm, modules (seed 20261223)"
+    random_cuda_tests 20261223 ${RANDOM_S:-150} -k "batch_norm or module"
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

@@ -484,6 +484,37 @@ def test_fused_thresholds(monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("layout", ["contig", "cl"])
+def test_fused_backward_sums_exact(layout, monkeypatch):
+    """The one-launch backward's sums take every term in fp64, exact for fp32 inputs: grad_weight = sum(dy (x -
+    mean)) invstd with x ~ 1000 and a running mean far from it (eval), and sum(dy) are float64's rounded once to
+    fp32; a 2-sample training grad_input (all cancellation) is float64's to a few fp32 ulps of dy."""
+    for k, v in FUSED.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    torch.manual_seed(23)
+    x = make_x((4, 3, 5, 6), torch.float32, layout) + 1000
+    dy = make_x((4, 3, 5, 6), torch.float32, layout)
+    rm, invstd = torch.randn(3), torch.rand(3) + 0.5
+    # dy nearly orthogonal to x - mean in each channel: the sum is ~1e-4 of its terms, so fp32-rounded terms
+    # (a relative 6e-8 each) would miss float64's by far more than one final rounding
+    xc = (x - rm[:, None, None]).double()
+    dyd = dy.double()
+    dy = (dyd - xc * (dyd * xc).sum((0, 2, 3), keepdim=True) / (xc * xc).sum((0, 2, 3), keepdim=True) * 0.9999).float()
+    _, gw, gb = B.bn_backward(dy, x, None, rm, invstd, False, (False, True, True))
+    xd, dyd = x.double(), dy.double()
+    want_gw = ((dyd * (xd - rm.double()[:, None, None])).sum((0, 2, 3)) * invstd.double()).float()
+    assert torch.equal(gb, dyd.sum((0, 2, 3)).float())
+    assert torch.allclose(gw, want_gw, rtol=2 ** -23, atol=0), (gw - want_gw)
+    x2, dy2 = make_x((2, 4), torch.float32, "contig"), make_x((2, 4), torch.float32, "contig")
+    mean, invstd2 = x2.double().mean(0), 1 / torch.sqrt(x2.double().var(0, unbiased=False) + 1e-5)
+    dx = B.bn_backward(dy2, x2, None, mean.float(), invstd2.float(), True, (True, False, False))[0]
+    xh = (x2.double() - mean.float().double()) * invstd2.float().double()
+    d = dy2.double()
+    want = (d - d.mean(0) - xh * (d * xh).mean(0)) * invstd2.float().double()
+    assert (dx.double() - want).abs().max() <= 8 * 2 ** -24 * d.abs().max() * invstd2.max(), (dx.double() - want)
+
+
+@interp
 def test_eval_same_bits_nchw_nhwc():
     torch.manual_seed(8)
     x = make_x((3, 5, 4, 6), torch.float32, "contig")
@@ -876,6 +907,7 @@ def test_cuda_fused_one_launch(shape, layout, dtype, monkeypatch):
     """The one-launch kernels on the GPU at model-sized small layers (every layer here fused): against float64 as
     the split path is checked, the same bits on a second call and through a launch plan's replay."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
+    monkeypatch.setitem(B._TUNE, "fused_max_numel", 1 << 40)
     monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
     launched = []
     real = B.launch
@@ -955,13 +987,22 @@ def test_ncs_forward_program_target():
 
 def test_set_knobs_by_name(monkeypatch):
     """normkit.kernels.set_knobs (the benchmark scripts' --set): a named knob of any family's table takes the int;
-    an unknown name or a missing value raises before anything changes."""
+    an unknown name or a missing value raises before anything changes. knob_items reads them back as set_knobs
+    takes them (knob_ab.py restores its defaults so)."""
+    from normkit.kernels import knob_items, set_knobs
     from normkit.kernels import layer_norm as L
-    from normkit.kernels import set_knobs
 
     monkeypatch.setattr(B, "_TUNE", dict(B._TUNE))
     monkeypatch.setattr(L, "_CFG", dict(L._CFG))
     name = next(iter(L._CFG))
+    before = knob_items(["fused_max_rows", name])
+    assert before == [f"fused_max_rows={B._TUNE['fused_max_rows']}", f"{name}={int(L._CFG[name])}"]
+    set_knobs(["fused_max_rows=4096", f"{name}=7"])
+    assert knob_items(["fused_max_rows", name]) == ["fused_max_rows=4096", f"{name}=7"]
+    set_knobs(before)
+    assert knob_items(["fused_max_rows", name]) == before
+    with pytest.raises(ValueError):
+        knob_items(["no_such_knob"])
     set_knobs(["fused_max_rows=4096", f"{name}=7"])
     assert B._TUNE["fused_max_rows"] == 4096 and L._CFG[name] == 7
     for bad in ("no_such_knob=1", "fused_max_rows", "fused_max_rows=", "fused_max_rows=1.5"):

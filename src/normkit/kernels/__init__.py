@@ -53,6 +53,20 @@ def prev_pow2(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+def knob_items(names) -> list:
+    """The current value of each named knob as ``"NAME=INT"`` (what ``set_knobs`` takes back: a run's defaults
+    to restore). An unknown name raises."""
+    from normkit.kernels import batch_norm, group_norm, layer_norm
+
+    items = []
+    for name in names:
+        table = next((t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t), None)
+        if table is None:
+            raise ValueError(f"unknown knob: {name!r}")
+        items.append(f"{name}={int(table[name])}")
+    return items
+
+
 def set_knobs(items) -> None:
     """Set heuristic knobs by name from ``"NAME=INT"`` strings (benchmark scripts' ``--set``): batch norm's
     ``_TUNE``, layer norm's and group norm's ``_CFG``, every table that has the name. An unknown name or a value

@@ -1,0 +1,139 @@
+"""A/B of kernel knobs inside real models: bf16 training steps under ``normkit.enable()`` with knob setting A and
+setting B (and eager as a yardstick) interleaved round by round in one process, so that a drifting host weighs on
+every setting alike. The zoo's own timing (two rounds a setting, settings in separate processes) cannot separate a
+10 % host-time change from a lease's drift; this can.
+
+    python benchmarks/knob_ab.py --models tv_resnet18,tv_mobilenet_v3_small --a fused_max_rows=0 --b "" \
+        --rounds 12 --steps 10 --out results/ab
+
+Each round runs ``--steps`` steps per setting, the settings in a rotated order; the table gives each setting's
+median ms per step (CUDA events), its median host issue time, and B's median over A's with the spread of the
+per-round ratios (interquartile range).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_zoo as Z  # noqa: E402
+
+import normkit  # noqa: E402
+from normkit.kernels import knob_items, set_knobs  # noqa: E402
+
+
+def _quartiles(values):
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return q[0], q[2]
+
+
+def run_model(name, layout, knobs, rounds, steps, seed, device="cuda"):
+    """{setting: [(ms per step, host issue ms per step), ...] a round} for eager, A and B."""
+    spec = Z.MODELS[name]
+    model, make_input = Z.build(name, spec, seed)
+    x = make_input(spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
+    model, x = Z._prep(model, x, torch.float32, layout, device)
+    model.train()
+
+    def step():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            y = Z._output(model(x))
+        model.zero_grad(set_to_none=True)
+        y.float().square().mean().backward()
+
+    def measure():
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        issue = (time.perf_counter() - t0) * 1e3 / steps
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) / steps, issue
+
+    def under(setting, fn):
+        if setting == "eager":
+            return fn()
+        set_knobs(knobs[setting])
+        try:
+            with normkit.enabled():
+                return fn()
+        finally:
+            set_knobs(knobs["defaults"])
+
+    order = ["eager", "A", "B"]
+    for setting in order:  # compile, record launch plans, warm the allocator
+        under(setting, lambda: [step() for _ in range(3)])
+    out = {s: [] for s in order}
+    for r in range(rounds):
+        for setting in order[r % 3:] + order[:r % 3]:
+            out[setting].append(under(setting, measure))
+    return out
+
+
+def summarize(rounds):
+    row = {}
+    for setting, values in rounds.items():
+        row[setting] = statistics.median(v[0] for v in values)
+        row[setting + "_issue"] = statistics.median(v[1] for v in values)
+    ratios = [b[0] / a[0] for a, b in zip(rounds["A"], rounds["B"])]
+    row["b_over_a"] = statistics.median(ratios)
+    row["b_over_a_iqr"] = _quartiles(ratios)
+    row["b_over_eager"] = row["B"] / row["eager"]
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
+    ap.add_argument("--layouts", default="contiguous,channels_last")
+    ap.add_argument("--a", default="", help="setting A: space-separated KNOB=INT (empty: the defaults)")
+    ap.add_argument("--b", default="", help="setting B, likewise")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=237)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("knob_ab.py times CUDA steps: no GPU here")
+    a, b = args.a.split(), args.b.split()
+    knobs = {"defaults": knob_items(sorted({item.partition("=")[0] for item in a + b})), "A": a, "B": b}
+    set_knobs(a + b)  # every item validated before anything runs
+    set_knobs(knobs["defaults"])
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), "A": a, "B": b, "defaults": knobs["defaults"],
+            "rounds": args.rounds, "steps": args.steps}
+    rows = []
+    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
+             if lay in Z.MODELS[m]["layouts"]]
+    for i, (name, layout) in enumerate(cases, 1):
+        t0 = time.time()
+        rounds = run_model(name, layout, knobs, args.rounds, args.steps, args.seed)
+        row = {"model": name, "layout": layout, **summarize(rounds), "rounds_ms": rounds}
+        rows.append(row)
+        print(f"[{i}/{len(cases)}] {name} {layout}: eager {row['eager']:.2f}  A {row['A']:.2f}  B {row['B']:.2f} ms"
+              f"  B/A {row['b_over_a']:.3f} (IQR {row['b_over_a_iqr'][0]:.3f}-{row['b_over_a_iqr'][1]:.3f})"
+              f"  ({time.time() - t0:.0f} s)", flush=True)
+    with open(os.path.join(args.out, "knob_ab.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(f"\nA = {' '.join(a) or 'defaults'}; B = {' '.join(b) or 'defaults'}; median of {args.rounds} rounds of "
+          f"{args.steps} bf16 steps, ms per step (host issue ms)\n")
+    print("| model | layout | eager | A | B | B / A (IQR) | B / eager |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['layout']} | {r['eager']:.2f} ({r['eager_issue']:.2f}) | {r['A']:.2f} "
+              f"({r['A_issue']:.2f}) | {r['B']:.2f} ({r['B_issue']:.2f}) | {r['b_over_a']:.3f} "
+              f"({r['b_over_a_iqr'][0]:.3f}-{r['b_over_a_iqr'][1]:.3f}) | {r['b_over_eager']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

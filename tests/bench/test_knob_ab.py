@@ -1,0 +1,28 @@
+"""benchmarks/knob_ab.py: the per-round summary and its refusal without a GPU (the timing itself runs on the H200)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+knob_ab = pytest.importorskip("knob_ab")
+
+
+def test_summary_medians_and_ratio_spread():
+    rounds = {"eager": [(10.0, 9.0), (12.0, 11.0), (11.0, 10.0)],
+              "A": [(8.0, 7.5), (9.0, 8.0), (20.0, 19.0)],  # one round hit by a host hiccup
+              "B": [(6.0, 5.0), (7.2, 6.0), (7.0, 6.5)]}
+    row = knob_ab.summarize(rounds)
+    assert row["eager"] == 11.0 and row["A"] == 9.0 and row["B"] == 7.0
+    assert row["A_issue"] == 8.0 and row["B_issue"] == 6.0
+    # per-round ratios 0.75, 0.8, 0.35: the median is robust to the hiccup
+    assert row["b_over_a"] == pytest.approx(0.75)
+    lo, hi = row["b_over_a_iqr"]
+    assert lo <= row["b_over_a"] <= hi
+    assert row["b_over_eager"] == pytest.approx(7.0 / 11.0)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_refuses_without_gpu():
+    with pytest.raises(SystemExit, match="no GPU"):
+        knob_ab.main(["--models", "mlp_bn1d", "--a", "fused_max_rows=0"])
