@@ -16,7 +16,9 @@
 # Session 23: PART=57 ran (results/h200-2026-12-03-s23); thresholds adopted (fused_max_rows 8192, fused_max_numel 2M).
 # PART=59: every batch-norm kernel CUDA test and conformance on CUDA at those thresholds (ran: 2 tests and 2 check
 #          cases failed, fixed since). PART=60: PART=59 again, the zoo A/B interleaved in one process (knob_ab.py),
-#          the randomized batch-norm / module cases on CUDA.
+#          the randomized batch-norm / module cases on CUDA. PART=61: where small models' host time goes under
+#          enable() (model_host_profile.py: forward / backward issue, autograd engine thread vs calling thread,
+#          cProfile).
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -582,6 +584,11 @@ elif [ "$PART" = 60 ]; then
     grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
     stamp "randomized test on CUDA: batch norm, modules (seed 20261223)"
     random_cuda_tests 20261223 ${RANDOM_S:-150} -k "batch_norm or module"
+elif [ "$PART" = 61 ]; then
+    stamp "host time of small models' steps: forward / backward issue, eager / normkit, engine thread / calling thread"
+    timeout ${PROF_S:-300} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
+        --models ${PROF_MODELS:-tv_resnet18,mlp_bn1d,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-8} \
+        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log" | cut -c1-250
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
