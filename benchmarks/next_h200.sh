@@ -18,7 +18,8 @@
 #          cases failed, fixed since). PART=60: PART=59 again, the zoo A/B interleaved in one process (knob_ab.py),
 #          the randomized batch-norm / module cases on CUDA. PART=61: where small models' host time goes under
 #          enable() (model_host_profile.py: forward / backward issue, autograd engine thread vs calling thread,
-#          cProfile).
+#          cProfile). PART=62 (on branch plan-scalars): the plan-scalar change's CUDA tests, batch-norm
+#          conformance, mlp_bn1d / resnet18 host time (prediction: mlp_bn1d forward -100..-200 µs a step).
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -589,6 +590,16 @@ elif [ "$PART" = 61 ]; then
     timeout ${PROF_S:-300} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
         --models ${PROF_MODELS:-tv_resnet18,mlp_bn1d,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-8} \
         > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log" | cut -c1-250
+elif [ "$PART" = 62 ]; then
+    # run on branch plan-scalars (git checkout plan-scalars): launch plans with a momentum hole
+    stamp "pytest -m cuda: launch plans (plan scalars: the momentum), batch-norm kernels"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_plan.py tests/kernels/test_batch_norm_kernels.py
+    stamp "conformance on CUDA (batch norm)"
+    timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops batch_norm --quiet \
+        --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -5 "$W/check_cuda.log" | cut -c1-200
+    stamp "mlp_bn1d host time with the momentum a plan scalar"
+    timeout ${PROF_S:-120} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models mlp_bn1d,tv_resnet18 \
+        --rounds 8 > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log"
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
