@@ -3,8 +3,12 @@
 The zoo's small models are host-bound (GPU busy well under the step time) and under ``enable()`` their steps issue
 slower than eager's although normkit's kernels are faster; the per-call microbenchmark (host_overhead.py) shows a
 far smaller gap. This splits a bf16 training step's host time into the forward and the backward issue, for eager and
-normkit, with the autograd engine on its device thread (the default) and on the calling thread
-(``torch.autograd.set_multithreading_enabled(False)``); the settings interleave round by round in one process. Then
+normkit; eager with the backward on the calling thread too (``torch.autograd.set_multithreading_enabled(False)``,
+what ``enable()`` sets by default) and normkit with it on autograd's device thread
+(``enable(backward_on_calling_thread=False)``); and normkit with Python's cyclic garbage collector off
+(normkit's Python kernels allocate containers each call, eager's C++ ones none: more collections, each
+traversing every live object of the model); the settings interleave round by round in one process, and each reports
+its collections per step. Then
 a cProfile of normkit's steps on the calling thread (so that the backward's Python is seen too): the functions with
 the most own time, and normkit's functions by cumulative time.
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import os
@@ -30,15 +35,29 @@ import model_zoo as Z  # noqa: E402
 
 import normkit  # noqa: E402
 
-SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_1thread")
+# normkit: enable()'s default, the backward on the calling thread; eager: autograd's default, its device thread
+SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc")
 
 
 @contextlib.contextmanager
 def _setting(name):
-    threads = not name.endswith("_1thread")
-    with torch.autograd.set_multithreading_enabled(threads):
-        with normkit.enabled() if name.startswith("normkit") else contextlib.nullcontext():
-            yield
+    gc_was = gc.isenabled()
+    if name.endswith("_nogc"):
+        gc.disable()
+    try:
+        with torch.autograd.set_multithreading_enabled(not name.endswith("_1thread")):
+            if name.startswith("normkit"):
+                with normkit.enabled(backward_on_calling_thread=not name.endswith("_worker")):
+                    yield
+            else:
+                yield
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _collections() -> int:
+    return sum(s["collections"] for s in gc.get_stats())
 
 
 def _model_step(name, layout, seed):
@@ -63,32 +82,37 @@ def _model_step(name, layout, seed):
 
 
 def measure(step, rounds, steps):
-    """{setting: {"fwd": ms, "bwd": ms, "step": ms}}: medians over rounds of the host issue time per step."""
+    """{setting: {"fwd": ms, "bwd": ms, "step": ms, "gc": collections a step}}: medians over rounds of the host
+    issue time per step; the garbage collector's collections (any generation) per step."""
     for s in SETTINGS:
         with _setting(s):
             for _ in range(3):
                 step()
     per = {s: [] for s in SETTINGS}
+    n = len(SETTINGS)
     for r in range(rounds):
-        for s in SETTINGS[r % 4:] + SETTINGS[:r % 4]:
+        for s in SETTINGS[r % n:] + SETTINGS[:r % n]:
             with _setting(s):
                 torch.cuda.synchronize()
                 times = []
+                c0 = _collections()
                 for _ in range(steps):
                     step(times)
+                collected = (_collections() - c0) / steps
                 torch.cuda.synchronize()
-                per[s].append((statistics.mean(t[0] for t in times), statistics.mean(t[1] for t in times)))
+                per[s].append((statistics.mean(t[0] for t in times), statistics.mean(t[1] for t in times),
+                               collected))
     out = {}
     for s, values in per.items():
         fwd = statistics.median(v[0] for v in values)
         bwd = statistics.median(v[1] for v in values)
-        out[s] = {"fwd": fwd, "bwd": bwd, "step": fwd + bwd}
+        out[s] = {"fwd": fwd, "bwd": bwd, "step": fwd + bwd, "gc": statistics.mean(v[2] for v in values)}
     return out
 
 
 def profile(step, steps):
-    """cProfile text of ``steps`` normkit steps with the backward on the calling thread."""
-    with _setting("normkit_1thread"):
+    """cProfile text of ``steps`` normkit steps (the backward on the calling thread: cProfile sees it)."""
+    with _setting("normkit"):
         step()
         torch.cuda.synchronize()
         prof = cProfile.Profile()
@@ -130,10 +154,11 @@ def main(argv=None):
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
-        e, n, e1, n1 = (row[s] for s in SETTINGS)
+        e, n, e1, nw, ng = (row[s] for s in SETTINGS)
         print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  eager {e['fwd']:.2f} / {e['bwd']:.2f}  normkit "
-              f"{n['fwd']:.2f} / {n['bwd']:.2f}  one thread: eager {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit "
-              f"{n1['fwd']:.2f} / {n1['bwd']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
+              f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
+              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  collections a "
+              f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
