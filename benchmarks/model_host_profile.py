@@ -9,8 +9,10 @@ what ``enable()`` sets by default) and normkit with it on autograd's device thre
 (normkit's Python kernels allocate containers each call, eager's C++ ones none: more collections, each
 traversing every live object of the model); the settings interleave round by round in one process, and each reports
 its collections per step. Then
-a cProfile of normkit's steps on the calling thread (so that the backward's Python is seen too): the functions with
-the most own time, and normkit's functions by cumulative time.
+the time spent inside normkit's aten kernels per call in the model (each registered implementation wrapped with a
+clock: whatever of the per-layer gap is not in there is the dispatcher's and autograd's), and a cProfile of
+normkit's steps (the backward runs on the calling thread, so it is seen too): the functions with the most own time,
+and normkit's functions by cumulative time.
 
     python benchmarks/model_host_profile.py --models tv_resnet18,mlp_bn1d --out DIR [--rounds 8] [--steps 10]
 """
@@ -110,6 +112,41 @@ def measure(step, rounds, steps):
     return out
 
 
+def inside_kernels(step, steps):
+    """{aten op: µs a call inside normkit's implementation}, over ``steps`` steps: enable() with every
+    implementation wrapped in a clock (aten._make_kernel patched for the time of this call)."""
+    from normkit import aten
+
+    spent, calls = {}, {}
+    real = aten._make_kernel
+
+    def timed(name, impl, takes, original):
+        def clocked(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return impl(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+                calls[name] = calls.get(name, 0) + 1
+
+        return real(name, clocked, takes, original)
+
+    aten._make_kernel = timed
+    try:
+        with normkit.enabled():
+            step()
+            torch.cuda.synchronize()
+            spent.clear()
+            calls.clear()
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+    finally:
+        aten._make_kernel = real
+    return {name: {"calls_a_step": calls[name] / steps, "us_a_call": spent[name] / calls[name] * 1e6}
+            for name in calls}
+
+
 def profile(step, steps):
     """cProfile text of ``steps`` normkit steps (the backward on the calling thread: cProfile sees it)."""
     with _setting("normkit"):
@@ -150,7 +187,8 @@ def main(argv=None):
     for i, (name, layout) in enumerate(cases, 1):
         t0 = time.time()
         step = _model_step(name, layout, args.seed)
-        row = {"model": name, "layout": layout, **measure(step, args.rounds, args.steps)}
+        row = {"model": name, "layout": layout, **measure(step, args.rounds, args.steps),
+               "inside_normkit": inside_kernels(step, args.steps)}
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
@@ -159,6 +197,8 @@ def main(argv=None):
               f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
               f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  collections a "
               f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
+        print("    inside normkit's kernels: " + ", ".join(
+            f"{op} {v['us_a_call']:.1f} us x {v['calls_a_step']:.0f}" for op, v in row["inside_normkit"].items()))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -598,7 +598,7 @@ elif [ "$PART" = 62 ]; then
     timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops batch_norm --quiet \
         --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -5 "$W/check_cuda.log" | cut -c1-200
     stamp "mlp_bn1d host time with the momentum a plan scalar"
-    timeout ${PROF_S:-120} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models mlp_bn1d,tv_resnet18 \
+    timeout ${PROF_S:-120} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models mlp_bn1d,tv_resnet18,tv_mobilenet_v3_small \
         --rounds 8 > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log"
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"

@@ -30,3 +30,25 @@ def test_every_setting_measured_and_the_collector_restored(monkeypatch):
     assert set(seen) == {(True, True, False), (True, False, False), (True, False, True), (True, True, True),
                          (False, False, True)}
     assert gc.isenabled() and torch.autograd.is_multithreading_enabled() and not normkit.is_enabled()
+
+
+def test_inside_kernels_clocks_each_registered_implementation(monkeypatch):
+    """The clock wraps what enable() registers: here at the CPU test key, a batch norm's forward and backward."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    real_enabled = normkit.enabled
+    monkeypatch.setattr(normkit, "enabled", lambda **k: real_enabled(_dispatch_key="CPU", **k))
+    bn = torch.nn.BatchNorm1d(5)
+    x = torch.randn(8, 5)
+
+    def step():
+        bn(x).square().mean().backward()
+
+    out = mhp.inside_kernels(step, 3)
+    assert out and all(v["calls_a_step"] == 1 and v["us_a_call"] > 0 for v in out.values()), out
+    assert not normkit.is_enabled() and mhp_restored()
+
+
+def mhp_restored():
+    from normkit import aten
+
+    return aten._make_kernel.__module__ == "normkit.aten" and aten._make_kernel.__name__ == "_make_kernel"
