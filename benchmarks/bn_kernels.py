@@ -155,9 +155,10 @@ VARIANT_SCOPE = {
     "ncsfp1k": ("ncs", ("fwd",)),
     "ncsfp512": ("ncs", ("fwd",)),
     "fused": ("any", ("fwd", "bwd")),
+    "split": ("any", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused")
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
