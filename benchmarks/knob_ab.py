@@ -35,29 +35,10 @@ def _quartiles(values):
 
 def run_model(name, layout, knobs, rounds, steps, seed, device="cuda"):
     """{setting: [(ms per step, host issue ms per step), ...] a round} for eager, A and B."""
-    spec = Z.MODELS[name]
-    model, make_input = Z.build(name, spec, seed)
-    x = make_input(spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
-    model, x = Z._prep(model, x, torch.float32, layout, device)
-    model.train()
-
-    def step():
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            y = Z._output(model(x))
-        model.zero_grad(set_to_none=True)
-        y.float().square().mean().backward()
+    step = Z.train_step(name, Z.MODELS[name], layout, device, seed)
 
     def measure():
-        torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        issue = (time.perf_counter() - t0) * 1e3 / steps
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) / steps, issue
+        return Z.cuda_ms_per_step(step, steps)
 
     def under(setting, fn):
         if setting == "eager":

@@ -412,10 +412,8 @@ def agreement(name, spec, layout, device, seed, dispatch_key):
     return row
 
 
-def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, warmup=3, rounds=2):
-    """ms per bf16-autocast forward + backward with and without enable() (one model, same batch): ``rounds``
-    rounds in alternating order (eager, normkit, normkit, eager, ...), each setting keeping its fastest round, so
-    that a drift of the host (leases differ by up to 2x) weighs on both alike; then the GPU busy time per step."""
+def train_step(name, spec, layout, device, seed, batch=None):
+    """``step()``: one bf16-autocast forward + backward of the model at its timing batch (or ``batch``)."""
     model, make_input = build(name, spec, seed)
     x = make_input(batch or spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
     model, x = _prep(model, x, torch.float32, layout, device)
@@ -427,22 +425,36 @@ def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, wa
         model.zero_grad(set_to_none=True)
         y.float().square().mean().backward()
 
+    return step
+
+
+def cuda_ms_per_step(step, steps):
+    """(ms per step on the GPU's clock, ms the host took to issue the steps): the second near the first says
+    host-bound."""
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    issue = (time.perf_counter() - t0) * 1e3 / steps
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) / steps, issue
+
+
+def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, warmup=3, rounds=2):
+    """ms per bf16-autocast forward + backward with and without enable() (one model, same batch): ``rounds``
+    rounds in alternating order (eager, normkit, normkit, eager, ...), each setting keeping its fastest round, so
+    that a drift of the host (leases differ by up to 2x) weighs on both alike; then the GPU busy time per step."""
+    step = train_step(name, spec, layout, device, seed, batch)
+
     def ctx(setting):
         return normkit.enabled(_dispatch_key=dispatch_key) if setting == "normkit" else contextlib.nullcontext()
 
     def ms_per_step():
-        """(ms per step, ms the host took to issue the steps): the second near the first says host-bound."""
         if device == "cuda":
-            torch.cuda.synchronize()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            issue = (time.perf_counter() - t0) * 1e3 / steps
-            e1.record()
-            e1.synchronize()
-            return e0.elapsed_time(e1) / steps, issue
+            return cuda_ms_per_step(step, steps)
         t0 = time.perf_counter()
         for _ in range(steps):
             step()

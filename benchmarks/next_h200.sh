@@ -218,6 +218,14 @@ ln_cuda_tests() {
     timeout "$1" python3 -m pytest -q -m cuda tests/kernels/test_layer_norm_kernels.py > "$W/pytest_ln.log" 2>&1
     echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
 }
+# every batch-norm kernel CUDA test, then conformance on CUDA (every op)
+bn_tests_and_check() {
+    stamp "pytest -m cuda: every batch-norm kernel test"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
+    stamp "conformance on CUDA (normkit check)"
+    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
+}
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -567,24 +575,16 @@ elif [ "$PART" = 58 ]; then
             --models ${ZOO_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} > "$W/zoo-$mode.log" 2>&1; echo "zoo $mode rc=$?"
         grep -E "^\| (tv|timm|mlp)" "$W/zoo-$mode.log" | awk -F'|' '{print $2,$3,$4,$(NF-5),$(NF-4),$(NF-3),$(NF-2),$(NF-1)}'
     done
-elif [ "$PART" = 59 ]; then
-    stamp "pytest -m cuda: every batch-norm kernel test at the adopted one-launch thresholds"
-    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
-    stamp "conformance on CUDA (normkit check): small cases now on the one-launch kernels"
-    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
-        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
-elif [ "$PART" = 60 ]; then
-    stamp "pytest -m cuda: every batch-norm kernel test (the one-launch backward's sums in fp64 terms)"
-    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
-    stamp "conformance on CUDA (normkit check)"
-    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
-        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -8 "$W/check_cuda.log" | cut -c1-200
-    stamp "zoo models, split path (A) against the defaults (B), interleaved in one process (knob_ab.py)"
-    timeout ${AB_S:-200} python3 benchmarks/knob_ab.py --models ${AB_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} \
-        --a fused_max_rows=0 --b "" --rounds ${AB_ROUNDS:-15} --out "$W/ab" > "$W/knob_ab.log" 2>&1; echo "knob_ab rc=$?"
-    grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
-    stamp "randomized test on CUDA: batch norm, modules (seed 20261223)"
-    random_cuda_tests 20261223 ${RANDOM_S:-150} -k "batch_norm or module"
+elif [ "$PART" = 59 ] || [ "$PART" = 60 ]; then
+    bn_tests_and_check
+    if [ "$PART" = 60 ]; then
+        stamp "zoo models, split path (A) against the defaults (B), interleaved in one process (knob_ab.py)"
+        timeout ${AB_S:-200} python3 benchmarks/knob_ab.py --models ${AB_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} \
+            --a fused_max_rows=0 --b "" --rounds ${AB_ROUNDS:-15} --out "$W/ab" > "$W/knob_ab.log" 2>&1; echo "knob_ab rc=$?"
+        grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
+        stamp "randomized test on CUDA: batch norm, modules (seed 20261223)"
+        random_cuda_tests 20261223 ${RANDOM_S:-150} -k "batch_norm or module"
+    fi
 elif [ "$PART" = 61 ]; then
     stamp "host time of small models' steps: forward / backward issue, eager / normkit, engine thread / calling thread"
     timeout ${PROF_S:-300} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
