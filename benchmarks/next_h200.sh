@@ -19,7 +19,9 @@
 #          the randomized batch-norm / module cases on CUDA. PART=61: where small models' host time goes under
 #          enable() (model_host_profile.py: forward / backward issue, autograd engine thread vs calling thread,
 #          cProfile). PART=62 (on branch plan-scalars): the plan-scalar change's CUDA tests, batch-norm
-#          conformance, mlp_bn1d / resnet18 host time (prediction: mlp_bn1d forward -100..-200 µs a step).
+#          conformance, mlp_bn1d / resnet18 host time (prediction: mlp_bn1d forward -100..-200 µs a step), and
+#          whole steps captured in CUDA graphs (graphed_steps.py: what normkit gives a host-bound model once its
+#          host cost is gone; predictions in NOTES-host-overhead.md, session 23).
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -599,7 +601,11 @@ elif [ "$PART" = 62 ]; then
         --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -5 "$W/check_cuda.log" | cut -c1-200
     stamp "mlp_bn1d host time with the momentum a plan scalar"
     timeout ${PROF_S:-120} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models mlp_bn1d,tv_resnet18,tv_mobilenet_v3_small \
-        --rounds 8 > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log"
+        --rounds 8 > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside" "$W/model_host_profile.log"
+    stamp "whole training steps captured in a CUDA graph, eager and normkit (graphed_steps.py)"
+    timeout ${GRAPH_S:-150} python3 benchmarks/graphed_steps.py --out "$W/graphed" \
+        --models ${GRAPH_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} > "$W/graphed_steps.log" 2>&1
+    echo "graphed rc=$?"; grep -E "^\[|^\|" "$W/graphed_steps.log" | cut -c1-250
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

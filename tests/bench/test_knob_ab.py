@@ -1,4 +1,5 @@
-"""benchmarks/knob_ab.py: the per-round summary and its refusal without a GPU (the timing itself runs on the H200)."""
+"""benchmarks/knob_ab.py and graphed_steps.py: knob_ab's per-round summary, their refusal without a GPU (the timing
+itself runs on the H200)."""
 import os
 import sys
 
@@ -26,3 +27,10 @@ def test_summary_medians_and_ratio_spread():
 def test_refuses_without_gpu():
     with pytest.raises(SystemExit, match="no GPU"):
         knob_ab.main(["--models", "mlp_bn1d", "--a", "fused_max_rows=0"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_graphed_steps_refuses_without_gpu():
+    graphed_steps = pytest.importorskip("graphed_steps")
+    with pytest.raises(SystemExit, match="no GPU"):
+        graphed_steps.main(["--models", "mlp_bn1d"])

@@ -1,0 +1,155 @@
+"""Training steps of host-bound models captured in one CUDA graph, with and without ``normkit.enable()``.
+
+The zoo's small models are host-bound: their steps take longer than the GPU's work, and under ``enable()`` longer
+still (each normkit call costs more host time than ATen's C++ kernel: NOTES-host-overhead.md). A captured step pays
+no host time per kernel, so what is left is the GPU's work, where normkit's kernels are the faster ones. This
+captures a whole bf16 training step (forward, loss, backward into the parameters' ``.grad``; no optimizer) per the
+PyTorch whole-network recipe (warm-up on a side stream, then ``torch.cuda.graph``), replays it, and reports ms per
+step for eager and normkit, graphed and not; it also checks that normkit's replayed gradients have the bits of
+normkit's uncaptured step (batch statistics in training: the gradients do not depend on the running statistics
+the steps advance).
+
+    python benchmarks/graphed_steps.py --models tv_resnet18,tv_mobilenet_v3_small --out DIR [--steps 20]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_zoo as Z  # noqa: E402
+
+import normkit  # noqa: E402
+
+
+def _step_fn(name, layout, seed):
+    """(model, step): a bf16 training step whose autocast keeps no cast cache (required inside a capture)."""
+    spec = Z.MODELS[name]
+    model, make_input = Z.build(name, spec, seed)
+    x = make_input(spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
+    model, x = Z._prep(model, x, torch.float32, layout, "cuda")
+    model.train()
+
+    def step():
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False):
+            y = Z._output(model(x))
+        y.float().square().mean().backward()
+
+    return model, step
+
+
+def _grads(model):
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def _capture(model, step):
+    """A CUDAGraph of one step (warmed up on a side stream first, as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)  # the captured backward allocates the .grad tensors it writes
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def _ms(fn, steps, rounds=5):
+    """Median over rounds of ms per call (CUDA events)."""
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(steps):
+            fn()
+        e1.record()
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1) / steps)
+    return statistics.median(out)
+
+
+def run(name, layout, steps, seed):
+    row = {"model": name, "layout": layout}
+    for setting in ("eager", "normkit"):
+        model, step = _step_fn(name, layout, seed)
+
+        def plain():
+            model.zero_grad(set_to_none=True)
+            step()
+
+        with normkit.enabled() if setting == "normkit" else contextlib.nullcontext():
+            for _ in range(3):
+                plain()
+            row[setting] = _ms(plain, steps)
+            plain()
+            torch.cuda.synchronize()
+            uncaptured = _grads(model)
+            graph = _capture(model, step)
+            graph.replay()
+            torch.cuda.synchronize()
+            replayed = _grads(model)
+            row[setting + "_graphed"] = _ms(graph.replay, steps)
+        row[setting + "_graph_same_bits"] = (len(uncaptured) == len(replayed)
+                                             and all(torch.equal(a, b) for a, b in zip(uncaptured, replayed)))
+        del graph
+    row["speedup"] = row["eager"] / row["normkit"]
+    row["speedup_graphed"] = row["eager_graphed"] / row["normkit_graphed"]
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
+    ap.add_argument("--layouts", default="contiguous,channels_last")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=237)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("graphed_steps.py captures CUDA graphs: no GPU here")
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), "steps": args.steps}
+    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
+             if lay in Z.MODELS[m]["layouts"]]
+    rows = []
+    for i, (name, layout) in enumerate(cases, 1):
+        t0 = time.time()
+        try:
+            row = run(name, layout, args.steps, args.seed)
+        except Exception as e:  # one model's failure (a capture error) is reported, the others still run
+            row = {"model": name, "layout": layout, "error": f"{type(e).__name__}: {e}"[:300]}
+            print(f"[{i}/{len(cases)}] {name} {layout}: {row['error']}", flush=True)
+        else:
+            print(f"[{i}/{len(cases)}] {name} {layout}: ms a step eager {row['eager']:.2f} normkit {row['normkit']:.2f}"
+                  f" | graphed eager {row['eager_graphed']:.2f} normkit {row['normkit_graphed']:.2f} "
+                  f"({row['speedup_graphed']:.2f}x; normkit's replay same bits: {row['normkit_graph_same_bits']})"
+                  f"  ({time.time() - t0:.0f} s)", flush=True)
+        rows.append(row)
+    with open(os.path.join(args.out, "graphed_steps.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print("\n| model | layout | eager | normkit | speedup | eager graphed | normkit graphed | speedup graphed | "
+          "replay same bits |\n|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['model']} | {r['layout']} | {r['error']} |")
+            continue
+        print(f"| {r['model']} | {r['layout']} | {r['eager']:.2f} | {r['normkit']:.2f} | {r['speedup']:.2f}x | "
+              f"{r['eager_graphed']:.2f} | {r['normkit_graphed']:.2f} | {r['speedup_graphed']:.2f}x | "
+              f"{r['normkit_graph_same_bits']} |")
+
+
+if __name__ == "__main__":
+    main()
