@@ -125,11 +125,11 @@ _TUNE = {
     # one launch per direction (_bn_fused_*_kernel) for small layers: a channel of at most fused_max_rows elements
     # (N * spatial), at most fused_max_numel elements in all, at most fused_max_tiles tiles a program. One launch
     # instead of three, no partials. H200 2026-12-03 (session 23, results/h200-2026-12-03-s23/call1-part57, graph
-    # kernel time, split -> fused): 2-D / NCHW layers <= 1.6M elements 0.45-1.04x (one row slower: 32x512x7x7 bf16
-    # bwd 7.5 -> 7.8 us; 8x256x14x14 bf16 fwd 7.0 -> 3.4 us, 32x4096
-    # fwd 21.6 -> 5.2 us, 256x1024 bwd 6.6 -> 4.7 us); 128x576x7x7 (3.6M) backward 1.04-1.24x, 25088 a channel
-    # 1.1-1.4x, channels_last of 64-256 channels with >4 tiles 1.6-20x: those stay split. Host: the launchers
-    # fwd 67 -> 26 us, bwd 55 -> 24 us; F.batch_norm fwd + bwd under enable() 245 -> 180 us
+    # kernel time, split -> fused): 2-D / NCHW layers <= 1.6M elements 0.45-1.04x (8x256x14x14 bf16 fwd 7.0 -> 3.4
+    # us, 32x4096 fwd 21.6 -> 5.2, 256x1024 bwd 6.6 -> 4.7; one row slower: 32x512x7x7 bf16 bwd 7.5 -> 7.8);
+    # 128x576x7x7 (3.6M) backward 1.04-1.24x, 25088 a channel 1.1-1.4x, channels_last of 64-256 channels with > 4
+    # tiles 1.6-20x: those stay split. Host: the launchers fwd 67 -> 26 us, bwd 55 -> 24 us; F.batch_norm fwd + bwd
+    # under enable() 245 -> 180 us
     "fused_max_rows": 8192,
     "fused_max_numel": 1 << 21,
     "fused_tile_elems": 2048,  # elements of a fused program's [B0, B1] tile (two fp64 accumulators each)
