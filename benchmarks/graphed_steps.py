@@ -31,11 +31,7 @@ import normkit  # noqa: E402
 
 def _step_fn(name, layout, seed):
     """(model, step): a bf16 training step whose autocast keeps no cast cache (required inside a capture)."""
-    spec = Z.MODELS[name]
-    model, make_input = Z.build(name, spec, seed)
-    x = make_input(spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
-    model, x = Z._prep(model, x, torch.float32, layout, "cuda")
-    model.train()
+    model, x = Z.timing_model(name, Z.MODELS[name], layout, "cuda", seed)
 
     def step():
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False):
@@ -111,19 +107,10 @@ def run(name, layout, steps, seed):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
-    ap.add_argument("--layouts", default="contiguous,channels_last")
+    Z.add_model_args(ap)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=237)
-    ap.add_argument("--out", default=".")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("graphed_steps.py captures CUDA graphs: no GPU here")
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), "steps": args.steps}
-    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
-             if lay in Z.MODELS[m]["layouts"]]
+    meta, cases = Z.cuda_run(args, "graphed_steps.py", steps=args.steps)
     rows = []
     for i, (name, layout) in enumerate(cases, 1):
         t0 = time.time()

@@ -19,8 +19,6 @@ import statistics
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_zoo as Z  # noqa: E402
 
@@ -74,28 +72,19 @@ def summarize(rounds):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
-    ap.add_argument("--layouts", default="contiguous,channels_last")
+    Z.add_model_args(ap)
     ap.add_argument("--a", default="", help="setting A: space-separated KNOB=INT (empty: the defaults)")
     ap.add_argument("--b", default="", help="setting B, likewise")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=237)
-    ap.add_argument("--out", default=".")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("knob_ab.py times CUDA steps: no GPU here")
     a, b = args.a.split(), args.b.split()
     knobs = {"defaults": knob_items(sorted({item.partition("=")[0] for item in a + b})), "A": a, "B": b}
     set_knobs(a + b)  # every item validated before anything runs
     set_knobs(knobs["defaults"])
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), "A": a, "B": b, "defaults": knobs["defaults"],
-            "rounds": args.rounds, "steps": args.steps}
+    meta, cases = Z.cuda_run(args, "knob_ab.py", A=a, B=b, defaults=knobs["defaults"], rounds=args.rounds,
+                             steps=args.steps)
     rows = []
-    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
-             if lay in Z.MODELS[m]["layouts"]]
     for i, (name, layout) in enumerate(cases, 1):
         t0 = time.time()
         rounds = run_model(name, layout, knobs, args.rounds, args.steps, args.seed)

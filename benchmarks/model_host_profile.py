@@ -63,11 +63,7 @@ def _collections() -> int:
 
 
 def _model_step(name, layout, seed):
-    spec = Z.MODELS[name]
-    model, make_input = Z.build(name, spec, seed)
-    x = make_input(spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
-    model, x = Z._prep(model, x, torch.float32, layout, "cuda")
-    model.train()
+    model, x = Z.timing_model(name, Z.MODELS[name], layout, "cuda", seed)
 
     def step(times=None):
         t0 = time.perf_counter()
@@ -169,21 +165,12 @@ def profile(step, steps):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
-    ap.add_argument("--layouts", default="contiguous,channels_last")
+    Z.add_model_args(ap)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=237)
-    ap.add_argument("--out", default=".")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("model_host_profile.py times CUDA steps: no GPU here")
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), "rounds": args.rounds, "steps": args.steps}
+    meta, cases = Z.cuda_run(args, "model_host_profile.py", rounds=args.rounds, steps=args.steps)
     rows = []
-    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
-             if lay in Z.MODELS[m]["layouts"]]
     for i, (name, layout) in enumerate(cases, 1):
         t0 = time.time()
         step = _model_step(name, layout, args.seed)

@@ -412,12 +412,17 @@ def agreement(name, spec, layout, device, seed, dispatch_key):
     return row
 
 
-def train_step(name, spec, layout, device, seed, batch=None):
-    """``step()``: one bf16-autocast forward + backward of the model at its timing batch (or ``batch``)."""
+def timing_model(name, spec, layout, device, seed, batch=None):
+    """(model in training mode, input at the timing batch or ``batch``) on ``device`` in ``layout``."""
     model, make_input = build(name, spec, seed)
     x = make_input(batch or spec["time_batch"], torch.Generator(device="cpu").manual_seed(seed + 1))
     model, x = _prep(model, x, torch.float32, layout, device)
-    model.train()
+    return model.train(), x
+
+
+def train_step(name, spec, layout, device, seed, batch=None):
+    """``step()``: one bf16-autocast forward + backward of the model at its timing batch (or ``batch``)."""
+    model, x = timing_model(name, spec, layout, device, seed, batch)
 
     def step():
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
@@ -441,6 +446,27 @@ def cuda_ms_per_step(step, steps):
     e1.record()
     e1.synchronize()
     return e0.elapsed_time(e1) / steps, issue
+
+
+def add_model_args(ap):
+    """The options of the in-model CUDA scripts (knob_ab.py, model_host_profile.py, graphed_steps.py)."""
+    ap.add_argument("--models", required=True, help="comma-separated model_zoo names")
+    ap.add_argument("--layouts", default="contiguous,channels_last")
+    ap.add_argument("--seed", type=int, default=237)
+    ap.add_argument("--out", default=".")
+
+
+def cuda_run(args, script, **meta):
+    """(meta, [(model, layout), ...]) for an in-model CUDA script's run: exits without a GPU, makes --out; meta
+    holds torch, device, date and commit besides ``meta``."""
+    if not torch.cuda.is_available():
+        sys.exit(f"{script} runs CUDA steps: no GPU here")
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+            "git_sha": os.environ.get("NORMKIT_GIT_SHA", "unknown"), **meta}
+    cases = [(m, lay) for m in args.models.split(",") for lay in args.layouts.split(",")
+             if lay in MODELS[m]["layouts"]]
+    return meta, cases
 
 
 def timing(name, spec, layout, device, seed, steps, dispatch_key, batch=None, warmup=3, rounds=2):
