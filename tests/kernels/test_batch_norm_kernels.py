@@ -149,9 +149,10 @@ def poison(monkeypatch):
     yield
 
 
-# the one-launch kernels on every shape, with tiny tiles: many tiles a program, a channel block per channel
-# (plane tiles) or 16 channels (row tiles)
-FUSED = {"fused_max_rows": 1 << 40, "fused_max_numel": 1 << 40, "fused_max_tiles": 1 << 40, "fused_tile_elems": 8, "fused_min_programs": 1 << 20}
+# every training call on the one-launch kernels, whatever its size
+ALWAYS_ONE_LAUNCH = {"fused_max_rows": 1 << 40, "fused_max_numel": 1 << 40, "fused_max_tiles": 1 << 40}
+# ... with tiny tiles: many tiles a program, a channel block per channel (plane tiles) or 16 channels (row tiles)
+FUSED = dict(ALWAYS_ONE_LAUNCH, fused_tile_elems=8, fused_min_programs=1 << 20)
 
 
 @pytest.fixture(params=["default", "tiny", "fused"])
@@ -424,9 +425,7 @@ def test_fused_one_launch_per_direction(shape, layout, dtype, knobs, monkeypatch
     """The one-launch kernels (``fused_max_rows``): exactly one launch per direction (training forward, training
     backward, eval backward with weight / bias gradients), several channels a program (wide) or one program a
     channel block with several tiles (narrow), against float64."""
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
-    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
-    for k, v in knobs.items():
+    for k, v in dict(ALWAYS_ONE_LAUNCH, **knobs).items():
         monkeypatch.setitem(B._TUNE, k, v)
     launched = []
     real = B.launch
@@ -729,7 +728,8 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
 ROWS4 = {"red_unroll_rows_fwd": 4, "red_unroll_rows_fwd_fp32": 4, "fused_max_rows": 0}
 ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, target_programs_rows_bwd=5)
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
-KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY, "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2, "fused_max_rows": 0},
+KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY,
+         "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2, "fused_max_rows": 0},
          "rows2_tiny": ROWS2_TINY}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
@@ -906,9 +906,8 @@ def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
 def test_cuda_fused_one_launch(shape, layout, dtype, monkeypatch):
     """The one-launch kernels on the GPU at model-sized small layers (every layer here fused): against float64 as
     the split path is checked, the same bits on a second call and through a launch plan's replay."""
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 1 << 40)
-    monkeypatch.setitem(B._TUNE, "fused_max_numel", 1 << 40)
-    monkeypatch.setitem(B._TUNE, "fused_max_tiles", 1 << 40)
+    for k, v in ALWAYS_ONE_LAUNCH.items():
+        monkeypatch.setitem(B._TUNE, k, v)
     launched = []
     real = B.launch
     monkeypatch.setattr(B, "launch", lambda kernel, *a, **k: (launched.append(kernel.__name__), real(kernel, *a, **k)))

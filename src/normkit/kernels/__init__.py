@@ -53,17 +53,22 @@ def prev_pow2(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+def _knob_tables(name: str) -> list:
+    """The heuristic tables holding knob ``name``: batch norm's ``_TUNE``, layer norm's and group norm's ``_CFG``."""
+    from normkit.kernels import batch_norm, group_norm, layer_norm
+
+    return [t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t]
+
+
 def knob_items(names) -> list:
     """The current value of each named knob as ``"NAME=INT"`` (what ``set_knobs`` takes back: a run's defaults
     to restore). An unknown name raises."""
-    from normkit.kernels import batch_norm, group_norm, layer_norm
-
     items = []
     for name in names:
-        table = next((t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t), None)
-        if table is None:
+        tables = _knob_tables(name)
+        if not tables:
             raise ValueError(f"unknown knob: {name!r}")
-        items.append(f"{name}={int(table[name])}")
+        items.append(f"{name}={int(tables[0][name])}")
     return items
 
 
@@ -71,12 +76,10 @@ def set_knobs(items) -> None:
     """Set heuristic knobs by name from ``"NAME=INT"`` strings (benchmark scripts' ``--set``): batch norm's
     ``_TUNE``, layer norm's and group norm's ``_CFG``, every table that has the name. An unknown name or a value
     that is no int raises before any knob changes."""
-    from normkit.kernels import batch_norm, group_norm, layer_norm
-
     updates = []
     for item in items:
         name, _, value = item.partition("=")
-        tables = [t for t in (batch_norm._TUNE, layer_norm._CFG, group_norm._CFG) if name in t]
+        tables = _knob_tables(name)
         try:
             number = int(value)
         except ValueError:

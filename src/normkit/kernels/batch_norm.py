@@ -1140,12 +1140,14 @@ def _unaligned_warps(BS):
     return max(1, min(8, BS // 128))
 
 
-def _fused(v) -> bool:
-    """Whether this call takes the one-launch kernels: channels of at most ``fused_max_rows`` elements, at most
-    ``fused_max_numel`` in all (past it the split path's parallel reduction pays for its two extra launches), each
-    program sweeping at most ``fused_max_tiles`` tiles."""
-    return (v.M <= _TUNE["fused_max_rows"] and v.M * v.C <= _TUNE["fused_max_numel"]
-            and _fused_cfg(v)["NT"] <= _TUNE["fused_max_tiles"])
+def _one_launch_cfg(v):
+    """The one-launch kernels' configuration (``_fused_cfg``) where this call takes them, else None: channels of
+    at most ``fused_max_rows`` elements, at most ``fused_max_numel`` in all (past it the split path's parallel
+    reduction pays for its two extra launches), each program sweeping at most ``fused_max_tiles`` tiles."""
+    if v.M > _TUNE["fused_max_rows"] or v.M * v.C > _TUNE["fused_max_numel"]:
+        return None
+    cfg = _fused_cfg(v)
+    return cfg if cfg["NT"] <= _TUNE["fused_max_tiles"] else None
 
 
 def _fused_cfg(v):
@@ -1278,8 +1280,9 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
 def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     """``bn_forward_train``'s work, without a plan (what a plan records)."""
     v = _View(x)
-    if _fused(v):
-        return _forward_train_fused(v, weight, bias, running_mean, running_var, momentum, eps)
+    cfg = _one_launch_cfg(v)
+    if cfg is not None:
+        return _forward_train_fused(v, cfg, weight, bias, running_mean, running_var, momentum, eps)
     acc_tl, _ = _acc(x)
     pdl = pdl_on(x, _TUNE["pdl"])
     coef, mean, invstd = _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl)
@@ -1288,7 +1291,7 @@ def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     return y, mean, invstd
 
 
-def _forward_train_fused(v, weight, bias, running_mean, running_var, momentum, eps):
+def _forward_train_fused(v, cfg, weight, bias, running_mean, running_var, momentum, eps):
     """The training forward in one launch (_bn_fused_fwd_kernel)."""
     acc_tl, acc_t = _acc(v.x)
     dev = v.x.device
@@ -1299,7 +1302,6 @@ def _forward_train_fused(v, weight, bias, running_mean, running_var, momentum, e
     n0, n1 = _split_count(v.M)
     e = _split3(eps)
     m = _split3(momentum if momentum is not None else 0.0)
-    cfg = _fused_cfg(v)
     launch(_bn_fused_fwd_kernel, (cfg["NCB"],),
         v.x, y, mean, invstd, weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
@@ -1392,9 +1394,9 @@ def _backward(grad_out, x, weight, mean, invstd, train, output_mask):
     gb = alloc(torch.empty((C,), device=dev, dtype=pdt)) if need_gb else None
     dx = None
     need_red = need_gw or need_gb or (need_dx and train)
-    if need_red and _fused(v):
+    cfg = _one_launch_cfg(v) if need_red else None
+    if cfg is not None:
         dx = v.empty() if need_dx else None
-        cfg = _fused_cfg(v)
         n0, n1 = _split_count(v.M)
         launch(_bn_fused_bwd_kernel, (cfg["NCB"],),
             g, v.x, dx if dx is not None else g, mean, invstd, weight if weight is not None else invstd,
