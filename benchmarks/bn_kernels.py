@@ -63,7 +63,10 @@ SHAPES = [(256, 64, 112, 112), (256, 64, 56, 56), (256, 256, 56, 56), (256, 512,
 # batch norms, a small 3-D one): N * spatial from 32 to 25088 elements a channel, where one launch per direction
 # (fused_max_rows, variant "fused") may beat the split reduction's three
 SMALL_SHAPES = [(8, 64, 56, 56), (8, 128, 28, 28), (8, 256, 14, 14), (8, 512, 7, 7), (32, 512, 7, 7), (32, 256, 14, 14),
-                (128, 576, 7, 7), (128, 96, 14, 14), (256, 1024), (32, 4096), (4, 64, 8, 28, 28)]
+                (128, 576, 7, 7), (128, 96, 14, 14), (256, 1024), (32, 4096), (4, 64, 8, 28, 28),
+                # 2-D layers with 1-2 partials a channel, whose forward combine had 1-2 programs of 4096 channels
+                # before combine_max_channels_fwd (variant combwide: the old rule)
+                (1024, 4096), (512, 8192), (4096, 512)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # 2026-12-01: more reduction programs for inputs <= 64 MB (x2/x4/x8 target, partials to 5 %) lost on
 # every resnet50 layer but one (256x128x28x28 CL fwd 0.0529 -> 0.0578/0.0655/0.0794 ms): knobs deleted.
@@ -133,6 +136,9 @@ VARIANTS = {
     # session 23 measured it (call 1) and adopted it for small layers; "split" is every call on three launches
     "fused": {"fused_max_rows": 1 << 40, "fused_max_numel": 1 << 40, "fused_max_tiles": 1 << 40},
     "split": {"fused_max_rows": 0},
+    # session 23: the forward combine capped at 512 channels a program; "combwide" is the old rule (its tile's
+    # 4096 elements all in one program's channels where there are few partials)
+    "combwide": {"combine_max_channels_fwd": 1 << 20},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -156,9 +162,10 @@ VARIANT_SCOPE = {
     "ncsfp512": ("ncs", ("fwd",)),
     "fused": ("any", ("fwd", "bwd")),
     "split": ("any", ("fwd", "bwd")),
+    "combwide": ("any", ("fwd",)),
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split")
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

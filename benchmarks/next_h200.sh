@@ -18,10 +18,11 @@
 #          cases failed, fixed since). PART=60: PART=59 again, the zoo A/B interleaved in one process (knob_ab.py),
 #          the randomized batch-norm / module cases on CUDA. PART=61: where small models' host time goes under
 #          enable() (model_host_profile.py: forward / backward issue, autograd engine thread vs calling thread,
-#          cProfile). PART=62 (on branch plan-scalars): the plan-scalar change's CUDA tests, batch-norm
-#          conformance, mlp_bn1d / resnet18 host time (prediction: mlp_bn1d forward -100..-200 µs a step), and
-#          whole steps captured in CUDA graphs (graphed_steps.py: what normkit gives a host-bound model once its
-#          host cost is gone; predictions in NOTES-host-overhead.md, session 23).
+#          cProfile).
+# Session 24: PART=62: the CUDA tests of plan scalars (the momentum) and the forward combine cap, batch-norm
+#          conformance on CUDA, the cap against the old rule (variant combwide; predicted -5..-12 µs on 1024x4096 /
+#          512x8192 forwards). PART=63: small models' host time (prediction: mlp_bn1d forward -100..-200 µs a step),
+#          whole steps captured in CUDA graphs (graphed_steps.py; predictions in NOTES-host-overhead.md, session 23).
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -593,17 +594,22 @@ elif [ "$PART" = 61 ]; then
         --models ${PROF_MODELS:-tv_resnet18,mlp_bn1d,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-8} \
         > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error" "$W/model_host_profile.log" | cut -c1-250
 elif [ "$PART" = 62 ]; then
-    # run on branch plan-scalars (git checkout plan-scalars): launch plans with a momentum hole
-    stamp "pytest -m cuda: launch plans (plan scalars: the momentum), batch-norm kernels"
-    cuda_tests ${PYTEST_S:-200} tests/kernels/test_plan.py tests/kernels/test_batch_norm_kernels.py
+    stamp "pytest -m cuda: launch plans (plan scalars: the momentum), batch-norm kernels (the combine cap)"
+    cuda_tests ${PYTEST_S:-180} tests/kernels/test_plan.py tests/kernels/test_batch_norm_kernels.py
     stamp "conformance on CUDA (batch norm)"
-    timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops batch_norm --quiet \
+    timeout ${CHECK_S:-110} python3 -m normkit check --impl normkit --device cuda --ops batch_norm --quiet \
         --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -5 "$W/check_cuda.log" | cut -c1-200
-    stamp "mlp_bn1d host time with the momentum a plan scalar"
-    timeout ${PROF_S:-120} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models mlp_bn1d,tv_resnet18,tv_mobilenet_v3_small \
-        --rounds 8 > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside" "$W/model_host_profile.log"
+    stamp "the forward combine capped at 512 channels a program (default) against the old rule (combwide), 2-D layers"
+    timeout $(( ${BNK_S:-60} + 100 )) python3 benchmarks/bn_kernels.py --out "$W" --small --only-variants combwide \
+        --modes fwd --shapes 1024x4096,512x8192,4096x512,256x1024,32x4096 --budget ${BNK_S:-60} --jobs 12 \
+        > "$W/bn_kernels.log" 2>&1; echo "bn_kernels rc=$?"; grep -E "\| " "$W/bn_kernels.log" | tail -24
+elif [ "$PART" = 63 ]; then
+    stamp "host time of small models' steps (momentum a plan scalar; gc off; µs inside normkit's kernels a call)"
+    timeout ${PROF_S:-170} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
+        --models ${PROF_MODELS:-mlp_bn1d,tv_resnet18,tv_mobilenet_v3_small} --rounds 6 \
+        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside" "$W/model_host_profile.log" | cut -c1-250
     stamp "whole training steps captured in a CUDA graph, eager and normkit (graphed_steps.py)"
-    timeout ${GRAPH_S:-150} python3 benchmarks/graphed_steps.py --out "$W/graphed" \
+    timeout ${GRAPH_S:-200} python3 benchmarks/graphed_steps.py --out "$W/graphed" \
         --models ${GRAPH_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} > "$W/graphed_steps.log" 2>&1
     echo "graphed rc=$?"; grep -E "^\[|^\|" "$W/graphed_steps.log" | cut -c1-250
 elif [ "$PART" = 56 ]; then

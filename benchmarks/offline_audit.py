@@ -71,7 +71,7 @@ def record_launches(ops, quick):
         # shapes outside the suite (session 11's bench): odd channel counts, 17x17 planes, C = 3, N = 2, 2-D, 3-D
         shapes += [] if quick else [(256, 96, 56, 56), (128, 160, 17, 17), (128, 768, 17, 17), (64, 32, 112, 112),
                                     (32, 3, 224, 224), (128, 40, 28, 28), (8, 256, 128, 128), (2, 512, 64, 64),
-                                    (4096, 512), (16, 64, 16, 16, 16)]
+                                    (4096, 512), (1024, 4096), (16, 64, 16, 16, 16)]
         for shape in shapes[:3] if quick else shapes:
             for cl in (False, True):
                 if cl and len(shape) < 4:

@@ -44,7 +44,7 @@ TINY = {"red_tile_bytes": 128, "red_tile_bytes_fwd_fp32": 128, "target_programs_
         "red_tile_bytes_ncs_fwd": 128, "red_tile_bytes_ncs_bwd": 64,
         "ew_tile_bytes": 64, "ew_tile_bytes_ncs": 64, "target_programs_rows_fwd": 5, "target_programs": 6,
         "target_programs_ncs_fwd_16bit": 6, "min_rows": 2, "combine_elems": 16,
-        "combine_elems_bwd": 16, "fused_max_rows": 0}
+        "combine_elems_bwd": 16, "combine_max_channels_fwd": 2, "fused_max_rows": 0}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -982,6 +982,20 @@ def test_ncs_forward_program_target():
     assert programs((256, 64, 56, 56), torch.float32) > small
     assert programs((256, 64, 56, 56), torch.bfloat16, bwd=True) > small
     assert programs((256, 1024, 14, 14), torch.bfloat16) > small  # unaligned: its own target, not reduced
+
+
+def test_combine_programs_bounded():
+    """The forward combine takes at most combine_max_channels_fwd channels a program however few partials
+    there are (2-D inputs: 1-2 partials gave one or two programs of 4096 channels, spilling); the backward's
+    tile bounds its channels already."""
+    cap = B._TUNE["combine_max_channels_fwd"]
+    for C, P in ((4096, 1), (8192, 2), (512, 4), (65536, 1), (3, 1), (1000, 700)):
+        for bwd in (False, True):
+            BP, BCC, nprog = B._combine_cfg(C, P, bwd)
+            assert BP >= min(P, 512) and nprog * BCC >= C and (nprog - 1) * BCC < C
+            assert BP * BCC <= max(BP, B._TUNE["combine_elems_bwd" if bwd else "combine_elems"])
+            assert BCC <= (B._TUNE["combine_elems_bwd"] if bwd else cap)
+    assert B._combine_cfg(4096, 1)[2] == 4096 // cap
 
 
 def test_set_knobs_by_name(monkeypatch):

@@ -213,9 +213,38 @@ def test_replay_falls_back(fake, monkeypatch, why):
     assert len(calls) == 2
 
 
+def test_plan_scalars_come_from_each_call(fake):
+    """A float passed as ``_launch.scalar`` (batch norm's momentum) is a hole of the plan filled from each
+    call's scalars: one plan serves every value (a momentum=None module's 1/num_batches_tracked changes
+    every step; keyed by value it recorded a plan a step and filled MAX_PLANS, session 23), and Triton's
+    own path and the direct launches get plain floats."""
+    calls = []
+
+    def run(x, y, scale):
+        calls.append(1)
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        _launch.launch(fake.kernel, (2,), x, y, out, 24, _launch.scalar(scale, 1), BLOCK=32)
+        _launch.launch(fake.kernel, (1,), out, x, out, 3, 2.0, BLOCK=16)
+        return (out,)
+
+    x, y = _t(), _t()
+    _plan.planned("s", (x, y), lambda: run(x, y, 0.5), scalars=(9.0, 0.5))  # compiles the kernels
+    x, y = _t(), _t()
+    _plan.planned("s2", (x, y), lambda: run(x, y, 0.75), scalars=(9.0, 0.75))  # recorded through direct launches
+    assert fake.log[-2][13:] == (x.data_ptr(), y.data_ptr(), fake.log[-2][15], 24, 0.75, 32)
+    assert type(fake.log[-2][17]) is float, "a plain float reaches the launcher while recording"
+    for scale in (1 / 3, 0.125, 1 / 7):
+        x2, y2 = _t(), _t()
+        _plan.planned("s2", (x2, y2), lambda: run(x2, y2, scale), scalars=(9.0, scale))
+        first, second = fake.log[-2:]
+        assert first[13:15] == (x2.data_ptr(), y2.data_ptr()) and first[16:] == (24, scale, 32)
+        assert second[16:] == (3, 2.0, 16), "an argument passed as a plain float keeps its recorded value"
+    assert len(calls) == 2 and len(_stored("s2")) == 1 and _stored("s2")[0] is not None
+
+
 def test_plans_capped(fake, monkeypatch):
-    """Keys hold scalars (a momentum of 1/num_batches_tracked changes every step): past MAX_PLANS new
-    keys run the launcher without recording, so memory stays bounded."""
+    """Past MAX_PLANS new keys (e.g. shapes that change every step) run the launcher without recording, so
+    memory stays bounded."""
     monkeypatch.setattr(_plan, "MAX_PLANS", 2)
     run, calls = _launcher(fake.kernel)
     for k in range(4):
@@ -273,6 +302,34 @@ def test_cuda_plans_same_bits_as_the_launchers(layout):
             made = [p is not None for p in _plan._plans.values()]
             assert all(made) if layout != "strided" else not any(made), "strided input: copied, no plan"
     finally:
+        _plan.set_plans(was)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(64, 96), (16, 32, 7, 7), (64, 256, 28, 28)])  # one launch, split
+def test_cuda_plans_take_each_calls_momentum(shape, monkeypatch):
+    """A momentum=None module's momentum (1/num_batches_tracked) changes every step: one plan replays
+    every value, with the running statistics of the launcher's bits."""
+    from normkit.kernels import batch_norm as B
+
+    C = shape[1]
+    x = torch.randn(shape, device="cuda") * 3 + 1
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    was = _plan.enabled()
+    _plan.set_plans(True)
+    try:
+        for step in range(1, 6):
+            rm, rv = torch.randn(C, device="cuda"), torch.rand(C, device="cuda") + 0.5
+            outs = []
+            for plans in (False, True):
+                monkeypatch.setattr(_plan, "enabled", lambda p=plans: p)  # (set_plans would drop the plan)
+                rm_, rv_ = rm.clone(), rv.clone()
+                outs.append([*B.bn_forward_train(x, w, b, rm_, rv_, 1.0 / step, 1e-5), rm_, rv_])
+            assert all(torch.equal(a, c) for a, c in zip(*outs)), f"step {step}"
+            assert not torch.equal(outs[1][3], rm), "the running mean was updated"
+        assert sum(k[0][0] == "bn_forward_train" for k in _plan._plans) == 1
+    finally:
+        monkeypatch.undo()
         _plan.set_plans(was)
 
 

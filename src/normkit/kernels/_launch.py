@@ -160,6 +160,8 @@ def launch(kernel, grid, *args, **kwargs):
     The first positional argument must be a tensor on the launch device."""
     global _direct
     rec = _recording.rec
+    if rec is not None:  # (only a recorded call passes Scalar placeholders)
+        held, args = args, tuple(a.value if type(a) is Scalar else a for a in args)
     if not (_direct and args[0].is_cuda):
         if rec is not None:
             rec.replayable = False
@@ -171,7 +173,7 @@ def launch(kernel, grid, *args, **kwargs):
     # _signatures holds every kernel seen, so an id is never reused for another one
     key = (id(kernel), device, arg_key, tuple(kwargs.items()))
     if rec is not None:
-        rec.launches.append((key, args, grid))
+        rec.launches.append((key, held, grid))
     hit = _cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)
@@ -209,6 +211,23 @@ class Recorder:
 
     def __init__(self):
         self.launches, self.allocs, self.replayable = [], [], True
+
+
+class Scalar:
+    """A float argument a plan takes from each call (``_plan.planned``'s ``scalars[slot]``), not from the
+    recorded one: a momentum of 1/num_batches_tracked changes every step, and keyed by value it would make
+    a plan a step."""
+
+    __slots__ = ("value", "slot")
+
+    def __init__(self, value: float, slot: int):
+        self.value, self.slot = float(value), slot
+
+
+def scalar(value: float, slot: int):
+    """``value`` for a kernel argument; while a call is recorded, a Scalar placeholder that tells the plan
+    to take it from slot ``slot`` of each call's scalars."""
+    return Scalar(value, slot) if _recording.rec is not None else value
 
 
 def alloc(t):

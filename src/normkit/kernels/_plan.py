@@ -2,8 +2,8 @@
 
 A batch-norm forward spends most of its host time outside the GPU work: the view of the input, the grid
 configuration, 5 allocations and, per launch, the cache key of ``_launch.launch`` (~20 arguments). For a
-given call signature (shapes, strides, dtypes, which optional tensors are given, scalars, knobs) all of
-that is the same every time except the data pointers. ``planned(key, inputs, run)`` records the first
+given call signature (shapes, strides, dtypes, which optional tensors are given, eps, flags, knobs) all of
+that is the same every time except the data pointers and the momentum. ``planned(key, inputs, run)`` records the first
 call with that key: every launch (its cached compiled kernel, grid, positional arguments) and every
 tensor the launcher allocated through ``_launch.alloc``. Later calls replay it: allocate the same
 tensors, then call each kernel's C launcher with the new data pointers put where the recorded call had
@@ -17,7 +17,9 @@ launcher must do none: a buffer it zeroes (arrival counters) is allocated withou
 that needs one gets no plan. A replay falls back to the launcher when an input's 16-byte alignment
 differs from the recorded call's (another specialization), the current device is another one, or a
 launch hook is installed. The caller's key must hold the rest of what the launcher's decisions depend
-on (scalars, flags, knobs). A signature that gives no plan is remembered, so its calls run the launcher without recording.
+on (flags, knobs); a float the launcher passes as ``_launch.scalar(value, slot)`` is taken from each
+call's ``scalars[slot]`` (the momentum: one plan for every value) and stays out of the key. A signature
+that gives no plan is remembered, so its calls run the launcher without recording.
 
 ``planned`` adds every input's shape, strides and dtype to the caller's key: a launcher decides from
 them (a strided weight is copied dense, a contiguous one is read in place), so a plan recorded for one
@@ -42,8 +44,8 @@ from normkit.kernels import _launch
 
 _MISSING = object()
 _plans: dict = {}
-# keys hold scalars: a momentum of 1/num_batches_tracked (momentum=None modules) is a new key every step,
-# so the number of plans is capped (calls past it run the launcher)
+# keys hold eps, flags, shapes and knobs: a program that calls with ever new ones (shapes that change every
+# step) would grow the table without end, so the number of plans is capped (calls past it run the launcher)
 MAX_PLANS = 1024
 _on = os.environ.get("NORMKIT_LAUNCH_PLANS", "1") != "0"
 
@@ -62,9 +64,10 @@ def clear() -> None:
     _plans.clear()
 
 
-def planned(key, inputs: tuple, run):
+def planned(key, inputs: tuple, run, scalars: tuple = ()):
     """``run()`` (a launcher call on ``inputs``, CUDA tensors or None) through the plan recorded for
-    ``key``; the first call with a key records it."""
+    ``key``; the first call with a key records it. ``scalars``: the floats the launcher passes as
+    ``_launch.scalar(scalars[slot], slot)``, put into a replay's launches from this call."""
     present = [t for t in inputs if t is not None]
     if len({id(t) for t in present}) != len(present):
         return run()
@@ -82,7 +85,7 @@ def planned(key, inputs: tuple, run):
         _plans[key] = _build(rec, inputs, out)
         return out
     if plan is not None:
-        out = plan.replay(inputs)
+        out = plan.replay(inputs, scalars)
         if out is not None:
             return out
     return run()
@@ -93,8 +96,8 @@ class _Plan:
     scratch buffer inside one uint8 allocation of ``scratch`` bytes (one allocation instead of several:
     the kernels only see pointers). aligned: (input slot, byte offset mod 16, 16-byte aligned) per
     pointer a kernel got from an input, part of that kernel's binary. steps: per launch, the raw
-    launcher, the grid, the arguments with a hole per pointer, and (position, slot, byte offset) per
-    hole."""
+    launcher, the grid, the arguments with a hole per pointer and per scalar, (position, slot, byte offset)
+    per pointer hole and (position, scalar slot) per scalar hole."""
 
     __slots__ = ("device", "aligned", "allocs", "scratch", "steps", "outs")
 
@@ -102,7 +105,7 @@ class _Plan:
         self.device, self.aligned, self.allocs, self.scratch = device, aligned, allocs, scratch
         self.steps, self.outs = steps, outs
 
-    def replay(self, inputs):
+    def replay(self, inputs, scalars=()):
         """The outputs, or None where the recorded call does not apply (module doc)."""
         if _launch.hooks_installed() or torch._C._cuda_getDevice() != self.device:
             return None
@@ -123,10 +126,12 @@ class _Plan:
                 new.append(t)
                 ptrs.append(t.data_ptr())
         stream = torch._C._cuda_getCurrentRawStream(self.device)
-        for (fn, function, coop, pdl, packed), (g0, g1, g2), base, fill, tail in self.steps:
+        for (fn, function, coop, pdl, packed), (g0, g1, g2), base, fill, fill_scalars, tail in self.steps:
             args = base.copy()
             for pos, slot, off in fill:
                 args[pos] = ptrs[slot] + off
+            for pos, slot in fill_scalars:
+                args[pos] = scalars[slot]
             fn(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, *args, *tail)
         tensors = list(inputs) + new
         return tuple(None if slot is None else tensors[slot] for slot in self.outs)
@@ -162,9 +167,12 @@ def _build(rec, inputs, outputs):
         if hit is None or hit[2] is None:
             return None
         device = key[1]
-        base, fill = [], []
+        base, fill, fill_scalars = [], [], []
         for pos, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
+            if type(a) is _launch.Scalar:
+                fill_scalars.append((pos, a.slot))
+                base.append(None)
+            elif isinstance(a, torch.Tensor):
                 slot, off = slots.get(id(a)), 0
                 if slot is None:
                     slot, off = _inside(a, spans)
@@ -177,7 +185,7 @@ def _build(rec, inputs, outputs):
             else:
                 base.append(a)
         g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        steps.append((hit[2], g, base, tuple(fill), hit[1]))
+        steps.append((hit[2], g, base, tuple(fill), tuple(fill_scalars), hit[1]))
     outs = []
     for t in outputs:
         slot = None if t is None else slots.get(id(t))

@@ -67,7 +67,8 @@ import triton.language as tl
 
 from normkit.kernels import cdiv, next_pow2
 from normkit.kernels import _plan
-from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels._launch import (alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger,
+                                     scalar)
 
 __all__ = ["bn_forward_train", "bn_forward_eval", "bn_backward", "supports"]
 
@@ -92,6 +93,10 @@ _TUNE = {
     # 2026-12-01 (session 8), 15 resnet50 / suite rows: backward -2.9 % bf16, -1.8 % fp32 (geomean, worst
     # +0.5 %), forward within 0.4 % either way, so the forward keeps 4096
     "combine_elems_bwd": 1024,
+    # ... and at most this many channels a forward combine program: 2-D inputs with 1-2 partials (1024x4096,
+    # 512x8192) got 1-2 programs of 4096 channels, 255 registers and 1.1-1.4 KB of stack spills (offline sm_90
+    # audit, session 23); the cap changes no other audited specialization (ptx_compare: 145 the same)
+    "combine_max_channels_fwd": 512,
     "ew_warps": 8,
     "red_warps": 8,
     "red_unroll_rows_fwd": 4,  # rows-view forward statistics: row chunks in flight per loop step (2 or 4)
@@ -899,6 +904,17 @@ def _f32(v):
         return math.copysign(math.inf, v)
 
 
+def _momentum_parts(momentum):
+    """The momentum as _split3's three fp32 parts (None: 0, the running statistics are not updated)."""
+    return _split3(momentum if momentum is not None else 0.0)
+
+
+def _momentum_args(momentum):
+    """The momentum's parts as kernel arguments: plan scalars 0-2 (``_launch.scalar``), so a plan replays
+    each call's momentum (a momentum=None module's 1/num_batches_tracked changes every step)."""
+    return tuple(scalar(part, slot) for slot, part in enumerate(_momentum_parts(momentum)))
+
+
 @functools.lru_cache(maxsize=256)
 def _split3(v):
     """v as three fp32 values whose fp64 sum is v exactly (normal range): passes a Python float
@@ -1176,8 +1192,12 @@ def _fused_cfg_uncached(v):
 
 
 def _combine_cfg(C, P, bwd=False):
+    """(BLOCK_P, channels a program, programs) of the combine: a [BP, BCC] tile of partials, BCC capped
+    in the forward (few partials would otherwise give one program of thousands of channels)."""
     BP = min(next_pow2(P), 512)
     BCC = max(1, min(next_pow2(C), _TUNE["combine_elems_bwd" if bwd else "combine_elems"] // BP))
+    if not bwd:
+        BCC = min(BCC, _TUNE["combine_max_channels_fwd"])
     return BP, BCC, cdiv(C, BCC)
 
 
@@ -1270,10 +1290,11 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     ``rm = (1-m) rm + m mean``, ``rv = (1-m) rv + m var n/(n-1)`` (n == 1 gives NaN like aten).
     weight/bias may be None. ``momentum`` is used verbatim.
     """
-    if _plan.enabled() and x.is_cuda:
-        key = ("bn_forward_train", momentum, eps, tuple(_TUNE.values()))
+    if _plan.enabled() and x.is_cuda:  # (the momentum is a plan scalar: one plan for every value)
+        key = ("bn_forward_train", eps, tuple(_TUNE.values()))
         return _plan.planned(key, (x, weight, bias, running_mean, running_var),
-                             lambda: _forward_train(x, weight, bias, running_mean, running_var, momentum, eps))
+                             lambda: _forward_train(x, weight, bias, running_mean, running_var, momentum, eps),
+                             _momentum_parts(momentum))
     return _forward_train(x, weight, bias, running_mean, running_var, momentum, eps)
 
 
@@ -1301,7 +1322,7 @@ def _forward_train_fused(v, cfg, weight, bias, running_mean, running_var, moment
     has_rs = running_mean is not None and running_var is not None
     n0, n1 = _split_count(v.M)
     e = _split3(eps)
-    m = _split3(momentum if momentum is not None else 0.0)
+    m = _momentum_args(momentum)
     launch(_bn_fused_fwd_kernel, (cfg["NCB"],),
         v.x, y, mean, invstd, weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
@@ -1324,7 +1345,7 @@ def _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl):
     has_rs = running_mean is not None and running_var is not None
     n0, n1 = _split_count(v.M)
     e = _split3(eps)
-    m = _split3(momentum if momentum is not None else 0.0)
+    m = _momentum_args(momentum)
     BP, BCC, nprog = _combine_cfg(C, P)
     shift_stride = 1 if v.kind == "rows" else v.S
     launch(_bn_combine_fwd_kernel, (nprog,),
