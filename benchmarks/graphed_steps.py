@@ -76,10 +76,23 @@ def _ms(fn, steps, rounds=5):
     return statistics.median(out)
 
 
+def _not_capturable(model):
+    """Why a model's training step cannot be captured whatever runs its kernels, else None: a momentum=None batch
+    norm (torch.nn's module reads num_batches_tracked on the host each step: a sync, which a capture forbids)."""
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.momentum is None:
+            return (f"not capturable, eager or normkit: {name} has momentum=None (torch.nn reads "
+                    "num_batches_tracked on the host)")
+    return None
+
+
 def run(name, layout, steps, seed):
     row = {"model": name, "layout": layout}
     for setting in ("eager", "normkit"):
         model, step = _step_fn(name, layout, seed)
+        why = _not_capturable(model)
+        if why:
+            raise ValueError(why)
 
         def plain():
             model.zero_grad(set_to_none=True)

@@ -29,6 +29,7 @@ import pstats
 import statistics
 import sys
 import time
+from collections import Counter
 
 import torch
 
@@ -108,39 +109,102 @@ def measure(step, rounds, steps):
     return out
 
 
-def inside_kernels(step, steps):
-    """{aten op: µs a call inside normkit's implementation}, over ``steps`` steps: enable() with every
-    implementation wrapped in a clock (aten._make_kernel patched for the time of this call)."""
-    from normkit import aten
+class Clocks:
+    """Seconds and counts per (aten op, piece) while normkit's implementations run: ``impl`` (the registered
+    implementation: whatever of a layer's gap is not in there is the dispatcher's and autograd's), ``planned``
+    (``_plan.planned``: the plan key and the replay), ``replay``, and the allocations inside the replay and elsewhere
+    in the implementation."""
 
-    spent, calls = {}, {}
-    real = aten._make_kernel
+    def __init__(self):
+        self.spent, self.calls = Counter(), Counter()
+        self.op = None  # the aten op whose implementation is running
+        self.in_replay = False
 
-    def timed(name, impl, takes, original):
-        def clocked(*args, **kwargs):
-            t0 = time.perf_counter()
+    def _clock(self, piece, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.spent[(self.op, piece)] += time.perf_counter() - t0
+            self.calls[(self.op, piece)] += 1
+
+    @contextlib.contextmanager
+    def installed(self):
+        """normkit enabled with its implementations, plans and allocations clocked (patched for the time of it)."""
+        from normkit import aten
+        from normkit.kernels import _plan
+
+        real_make, real_planned, real_replay = aten._make_kernel, _plan.planned, _plan._Plan.replay
+        real_empty, real_strided = torch.empty, torch.empty_strided
+        clocks = self
+
+        def make(name, impl, takes, original):
+            def clocked(*args, **kwargs):
+                clocks.op = name
+                try:
+                    return clocks._clock("impl", impl, *args, **kwargs)
+                finally:
+                    clocks.op = None
+
+            return real_make(name, clocked, takes, original)
+
+        def planned(*args, **kwargs):
+            return clocks._clock("planned", real_planned, *args, **kwargs)
+
+        def replay(plan, *args):
+            clocks.in_replay = True
             try:
-                return impl(*args, **kwargs)
+                return clocks._clock("replay", real_replay, plan, *args)
             finally:
-                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
-                calls[name] = calls.get(name, 0) + 1
+                clocks.in_replay = False
 
-        return real(name, clocked, takes, original)
+        def alloc(real):
+            def clocked(*args, **kwargs):
+                if clocks.op is None:
+                    return real(*args, **kwargs)
+                return clocks._clock("alloc_replay" if clocks.in_replay else "alloc_other", real, *args, **kwargs)
 
-    aten._make_kernel = timed
-    try:
-        with normkit.enabled():
+            return clocked
+
+        aten._make_kernel, _plan.planned, _plan._Plan.replay = make, planned, replay
+        torch.empty, torch.empty_strided = alloc(real_empty), alloc(real_strided)
+        try:
+            with normkit.enabled():
+                yield
+        finally:
+            aten._make_kernel, _plan.planned, _plan._Plan.replay = real_make, real_planned, real_replay
+            torch.empty, torch.empty_strided = real_empty, real_strided
+
+    def per_call(self, steps) -> dict:
+        """{op: {"calls_a_step", "us_a_call" (impl), piece: µs a call of the op}} over ``steps`` steps."""
+        out = {}
+        for (op, piece), s in self.spent.items():
+            if op is None:
+                continue
+            n = self.calls[(op, "impl")]
+            row = out.setdefault(op, {"calls_a_step": n / steps})
+            row["us_a_call" if piece == "impl" else piece] = s / max(1, n) * 1e6
+        return out
+
+
+def inside_kernels(step, steps):
+    """Clocks.per_call of ``steps`` steps under enable(), after one step that records the plans."""
+    clocks = Clocks()
+    with clocks.installed():
+        step()
+        torch.cuda.synchronize()
+        clocks.spent.clear()
+        clocks.calls.clear()
+        for _ in range(steps):
             step()
-            torch.cuda.synchronize()
-            spent.clear()
-            calls.clear()
-            for _ in range(steps):
-                step()
-            torch.cuda.synchronize()
-    finally:
-        aten._make_kernel = real
-    return {name: {"calls_a_step": calls[name] / steps, "us_a_call": spent[name] / calls[name] * 1e6}
-            for name in calls}
+        torch.cuda.synchronize()
+    return clocks.per_call(steps)
+
+
+def format_inside(inside) -> str:
+    pieces = ("planned", "replay", "alloc_replay", "alloc_other")
+    return ", ".join(f"{op} {v['us_a_call']:.1f} us x {v['calls_a_step']:.0f} ("
+                     + " ".join(f"{p} {v[p]:.1f}" for p in pieces if p in v) + ")" for op, v in inside.items())
 
 
 def profile(step, steps):
@@ -184,8 +248,7 @@ def main(argv=None):
               f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
               f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  collections a "
               f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
-        print("    inside normkit's kernels: " + ", ".join(
-            f"{op} {v['us_a_call']:.1f} us x {v['calls_a_step']:.0f}" for op, v in row["inside_normkit"].items()))
+        print("    inside normkit's kernels: " + format_inside(row["inside_normkit"]))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -43,9 +43,19 @@ def test_inside_kernels_clocks_each_registered_implementation(monkeypatch):
     def step():
         bn(x).square().mean().backward()
 
+    real_empty, real_strided = torch.empty, torch.empty_strided
     out = mhp.inside_kernels(step, 3)
     assert out and all(v["calls_a_step"] == 1 and v["us_a_call"] > 0 for v in out.values()), out
     assert not normkit.is_enabled() and mhp_restored()
+    assert torch.empty is real_empty and torch.empty_strided is real_strided
+    assert "native_batch_norm" in mhp.format_inside(out)
+
+
+def test_host_cache_probe_refuses_without_a_gpu(monkeypatch):
+    probe = pytest.importorskip("host_cache_probe")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no GPU"):
+        probe.main(["--models", "tv_resnet18"])
 
 
 def mhp_restored():
