@@ -24,7 +24,8 @@
 #          512x8192 forwards). PART=63: small models' host time (prediction: mlp_bn1d forward -100..-200 µs a step),
 #          whole steps captured in CUDA graphs (graphed_steps.py; predictions in NOTES-host-overhead.md, session 23).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
-#          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24).
+#          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
+#          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
 # Older:
 # PART=5: conformance on CUDA at the final code (session 8's last attempt hit its 110 s limit on a cold
 #         Triton cache) and the CUDA tests of the prepared layer-norm paths (-k "coop or hold").
@@ -619,6 +620,10 @@ elif [ "$PART" = 64 ]; then
     timeout ${PROBE_S:-300} python3 benchmarks/host_cache_probe.py --out "$W/host_cache" --calls ${PROBE_CALLS:-200} \
         --models ${PROBE_MODELS:-tv_resnet18,tv_mobilenet_v3_small} > "$W/host_cache_probe.log" 2>&1
     echo "probe rc=$?"; grep -vi warn "$W/host_cache_probe.log" | cut -c1-400 | tail -20
+elif [ "$PART" = 65 ]; then
+    bn_tests_and_check
+    stamp "randomized test on CUDA: every family (seed 20261224)"
+    random_cuda_tests 20261224 ${RANDOM_S:-150}
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
