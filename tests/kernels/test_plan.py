@@ -242,6 +242,24 @@ def test_plan_scalars_come_from_each_call(fake):
     assert len(calls) == 2 and len(_stored("s2")) == 1 and _stored("s2")[0] is not None
 
 
+def test_no_plan_when_a_scalar_slot_is_not_given(fake):
+    """A launcher that passes ``_launch.scalar(v, slot)`` to a caller that gives no such slot gets no plan (a
+    replay would have no value for it): every call runs the launcher, with its own value."""
+    calls = []
+
+    def run(x, y, scale):
+        calls.append(1)
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        _launch.launch(fake.kernel, (2,), x, y, out, 24, _launch.scalar(scale, 0), BLOCK=32)
+        return (out,)
+
+    for scale in (0.5, 0.25, 0.125):
+        x, y = _t(), _t()
+        _plan.planned("ns", (x, y), lambda: run(x, y, scale))
+    assert len(calls) == 3 and _stored("ns") == [None]
+    assert fake.log[-1][16:] == (24, 0.125, 32)
+
+
 def test_plans_capped(fake, monkeypatch):
     """Past MAX_PLANS new keys (e.g. shapes that change every step) run the launcher without recording, so
     memory stays bounded."""

@@ -82,7 +82,7 @@ def planned(key, inputs: tuple, run, scalars: tuple = ()):
             out = run()
         finally:
             _launch._recording.rec = None
-        _plans[key] = _build(rec, inputs, out)
+        _plans[key] = _build(rec, inputs, out, len(scalars))
         return out
     if plan is not None:
         out = plan.replay(inputs, scalars)
@@ -137,8 +137,9 @@ class _Plan:
         return tuple(None if slot is None else tensors[slot] for slot in self.outs)
 
 
-def _build(rec, inputs, outputs):
-    """The plan of a recorded call, or None where it cannot be replayed (module doc)."""
+def _build(rec, inputs, outputs, n_scalars=0):
+    """The plan of a recorded call, or None where it cannot be replayed (module doc; a launch argument
+    passed as a scalar slot the caller did not give is one)."""
     if not rec.replayable or not rec.launches:
         return None
     slots = {}
@@ -170,6 +171,8 @@ def _build(rec, inputs, outputs):
         base, fill, fill_scalars = [], [], []
         for pos, a in enumerate(args):
             if type(a) is _launch.Scalar:
+                if not 0 <= a.slot < n_scalars:
+                    return None
                 fill_scalars.append((pos, a.slot))
                 base.append(None)
             elif isinstance(a, torch.Tensor):
