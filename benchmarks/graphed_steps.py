@@ -10,6 +10,7 @@ normkit's uncaptured step (batch statistics in training: the gradients do not de
 the steps advance).
 
     python benchmarks/graphed_steps.py --models tv_resnet18,tv_mobilenet_v3_small --out DIR [--steps 20]
+    python benchmarks/graphed_steps.py --plot DIR/graphed_steps.json     # the plot again, no GPU
 """
 from __future__ import annotations
 
@@ -118,8 +119,45 @@ def run(name, layout, steps, seed):
     return row
 
 
+def plot(path):
+    """graphed_steps.png beside the JSON: ms a step per model and layout, eager / normkit, uncaptured and graphed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(path) as f:
+        rows = [r for r in json.load(f)["rows"] if "error" not in r]
+    labels = [f"{r['model']}\n{r['layout']}" for r in rows]
+    series = (("eager", "eager", "tab:gray"), ("normkit", "normkit", "tab:blue"),
+              ("eager_graphed", "eager, graphed", "silver"), ("normkit_graphed", "normkit, graphed", "tab:green"))
+    fig, ax = plt.subplots(figsize=(2.2 + 1.9 * len(rows), 4))
+    width = 0.2
+    for k, (key, label, color) in enumerate(series):
+        xs = [i + (k - 1.5) * width for i in range(len(rows))]
+        ax.bar(xs, [r[key] for r in rows], width, label=label, color=color)
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['speedup_graphed']:.2f}x", (i + 1.5 * width, r["normkit_graphed"]), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylabel("ms a bf16 training step (lower is better)")
+    ax.set_title("whole steps: uncaptured vs one CUDA graph (label: normkit graphed over eager graphed)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = os.path.join(os.path.dirname(path), "graphed_steps.png")
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    only_plot = argparse.ArgumentParser(add_help=False)
+    only_plot.add_argument("--plot", metavar="JSON", help="only draw graphed_steps.png from a run's JSON")
+    known, _ = only_plot.parse_known_args(argv)
+    if known.plot:
+        plot(known.plot)
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 parents=[only_plot])
     Z.add_model_args(ap)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args(argv)
@@ -138,8 +176,10 @@ def main(argv=None):
                   f"({row['speedup_graphed']:.2f}x; normkit's replay same bits: {row['normkit_graph_same_bits']})"
                   f"  ({time.time() - t0:.0f} s)", flush=True)
         rows.append(row)
-    with open(os.path.join(args.out, "graphed_steps.json"), "w") as f:
+    path = os.path.join(args.out, "graphed_steps.json")
+    with open(path, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    plot(path)
     print("\n| model | layout | eager | normkit | speedup | eager graphed | normkit graphed | speedup graphed | "
           "replay same bits |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
