@@ -834,18 +834,17 @@ def main():
             combos = {"ln": [("bfloat16", "bfloat16")], "rms": [("bfloat16", "bfloat16")]}
         plan = [(op, dts, pds) for i in range(3) for op in ("ln", "rms") for (dts, pds) in combos[op][i:i + 1]]
         for op, dts, pds in plan:
-            if True:
-                for M, N in SHAPES:
-                    if time.time() > t0 + args.budget:
-                        log(f"row {op} {M}x{N} {dts}: out of time")
-                        continue
-                    try:
-                        r = time_row(op, M, N, DT[dts], DT[pds], bw)
-                    except Exception as e:
-                        log(f"row {op} {M}x{N} {dts} FAILED {repr(e)[:300]}")
-                        continue
-                    rows.append(r)
-                    _empty_cache()
+            for M, N in SHAPES:
+                if time.time() > t0 + args.budget:
+                    log(f"row {op} {M}x{N} {dts}: out of time")
+                    continue
+                try:
+                    r = time_row(op, M, N, DT[dts], DT[pds], bw)
+                except Exception as e:
+                    log(f"row {op} {M}x{N} {dts} FAILED {repr(e)[:300]}")
+                    continue
+                rows.append(r)
+                _empty_cache()
             _dump(args.out, meta, checks, sw, rows)
     with open(os.path.join(args.out, "ln_bench.json"), "w") as f:
         json.dump({"meta": meta, "checks": checks, "sweep": sw, "rows": rows}, f, indent=1)

@@ -19,7 +19,7 @@ group / RMS norm cast to fp32 where torch's autocast would (`_autocast_fp32`: CU
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.autograd.forward_ad as _forward_ad

@@ -16,17 +16,6 @@ import inspect
 
 import torch
 
-ATEN_NAMES = (
-    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_stats",
-    "_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_no_update",
-    "native_batch_norm_backward", "batch_norm_backward", "batch_norm_update_stats",
-    "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
-    "rms_norm", "native_group_norm", "native_group_norm_backward", "instance_norm",
-    "batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
-    "batch_norm_backward_reduce", "batch_norm_backward_elemt",
-)
-F_NAMES = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
-
 
 class Backend:
     """`aten(name)` / `functional(name)` return a callable or None (not present)."""

@@ -33,7 +33,6 @@ DTYPES = {
     "bf16+fp32": (torch.bfloat16, torch.float32),
 }
 ALL_DTYPES = tuple(DTYPES)
-LOW_AND_MIXED = ("fp16", "bf16", "fp16+fp32", "bf16+fp32")
 
 
 @dataclasses.dataclass(frozen=True)
