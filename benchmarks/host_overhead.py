@@ -2,8 +2,9 @@
 where the GPU work is negligible, so the wall time per call is the Python + launch cost. Every path is
 measured in four launch modes (``MODES``): Triton's ``kernel[grid](...)``, normkit's direct launch through
 Triton's Python launcher wrapper, the direct launch calling Triton's C launcher itself (the default on
-Triton 3.6; ``normkit.kernels._launch``), and the batch-norm launchers replayed from recorded plans
-(``normkit.kernels._plan``, off by default), alternating within each round.
+Triton 3.6; ``normkit.kernels._launch``), and the launchers replayed from recorded plans
+(``normkit.kernels._plan``) in Python and by the compiled extension (``normkit.kernels._native``, the default),
+alternating within each round.
 
     PYTHONPATH=src python benchmarks/host_overhead.py --out DIR
 
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
-from normkit.kernels import _launch, _plan
+from normkit.kernels import _launch, _native, _plan
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import layer_norm as KL
 
@@ -131,10 +132,10 @@ def ln_paths():
 
 
 # launch modes: Triton's kernel[grid]; normkit's direct launch through Triton's Python launcher wrapper;
-# the direct launch calling the C launcher itself (the default on Triton 3.6)
-# and (prepared in session 9, off by default) the launchers' calls replayed from recorded plans
-MODES = {"triton": (False, False, False), "direct": (True, False, False), "raw": (True, True, False),
-         "plan": (True, True, True)}
+# the direct launch calling the C launcher itself; the launchers' calls replayed from recorded plans in Python;
+# the same replayed by the compiled extension (normkit.kernels._native: the default once it has been built)
+MODES = {"triton": (False, False, False, False), "direct": (True, False, False, False),
+         "raw": (True, True, False, False), "plan": (True, True, True, False), "native": (True, True, True, True)}
 
 
 def measure(paths, calls, rounds):
@@ -150,14 +151,16 @@ def measure(paths, calls, rounds):
         try:
             walls = {m: [] for m in MODES}
             for _ in range(rounds):
-                for mode, (direct, raw, plans) in MODES.items():
+                for mode, (direct, raw, plans, native) in MODES.items():
                     _launch.set_direct(direct, raw)
                     _plan.set_plans(plans)
+                    _native.set_native(native)
                     walls[mode].append(per_call_us(fn, calls, repeats=3))
             gpu = gpu_us(fn)
         finally:
             _launch.set_direct(True)
             _plan.set_plans(plans_default)
+            _native.set_native(True)
             if enable:
                 normkit.disable()
         out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}
@@ -254,6 +257,11 @@ def main():
         return
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "calls": args.calls, "knobs": args.set, "us_per_call": {}}
+    t0 = time.time()
+    _native.start()
+    _native.wait(600)
+    res["native_replay"] = _native.status()
+    print(f"native replay: {_native.status()} ({time.time() - t0:.1f} s)", flush=True)
     print("launch modes: " + ", ".join(MODES), flush=True)
     for layout in ("contiguous", "channels_last"):
         print(f"batch_norm 32x64x8x8 bf16 {layout}", flush=True)

@@ -37,9 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_zoo as Z  # noqa: E402
 
 import normkit  # noqa: E402
+from normkit.kernels import _native  # noqa: E402
 
 # normkit: enable()'s default, the backward on the calling thread; eager: autograd's default, its device thread
-SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc")
+# normkit_python: launch plans replayed in Python rather than by the compiled extension (normkit.kernels._native)
+SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc", "normkit_python")
 
 
 @contextlib.contextmanager
@@ -47,6 +49,7 @@ def _setting(name):
     gc_was = gc.isenabled()
     if name.endswith("_nogc"):
         gc.disable()
+    _native.set_native(not name.endswith("_python"))
     try:
         with torch.autograd.set_multithreading_enabled(not name.endswith("_1thread")):
             if name.startswith("normkit"):
@@ -55,6 +58,7 @@ def _setting(name):
             else:
                 yield
     finally:
+        _native.set_native(True)
         if gc_was:
             gc.enable()
 
@@ -234,6 +238,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args(argv)
     meta, cases = Z.cuda_run(args, "model_host_profile.py", rounds=args.rounds, steps=args.steps)
+    _native.start()  # (normkit's plans replay natively once the extension is built: wait for it)
+    _native.wait(600)
+    meta["native_replay"] = _native.status()
+    print(f"native replay: {_native.status()}", flush=True)
     rows = []
     for i, (name, layout) in enumerate(cases, 1):
         t0 = time.time()
@@ -243,10 +251,10 @@ def main(argv=None):
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
-        e, n, e1, nw, ng = (row[s] for s in SETTINGS)
+        e, n, e1, nw, ng, npy = (row[s] for s in SETTINGS)
         print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  eager {e['fwd']:.2f} / {e['bwd']:.2f}  normkit "
               f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
-              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  collections a "
+              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  normkit, Python replay {npy['fwd']:.2f} / {npy['bwd']:.2f}  collections a "
               f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
         print("    inside normkit's kernels: " + format_inside(row["inside_normkit"]))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:

@@ -23,6 +23,10 @@
 #          conformance on CUDA, the cap against the old rule (variant combwide; predicted -5..-12 µs on 1024x4096 /
 #          512x8192 forwards). PART=63: small models' host time (prediction: mlp_bn1d forward -100..-200 µs a step),
 #          whole steps captured in CUDA graphs (graphed_steps.py; predictions in NOTES-host-overhead.md, session 23).
+# Session 25: PART=66: the native plan replay (normkit.kernels._native, _replay.cpp): its build on the GPU machine, its
+#          CUDA tests (same bits as the Python replay), the batch-norm kernel / plan CUDA tests replayed natively, host
+#          cost per call (mode native against plan). PART=67: small models' host time per step, native against Python
+#          replay (model_host_profile.py setting normkit_python), conformance on CUDA (every op).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -624,6 +628,25 @@ elif [ "$PART" = 65 ]; then
     bn_tests_and_check
     stamp "randomized test on CUDA: every family (seed 20261224)"
     random_cuda_tests 20261224 ${RANDOM_S:-150}
+elif [ "$PART" = 66 ]; then
+    stamp "native plan replay: build on a cold cache"
+    python3 -c "
+import time; from normkit.kernels import _native as N
+t = time.time(); N.start(); ok = N.wait(600); print('native replay', ok, N.status(), '%.1f s' % (time.time() - t))"
+    stamp "pytest -m cuda: native replay, launch plans, batch-norm kernels (plans replayed natively)"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
+        tests/kernels/test_batch_norm_kernels.py
+    stamp "host cost per call: plans replayed in Python (plan) against the native replay (native)"
+    timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
+    echo "host_overhead rc=$?"; grep -E "native replay|batch_norm|layer_norm|launcher" "$W/host.log" | cut -c1-260 | head -40
+elif [ "$PART" = 67 ]; then
+    stamp "host time of small models' steps: the native replay (normkit) against the Python replay (normkit_python)"
+    timeout ${PROF_S:-260} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
+        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} --rounds ${PROF_ROUNDS:-6} \
+        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-400
+    stamp "conformance on CUDA (every op; plans replayed natively)"
+    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet \
+        --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -12 "$W/check_cuda.log" | cut -c1-200
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

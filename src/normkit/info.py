@@ -58,7 +58,19 @@ def collect() -> dict:
     info["pdl"] = _pdl_info(devices)
     info["enable"] = {"active": aten.is_enabled(), "ops": aten.registered_ops()}
     info["get_kernel_fallback"] = hasattr(torch.library, "get_kernel")
+    info["native_replay"] = _native_info()
     return info
+
+
+def _native_info() -> str:
+    """Whether launch plans replay through the compiled extension (normkit.kernels._native)."""
+    from normkit import kernels
+
+    if not kernels.available():
+        return "no (Triton unavailable)"
+    from normkit.kernels import _native
+
+    return _native.status()
 
 
 def _pdl_info(devices) -> dict:
@@ -103,6 +115,7 @@ def main(argv=None) -> int:
         where = ", ".join(f"cuda:{i} {'yes' if on else 'no (needs NVIDIA sm_90+)'}" for i, on in pdl["devices"].items())
         knobs = ", ".join(f"{k} {v}" for k, v in pdl["knobs"].items())
         print(f"programmatic dependent launch: {where or 'no CUDA device'}; {knobs}")
+    print(f"native launch-plan replay: {info['native_replay']} (built in the background by the first CUDA plan)")
     en = info["enable"]
     print(f"enable(): {'active' if en['active'] else 'inactive'}"
           + (f" ({len(en['ops'])} aten ops overridden)" if en["active"] else ""))

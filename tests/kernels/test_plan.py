@@ -10,7 +10,7 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from normkit.kernels import _launch, _plan
+from normkit.kernels import _launch, _native, _plan
 
 
 class _CudaLike(torch.Tensor):
@@ -59,6 +59,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 1234, raising=False)
     monkeypatch.setattr(_launch, "_RAW_TRITON", True)
     monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=None, launch_exit_hook=None))
+    monkeypatch.setattr(_native, "_on", False)  # the Python replay (test_native_replay.py: the native one)
     _launch.set_direct(True)
     was = _plan.enabled()
     _plan.set_plans(True)
