@@ -192,21 +192,35 @@ class Clocks:
 
 
 def inside_kernels(step, steps):
-    """Clocks.per_call of ``steps`` steps under enable(), after one step that records the plans."""
+    """Clocks.per_call of ``steps`` steps under enable(), after one step that records the plans; with the native
+    replay loaded, also its own clocks: µs a replay in allocations, in launches (cuLaunchKernelEx) and in all."""
     clocks = Clocks()
+    mod = _native.module()
     with clocks.installed():
         step()
         torch.cuda.synchronize()
         clocks.spent.clear()
         clocks.calls.clear()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    return clocks.per_call(steps)
+        if mod is not None:
+            mod.set_timing(True)
+        try:
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+        finally:
+            t = mod.timings() if mod is not None else None
+            if mod is not None:
+                mod.set_timing(False)
+    out = clocks.per_call(steps)
+    if t and t["replays"]:
+        n = t["replays"]
+        out["native replay"] = {"calls_a_step": n / steps, "us_a_call": t["total_ns"] / n / 1e3,
+                                "alloc": t["alloc_ns"] / n / 1e3, "launch": t["launch_ns"] / n / 1e3}
+    return out
 
 
 def format_inside(inside) -> str:
-    pieces = ("planned", "replay", "alloc_replay", "alloc_other")
+    pieces = ("planned", "replay", "alloc_replay", "alloc_other", "alloc", "launch")
     return ", ".join(f"{op} {v['us_a_call']:.1f} us x {v['calls_a_step']:.0f} ("
                      + " ".join(f"{p} {v[p]:.1f}" for p in pieces if p in v) + ")" for op, v in inside.items())
 

@@ -205,6 +205,23 @@ def test_native_replay_scalar_holes_and_types(native):
         assert r.attrs == [(6, 1), (2, 1)]
 
 
+def test_native_replay_clocks(native, built):
+    mod = built[0]
+    k = _Kernel(_SIG)
+    x, y = _t(), _t()
+    _plan.planned("clk", (x, y), lambda: _run_two_launches(k, x, y))
+    mod.set_timing(True)
+    try:
+        for _ in range(3):
+            _plan.planned("clk", (x, y), lambda: pytest.fail("not replayed"))
+        t = mod.timings()
+    finally:
+        mod.set_timing(False)
+    assert t["replays"] == 3 and native.nk_launches() == 6
+    assert 0 < t["alloc_ns"] < t["total_ns"] and 0 < t["launch_ns"] < t["total_ns"]
+    assert t["alloc_ns"] + t["launch_ns"] <= t["total_ns"]
+
+
 def test_native_replay_falls_back_on_alignment_and_skips_empty_grids(native):
     k = _Kernel(_SIG)
     k.compiled.run.launch = lambda *a: None  # (the launcher path, when a replay does not apply)

@@ -13,6 +13,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -87,6 +88,28 @@ struct Plan {
 };
 
 const char* kCapsule = "normkit.native_plan";
+
+// optional clocks (benchmarks: where a replay's time goes): ns in allocations, launches, the rest; replays
+bool timing = false;
+int64_t spent_alloc = 0, spent_launch = 0, spent_total = 0, replays = 0;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+PyObject* set_timing(PyObject*, PyObject* arg) {
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  timing = on != 0;
+  spent_alloc = spent_launch = spent_total = replays = 0;
+  Py_RETURN_NONE;
+}
+
+PyObject* timings(PyObject*, PyObject*) {
+  return Py_BuildValue("{s:L,s:L,s:L,s:L}", "alloc_ns", (long long)spent_alloc, "launch_ns",
+                       (long long)spent_launch, "total_ns", (long long)spent_total, "replays", (long long)replays);
+}
 
 void free_plan(PyObject* capsule) {
   delete static_cast<Plan*>(PyCapsule_GetPointer(capsule, kCapsule));
@@ -269,7 +292,18 @@ bool ensure_context(int device) {
 
 // replay(plan, inputs, scalars, stream) -> the outputs, or None where the recorded call does not apply
 // (an input's 16-byte alignment differs: another binary). inputs: tensors or None, as recorded.
+PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs);
+
 PyObject* replay(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!timing) return replay_untimed(args, nargs);
+  int64_t t0 = now_ns();
+  PyObject* out = replay_untimed(args, nargs);
+  spent_total += now_ns() - t0;
+  ++replays;
+  return out;
+}
+
+PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {
     PyErr_SetString(PyExc_TypeError, "replay(plan, inputs, scalars, stream)");
     return nullptr;
@@ -317,6 +351,7 @@ PyObject* replay(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_ValueError, "normkit native replay: no input tensor");
     return nullptr;
   }
+  int64_t t_alloc = timing ? now_ns() : 0;
   try {
     uint64_t base = 0;
     at::Tensor scratch;
@@ -338,6 +373,8 @@ PyObject* replay(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
 
+  int64_t t_launch = timing ? now_ns() : 0;
+  if (timing) spent_alloc += t_launch - t_alloc;
   bool ok = ensure_context(plan->device);
   std::vector<uint64_t> values;
   std::vector<void*> params;
@@ -395,6 +432,7 @@ PyObject* replay(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     config.numAttrs = n_attrs;
     ok = cuda_check(driver.launch(&config, st.function, params.data(), nullptr), "cuLaunchKernelEx");
   }
+  if (timing) spent_launch += now_ns() - t_launch;
   if (!ok) return nullptr;
 
   PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(plan->outs.size()));
@@ -425,6 +463,8 @@ PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "make_plan(device, checks, allocs, scratch, steps, outs)"},
     {"replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(replay)), METH_FASTCALL,
      "replay(plan, inputs, scalars, stream) -> outputs | None"},
+    {"set_timing", set_timing, METH_O, "set_timing(on): clock the replays from now on (and zero the clocks)"},
+    {"timings", timings, METH_NOARGS, "timings() -> {alloc_ns, launch_ns, total_ns, replays} since set_timing"},
     {nullptr, nullptr, 0, nullptr},
 };
 
