@@ -26,7 +26,8 @@
 # Session 25: PART=66: the native plan replay (normkit.kernels._native, _replay.cpp): its build on the GPU machine, its
 #          CUDA tests (same bits as the Python replay), the batch-norm kernel / plan CUDA tests replayed natively, host
 #          cost per call (mode native against plan). PART=67: small models' host time per step, native against Python
-#          replay (model_host_profile.py setting normkit_python), conformance on CUDA (every op).
+#          replay (model_host_profile.py setting normkit_python), conformance on CUDA (every op). PART=68: the native
+#          replay's own clocks in models (allocations vs launches), then the whole `pytest -m cuda`.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -647,6 +648,13 @@ elif [ "$PART" = 67 ]; then
     stamp "conformance on CUDA (every op; plans replayed natively)"
     timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet \
         --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -12 "$W/check_cuda.log" | cut -c1-200
+elif [ "$PART" = 68 ]; then
+    stamp "where the native replay's time goes in models (its clocks: allocations, launches)"
+    timeout ${PROF_S:-150} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
+        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-3} \
+        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-500
+    stamp "pytest -m cuda: every CUDA test (plans replayed natively)"
+    cuda_tests ${PYTEST_S:-400} tests
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
