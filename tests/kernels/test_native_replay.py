@@ -274,6 +274,22 @@ def test_unsupported_signatures_keep_the_python_replay(native):
     assert len(log) == 6 and native.nk_launches() == 0
 
 
+def test_signature_keys_shapes_strides_dtypes_and_absent_inputs(built):
+    mod = built[0]
+    x = torch.randn(4, 6)
+    w = torch.randn(6)
+    sig = mod.signature((x, w, None))
+    assert isinstance(sig, bytes) and sig == mod.signature((torch.randn(4, 6), torch.randn(6), None))
+    others = [(x.t(), w, None), (x[:, :3], w, None), (x.double(), w, None), (x, w, w.clone()), (x, None, w),
+              (x.reshape(4, 6, 1), w, None), (x, w[:3], None)]
+    sigs = {mod.signature(o) for o in others} | {sig}
+    assert len(sigs) == len(others) + 1
+    assert mod.signature((x, w, w)) is None and mod.signature((x, x)) is None  # one tensor in two slots
+    assert mod.signature(()) == b"" and mod.signature((None,)) == b"\xff"
+    with pytest.raises(TypeError):
+        mod.signature((x, 3))
+
+
 def test_const_bits_match_tritons_packing():
     assert _plan._const_bits("i32", -1) == 0xFFFFFFFF and _plan._const_bits("i1", True) == 1
     assert _plan._const_bits("u64", 2 ** 63) == 2 ** 63 and _plan._const_bits("i16", -2) == 0xFFFE

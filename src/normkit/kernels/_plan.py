@@ -21,7 +21,8 @@ on (flags, knobs); a float the launcher passes as ``_launch.scalar(value, slot)`
 call's ``scalars[slot]`` (the momentum: one plan for every value) and stays out of the key. A signature
 that gives no plan is remembered, so its calls run the launcher without recording.
 
-``planned`` adds every input's shape, strides and dtype to the caller's key: a launcher decides from
+``planned`` adds every input's shape, strides and dtype to the caller's key (computed by the native module's
+``signature`` once it is loaded): a launcher decides from
 them (a strided weight is copied dense, a contiguous one is read in place), so a plan recorded for one
 is wrong for another. A call that passes one tensor in two slots (weight as bias) is never recorded: its
 kernels cannot say which slot a pointer came from, and a replay with two tensors would read one twice.
@@ -77,10 +78,17 @@ def planned(key, inputs: tuple, run, scalars: tuple = ()):
     """``run()`` (a launcher call on ``inputs``, CUDA tensors or None) through the plan recorded for
     ``key``; the first call with a key records it. ``scalars``: the floats the launcher passes as
     ``_launch.scalar(scalars[slot], slot)``, put into a replay's launches from this call."""
-    present = [t for t in inputs if t is not None]
-    if len({id(t) for t in present}) != len(present):
-        return run()
-    key = (key, tuple(None if t is None else (t.shape, t.stride(), t.dtype) for t in inputs))
+    mod = _native._module
+    if mod is not None and _native._on:  # (the same key in C++: one call instead of ~3 per input)
+        sig = mod.signature(inputs)
+        if sig is None:
+            return run()
+        key = (key, sig)
+    else:
+        present = [t for t in inputs if t is not None]
+        if len({id(t) for t in present}) != len(present):
+            return run()
+        key = (key, tuple(None if t is None else (t.shape, t.stride(), t.dtype) for t in inputs))
     plan = _plans.get(key, _MISSING)
     if plan is _MISSING:
         if len(_plans) >= MAX_PLANS:

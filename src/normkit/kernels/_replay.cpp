@@ -458,7 +458,42 @@ PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// signature(inputs) -> bytes | None: what a plan is keyed by besides the caller's key (_plan.planned), per input
+// its dtype, rank, sizes and strides (one 0xFF byte for None); None when one tensor fills two slots (never planned)
+PyObject* signature(PyObject*, PyObject* inputs) {
+  if (!PyTuple_Check(inputs)) {
+    PyErr_SetString(PyExc_TypeError, "normkit native replay: signature() takes a tuple");
+    return nullptr;
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+  std::string sig;
+  sig.reserve(static_cast<size_t>(n) * 80);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* o = PyTuple_GET_ITEM(inputs, i);
+    if (o == Py_None) {
+      sig.push_back('\xff');
+      continue;
+    }
+    for (Py_ssize_t j = 0; j < i; ++j) {
+      if (PyTuple_GET_ITEM(inputs, j) == o) Py_RETURN_NONE;
+    }
+    if (!THPVariable_Check(o)) {
+      PyErr_SetString(PyExc_TypeError, "normkit native replay: inputs must be tensors or None");
+      return nullptr;
+    }
+    const at::Tensor& t = THPVariable_Unpack(o);
+    const auto sizes = t.sizes();
+    const auto strides = t.strides();
+    sig.push_back(static_cast<char>(t.scalar_type()));
+    sig.push_back(static_cast<char>(sizes.size()));
+    sig.append(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(int64_t));
+    sig.append(reinterpret_cast<const char*>(strides.data()), strides.size() * sizeof(int64_t));
+  }
+  return PyBytes_FromStringAndSize(sig.data(), static_cast<Py_ssize_t>(sig.size()));
+}
+
 PyMethodDef methods[] = {
+    {"signature", signature, METH_O, "signature(inputs) -> bytes | None: the plan key of the inputs"},
     {"init", init, METH_O, "init(libcuda path): resolve the CUDA driver's entry points"},
     {"make_plan", make_plan, METH_VARARGS, "make_plan(device, checks, allocs, scratch, steps, outs)"},
     {"replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(replay)), METH_FASTCALL,
