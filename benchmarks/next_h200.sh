@@ -653,8 +653,11 @@ elif [ "$PART" = 68 ]; then
     timeout ${PROF_S:-150} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
         --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-3} \
         > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-500
-    stamp "pytest -m cuda: every CUDA test (plans replayed natively)"
-    cuda_tests ${PYTEST_S:-400} tests
+    stamp "pytest -m cuda: every CUDA test (plans replayed natively), the plan users first"
+    cuda_tests ${PYTEST_S:-400} tests/kernels/test_native_replay.py tests/kernels/test_plan.py tests/test_aten.py \
+        tests/ops tests/nn tests/test_functional.py tests/kernels/test_launch.py tests/kernels/test_batch_norm_kernels.py \
+        tests/kernels/test_layer_norm_kernels.py tests/kernels/test_group_norm_kernels.py tests/test_distributed.py \
+        tests/conformance tests/bench tests/reference tests/test_info.py
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
