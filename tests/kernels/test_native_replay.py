@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from normkit.kernels import _launch, _native, _plan
+from plan_fakes import CudaLike, fake_cuda
 
 _FAKE_DRIVER = r"""
 #include "cuda.h"
@@ -89,14 +90,6 @@ def _real_driver(mod):
         mod.init("libcuda.so.1")
 
 
-class _CudaLike(torch.Tensor):
-    @property
-    def is_cuda(self):
-        return True
-
-
-def _t(n=8, offset=0, dtype=torch.float32):
-    return torch.randn(n + offset, dtype=dtype)[offset:].as_subclass(_CudaLike)
 
 
 class _Kernel:
@@ -158,8 +151,8 @@ def _f32(v):
 
 
 def _run_two_launches(kernel, x, y, scale2=2.0):
-    out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
-    scratch = _launch.alloc(torch.empty(3, dtype=torch.int32).as_subclass(_CudaLike))
+    out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
+    scratch = _launch.alloc(torch.empty(3, dtype=torch.int32).as_subclass(CudaLike))
     _launch.launch(kernel, (2,), x, y, out, 24, 0.5, BLOCK=32)
     _launch.launch(kernel, (1, 3), out, out, scratch, -3, scale2, BLOCK=16)
     return out, x
@@ -167,10 +160,10 @@ def _run_two_launches(kernel, x, y, scale2=2.0):
 
 def test_native_replay_packs_what_tritons_launcher_packs(native):
     k = _Kernel(_SIG, num_warps=8, shared=1024)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("nat", (x, y), lambda: _run_two_launches(k, x, y))  # recorded, launched by "Triton"
     assert native.nk_launches() == 0
-    x2, y2 = _t(), _t(offset=4)  # (16 bytes in: the same alignment)
+    x2, y2 = fake_cuda(), fake_cuda(offset=4)  # (16 bytes in: the same alignment)
     out, xr = _plan.planned("nat", (x2, y2), lambda: pytest.fail("not replayed"))
     assert xr is x2 and out.shape == (6, 4) and out.stride() == (4, 1) and out.dtype == torch.float32
     first, second = _launches(native)
@@ -188,10 +181,10 @@ def test_native_replay_packs_what_tritons_launcher_packs(native):
 def test_native_replay_scalar_holes_and_types(native):
     sig = {"x": "*bf16", "y": "*fp32", "out": "*fp32", "n": "i64", "scale": "fp32", "BLOCK": "constexpr"}
     k = _Kernel(sig, pdl=True, coop=True)
-    x, y = _t(dtype=torch.bfloat16), _t()
+    x, y = fake_cuda(dtype=torch.bfloat16), fake_cuda()
 
     def run(x, y, m):
-        out = _launch.alloc(torch.empty(5).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(5).as_subclass(CudaLike))
         _launch.launch(k, (3, 2, 2), x, y, out, -(1 << 40), _launch.scalar(m, 0), BLOCK=4)
         return (out,)
 
@@ -208,7 +201,7 @@ def test_native_replay_scalar_holes_and_types(native):
 def test_native_replay_clocks(native, built):
     mod = built[0]
     k = _Kernel(_SIG)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("clk", (x, y), lambda: _run_two_launches(k, x, y))
     mod.set_timing(True)
     try:
@@ -225,7 +218,7 @@ def test_native_replay_clocks(native, built):
 def test_native_replay_falls_back_on_alignment_and_skips_empty_grids(native):
     k = _Kernel(_SIG)
     k.compiled.run.launch = lambda *a: None  # (the launcher path, when a replay does not apply)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     calls = []
 
     def run(x, y):
@@ -233,11 +226,11 @@ def test_native_replay_falls_back_on_alignment_and_skips_empty_grids(native):
         return _run_two_launches(k, x, y)
 
     _plan.planned("al", (x, y), lambda: run(x, y))
-    _plan.planned("al", (_t(offset=1), y), lambda: run(x, y))  # x 4 bytes off 16: another binary
+    _plan.planned("al", (fake_cuda(offset=1), y), lambda: run(x, y))  # x 4 bytes off 16: another binary
     assert len(calls) == 2 and native.nk_launches() == 0
 
     def empty(x, y):
-        out = _launch.alloc(torch.empty(2).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(2).as_subclass(CudaLike))
         _launch.launch(k, (0,), x, y, out, 2, 1.0, BLOCK=2)
         return (out,)
 
@@ -248,10 +241,10 @@ def test_native_replay_falls_back_on_alignment_and_skips_empty_grids(native):
 
 def test_native_replay_raises_the_drivers_error(native):
     k = _Kernel(_SIG)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
 
     def run():
-        out = _launch.alloc(torch.empty(2).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(2).as_subclass(CudaLike))
         _launch.launch(k, (777,), x, y, out, 2, 1.0, BLOCK=2)
         return (out,)
 
@@ -265,7 +258,7 @@ def test_unsupported_signatures_keep_the_python_replay(native):
     for sig in ({**_SIG, "n": "fp16"}, None, {"x": "*fp32"}):
         k = _Kernel(sig)
         k.compiled.run.launch = lambda *a: log.append(a)
-        x, y = _t(), _t()
+        x, y = fake_cuda(), fake_cuda()
         key = ("un", str(sig))
         _plan.planned(key, (x, y), lambda: _run_two_launches(k, x, y))
         _plan.planned(key, (x, y), lambda: pytest.fail("not replayed"))

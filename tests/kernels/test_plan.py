@@ -11,16 +11,9 @@ import pytest
 import torch
 
 from normkit.kernels import _launch, _native, _plan
+from plan_fakes import CudaLike, fake_cuda
 
 
-class _CudaLike(torch.Tensor):
-    @property
-    def is_cuda(self):
-        return True
-
-
-def _t(n=8, offset=0, dtype=torch.float32):
-    return torch.randn(n + offset, dtype=dtype)[offset:].as_subclass(_CudaLike)
 
 
 class CudaLauncher:
@@ -75,9 +68,9 @@ def _launcher(kernel, copy=False):
 
     def run(x, y):
         calls.append(1)
-        xx = (x * 1).as_subclass(_CudaLike) if copy else x  # a copy the launcher does not note
-        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
-        scratch = _launch.alloc(torch.empty(3, dtype=torch.int32).as_subclass(_CudaLike))
+        xx = (x * 1).as_subclass(CudaLike) if copy else x  # a copy the launcher does not note
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
+        scratch = _launch.alloc(torch.empty(3, dtype=torch.int32).as_subclass(CudaLike))
         _launch.launch(kernel, (2,), xx, y, out, 24, 0.5, BLOCK=32)
         _launch.launch(kernel, (1, 3), out, out, scratch, 3, 2.0, BLOCK=16)
         return out, x
@@ -92,10 +85,10 @@ def _stored(key):
 
 def test_replay_passes_new_pointers_and_allocates_the_outputs(fake):
     run, calls = _launcher(fake.kernel)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("k", (x, y), lambda: run(x, y))  # records (its launches: Triton's path, then cached)
     assert len(calls) == 1
-    x2, y2 = _t(), _t()
+    x2, y2 = fake_cuda(), fake_cuda()
     made = []
     real_empty, real_strided = torch.empty, torch.empty_strided
     with pytest.MonkeyPatch.context() as mp:  # outputs one by one, every scratch buffer in one allocation
@@ -116,7 +109,7 @@ def test_replay_passes_new_pointers_and_allocates_the_outputs(fake):
 def test_no_plan_when_the_launcher_copies(fake):
     run, calls = _launcher(fake.kernel, copy=True)
     for _ in range(3):
-        x, y = _t(), _t()
+        x, y = fake_cuda(), fake_cuda()
         _plan.planned("c", (x, y), lambda: run(x, y))
     assert len(calls) == 3 and _stored("c") == [None]
 
@@ -129,21 +122,21 @@ def test_views_replay_at_their_byte_offsets(fake):
 
     def run(x, y):
         calls.append(1)
-        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
-        scratch = _launch.alloc(torch.empty(2, 8, dtype=torch.int32).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
+        scratch = _launch.alloc(torch.empty(2, 8, dtype=torch.int32).as_subclass(CudaLike))
         _launch.launch(fake.kernel, (2,), x.reshape(2, 4), y[4:], out, 24, 0.5, BLOCK=32)
         _launch.launch(fake.kernel, (1,), scratch[1], scratch[0], out, 3, 2.0, BLOCK=16)
         return (out,)
 
-    x, y = _t(), _t(12)
+    x, y = fake_cuda(), fake_cuda(12)
     _plan.planned("v", (x, y), lambda: run(x, y))
-    x2, y2 = _t(), _t(12)
+    x2, y2 = fake_cuda(), fake_cuda(12)
     (out,) = _plan.planned("v", (x2, y2), lambda: run(x2, y2))
     assert len(calls) == 1, "replayed"
     first, second = fake.log[-2:]
     assert first[13:16] == (x2.data_ptr(), y2.data_ptr() + 16, out.data_ptr())
     assert second[13] - second[14] == 32, "the scratch rows keep their offsets"
-    x3, y3 = _t(), _t(12, offset=2)  # y3[4:] now starts 8 bytes off a 16-byte boundary
+    x3, y3 = fake_cuda(), fake_cuda(12, offset=2)  # y3[4:] now starts 8 bytes off a 16-byte boundary
     _plan.planned("v", (x3, y3), lambda: run(x3, y3))
     assert len(calls) == 2
 
@@ -155,11 +148,11 @@ def test_no_plan_for_aliased_inputs(fake):
 
     def run(x, y):
         calls.append(1)
-        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
         _launch.launch(fake.kernel, (2,), x[2:6], y, out, 24, 0.5, BLOCK=32)
         return (out,)
 
-    base = _t(16)
+    base = fake_cuda(16)
     x, y = base[:8], base[:12]
     _plan.planned("a", (x, y), lambda: run(x, y))
     assert _stored("a") == [None]
@@ -171,14 +164,14 @@ def test_a_plan_is_for_its_inputs_shapes_strides_and_dtypes(fake, other):
     read in place): a call whose input differs in any of it is recorded on its own, never replayed
     from another's plan (session 15: a layer-norm plan of a contiguous weight replayed a strided one)."""
     run, calls = _launcher(fake.kernel)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("s", (x, y), lambda: run(x, y))
-    y2 = {"strides": _t(16)[::2], "shape": _t(6), "dtype": _t(dtype=torch.float64)}[other]
-    x2 = _t()
+    y2 = {"strides": fake_cuda(16)[::2], "shape": fake_cuda(6), "dtype": fake_cuda(dtype=torch.float64)}[other]
+    x2 = fake_cuda()
     _plan.planned("s", (x2, y2), lambda: run(x2, y2))
     assert len(calls) == 2, "recorded anew, not replayed"
     assert len(_stored("s")) == 2
-    x3, y3 = _t(), _t()
+    x3, y3 = fake_cuda(), fake_cuda()
     _plan.planned("s", (x3, y3), lambda: run(x3, y3))
     assert len(calls) == 2 and fake.log[-2][13:15] == (x3.data_ptr(), y3.data_ptr()), "the first plan replays"
 
@@ -187,12 +180,12 @@ def test_one_tensor_in_two_slots_is_never_recorded(fake):
     """weight passed as bias too: the kernels cannot tell the slots apart, so a plan of that call would
     read the weight twice when replayed with two tensors."""
     run, calls = _launcher(fake.kernel)
-    x = _t()
+    x = fake_cuda()
     _plan.planned("w", (x, x), lambda: run(x, x))
     assert _stored("w") == []
-    x2, y2 = _t(), _t()
+    x2, y2 = fake_cuda(), fake_cuda()
     _plan.planned("w", (x2, y2), lambda: run(x2, y2))
-    x3, y3 = _t(), _t()
+    x3, y3 = fake_cuda(), fake_cuda()
     _plan.planned("w", (x3, y3), lambda: run(x3, y3))
     assert len(calls) == 2, "the call with two tensors is recorded, then replayed"
     assert fake.log[-2][13:15] == (x3.data_ptr(), y3.data_ptr())
@@ -201,11 +194,11 @@ def test_one_tensor_in_two_slots_is_never_recorded(fake):
 @pytest.mark.parametrize("why", ["misaligned", "hook", "device"])
 def test_replay_falls_back(fake, monkeypatch, why):
     run, calls = _launcher(fake.kernel)
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("f", (x, y), lambda: run(x, y))
-    x2, y2 = _t(), _t()
+    x2, y2 = fake_cuda(), fake_cuda()
     if why == "misaligned":
-        x2 = _t(offset=1)  # another specialization of the first kernel
+        x2 = fake_cuda(offset=1)  # another specialization of the first kernel
     elif why == "hook":
         monkeypatch.setattr(_launch, "_runtime_knobs", NS(launch_enter_hook=print, launch_exit_hook=None))
     else:
@@ -223,19 +216,19 @@ def test_plan_scalars_come_from_each_call(fake):
 
     def run(x, y, scale):
         calls.append(1)
-        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
         _launch.launch(fake.kernel, (2,), x, y, out, 24, _launch.scalar(scale, 1), BLOCK=32)
         _launch.launch(fake.kernel, (1,), out, x, out, 3, 2.0, BLOCK=16)
         return (out,)
 
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("s", (x, y), lambda: run(x, y, 0.5), scalars=(9.0, 0.5))  # compiles the kernels
-    x, y = _t(), _t()
+    x, y = fake_cuda(), fake_cuda()
     _plan.planned("s2", (x, y), lambda: run(x, y, 0.75), scalars=(9.0, 0.75))  # recorded through direct launches
     assert fake.log[-2][13:] == (x.data_ptr(), y.data_ptr(), fake.log[-2][15], 24, 0.75, 32)
     assert type(fake.log[-2][17]) is float, "a plain float reaches the launcher while recording"
     for scale in (1 / 3, 0.125, 1 / 7):
-        x2, y2 = _t(), _t()
+        x2, y2 = fake_cuda(), fake_cuda()
         _plan.planned("s2", (x2, y2), lambda: run(x2, y2, scale), scalars=(9.0, scale))
         first, second = fake.log[-2:]
         assert first[13:15] == (x2.data_ptr(), y2.data_ptr()) and first[16:] == (24, scale, 32)
@@ -250,12 +243,12 @@ def test_no_plan_when_a_scalar_slot_is_not_given(fake):
 
     def run(x, y, scale):
         calls.append(1)
-        out = _launch.alloc(torch.empty(6, 4).as_subclass(_CudaLike))
+        out = _launch.alloc(torch.empty(6, 4).as_subclass(CudaLike))
         _launch.launch(fake.kernel, (2,), x, y, out, 24, _launch.scalar(scale, 0), BLOCK=32)
         return (out,)
 
     for scale in (0.5, 0.25, 0.125):
-        x, y = _t(), _t()
+        x, y = fake_cuda(), fake_cuda()
         _plan.planned("ns", (x, y), lambda: run(x, y, scale))
     assert len(calls) == 3 and _stored("ns") == [None]
     assert fake.log[-1][16:] == (24, 0.125, 32)
@@ -267,7 +260,7 @@ def test_plans_capped(fake, monkeypatch):
     monkeypatch.setattr(_plan, "MAX_PLANS", 2)
     run, calls = _launcher(fake.kernel)
     for k in range(4):
-        x, y = _t(), _t()
+        x, y = fake_cuda(), fake_cuda()
         _plan.planned(("m", k), (x, y), lambda: run(x, y))
     assert len(_plan._plans) == 2 and len(calls) == 4
 
@@ -276,7 +269,7 @@ def test_plans_off_or_direct_launch_off(fake):
     run, calls = _launcher(fake.kernel)
     _launch.set_direct(False)  # Triton's own path: the recording is not replayable
     for _ in range(2):
-        x, y = _t(), _t()
+        x, y = fake_cuda(), fake_cuda()
         _plan.planned("d", (x, y), lambda: run(x, y))
     assert len(calls) == 2 and _stored("d") == [None]
 
