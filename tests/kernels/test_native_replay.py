@@ -253,6 +253,17 @@ def test_native_replay_raises_the_drivers_error(native):
         _plan.planned("err", (x, y), run)
 
 
+def test_native_replay_raises_torchs_allocation_error(built):
+    mod = built[0]
+    huge = ((1 << 50,), (1,), torch.uint8)
+    plan = mod.make_plan(0, [], [huge], 0, [], [1])
+    with pytest.raises(Exception) as native_err:
+        mod.replay(plan, (torch.randn(4),), (), 0)
+    with pytest.raises(Exception) as torch_err:
+        torch.empty_strided(*huge[:2], dtype=huge[2])
+    assert native_err.type is torch_err.type and str(native_err.value)[:40] == str(torch_err.value)[:40]
+
+
 def test_unsupported_signatures_keep_the_python_replay(native):
     log = []
     for sig in ({**_SIG, "n": "fp16"}, None, {"x": "*fp32"}):

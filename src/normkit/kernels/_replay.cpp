@@ -24,6 +24,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "cuda.h"
@@ -352,25 +353,23 @@ PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   int64_t t_alloc = timing ? now_ns() : 0;
-  try {
-    uint64_t base = 0;
-    at::Tensor scratch;
-    if (plan->scratch > 0) {
-      scratch = at::empty({plan->scratch}, at::TensorOptions().dtype(at::kByte).device(*dev));
-      base = reinterpret_cast<uint64_t>(scratch.data_ptr());
+  // torch's errors as torch raises them (an out-of-memory error is torch.OutOfMemoryError, as from the Python
+  // replay's torch.empty_strided)
+  HANDLE_TH_ERRORS
+  uint64_t base = 0;
+  at::Tensor scratch;
+  if (plan->scratch > 0) {
+    scratch = at::empty({plan->scratch}, at::TensorOptions().dtype(at::kByte).device(*dev));
+    base = reinterpret_cast<uint64_t>(scratch.data_ptr());
+  }
+  for (size_t j = 0; j < plan->allocs.size(); ++j) {
+    const Alloc& a = plan->allocs[j];
+    if (a.scratch) {
+      ptrs[n_in + j] = base + a.offset;
+    } else {
+      made[j] = at::empty_strided(a.shape, a.stride, at::TensorOptions().dtype(a.dtype).device(*dev));
+      ptrs[n_in + j] = reinterpret_cast<uint64_t>(made[j].data_ptr());
     }
-    for (size_t j = 0; j < plan->allocs.size(); ++j) {
-      const Alloc& a = plan->allocs[j];
-      if (a.scratch) {
-        ptrs[n_in + j] = base + a.offset;
-      } else {
-        made[j] = at::empty_strided(a.shape, a.stride, at::TensorOptions().dtype(a.dtype).device(*dev));
-        ptrs[n_in + j] = reinterpret_cast<uint64_t>(made[j].data_ptr());
-      }
-    }
-  } catch (const std::exception& e) {
-    PyErr_Format(PyExc_RuntimeError, "normkit native replay: allocation failed: %s", e.what());
-    return nullptr;
   }
 
   int64_t t_launch = timing ? now_ns() : 0;
@@ -456,6 +455,7 @@ PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
     PyTuple_SET_ITEM(out, static_cast<Py_ssize_t>(i), o);
   }
   return out;
+  END_HANDLE_TH_ERRORS
 }
 
 // signature(inputs) -> bytes | None: what a plan is keyed by besides the caller's key (_plan.planned), per input
