@@ -264,9 +264,13 @@ def test_native_replay_raises_torchs_allocation_error(built):
     assert native_err.type is torch_err.type and str(native_err.value)[:40] == str(torch_err.value)[:40]
 
 
-def test_unsupported_signatures_keep_the_python_replay(native):
+def test_unsupported_signatures_keep_the_python_replay(native, monkeypatch):
     log = []
-    for sig in ({**_SIG, "n": "fp16"}, None, {"x": "*fp32"}):
+    real_params = _plan._native_params
+    bad_kind = lambda *a: [(9, 0, 0)]  # noqa: E731  (make_plan refuses it: ValueError)
+    for sig, params in (({**_SIG, "n": "fp16"}, real_params), (None, real_params), ({"x": "*fp32"}, real_params),
+                        (_SIG, bad_kind)):
+        monkeypatch.setattr(_plan, "_native_params", params)
         k = _Kernel(sig)
         k.compiled.run.launch = lambda *a: log.append(a)
         x, y = fake_cuda(), fake_cuda()
@@ -275,7 +279,7 @@ def test_unsupported_signatures_keep_the_python_replay(native):
         _plan.planned(key, (x, y), lambda: pytest.fail("not replayed"))
         (plan,) = [p for (kk, _), p in _plan._plans.items() if kk == key]
         assert plan.native is None
-    assert len(log) == 6 and native.nk_launches() == 0
+    assert len(log) == 8 and native.nk_launches() == 0
 
 
 def test_signature_keys_shapes_strides_dtypes_and_absent_inputs(built):

@@ -180,7 +180,10 @@ class _Plan:
             steps.append((function, *grid, 32 * num_warps, shared, coop, pdl, params))
         allocs = [a if type(a) is int else (a[0], a[1], a[2]) for a in self.allocs]
         outs = [-1 if slot is None else slot for slot in self.outs]
-        self.native = mod.make_plan(self.device, list(self.aligned), allocs, self.scratch, steps, outs)
+        try:
+            self.native = mod.make_plan(self.device, list(self.aligned), allocs, self.scratch, steps, outs)
+        except (TypeError, ValueError, OverflowError):  # a value it cannot hold: the Python replay stays
+            return None
         return self.native
 
 
