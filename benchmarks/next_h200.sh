@@ -28,6 +28,9 @@
 #          cost per call (mode native against plan). PART=67: small models' host time per step, native against Python
 #          replay (model_host_profile.py setting normkit_python), conformance on CUDA (every op). PART=68: the native
 #          replay's own clocks in models (allocations vs launches), then the whole `pytest -m cuda`.
+# For the next session: PART=69: batch norm's fast routes (prepared in session 25 without a GPU): their CUDA tests
+#          (same bits with and without, torch's errors), the plan users' CUDA tests, small models' host time with and
+#          without routes (model_host_profile.py setting normkit_noroutes), conformance on CUDA.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -658,6 +661,17 @@ elif [ "$PART" = 68 ]; then
         tests/ops tests/nn tests/test_functional.py tests/kernels/test_launch.py tests/kernels/test_batch_norm_kernels.py \
         tests/kernels/test_layer_norm_kernels.py tests/kernels/test_group_norm_kernels.py tests/test_distributed.py \
         tests/conformance tests/bench tests/reference tests/test_info.py
+elif [ "$PART" = 69 ]; then
+    stamp "pytest -m cuda: batch norm's fast routes, native replay, plans, aten"
+    cuda_tests ${PYTEST_S:-240} tests/ops/test_bn_routes.py tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
+        tests/test_aten.py tests/ops tests/nn
+    stamp "host time of small models' steps: fast routes (normkit) against none (normkit_noroutes)"
+    timeout ${PROF_S:-200} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
+        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-4} \
+        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-600
+    stamp "conformance on CUDA (every op)"
+    timeout ${CHECK_S:-150} python3 -m normkit check --impl normkit --device cuda --quiet \
+        --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -12 "$W/check_cuda.log" | cut -c1-200
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

@@ -294,6 +294,9 @@ def test_signature_keys_shapes_strides_dtypes_and_absent_inputs(built):
     assert len(sigs) == len(others) + 1
     assert mod.signature((x, w, w)) is None and mod.signature((x, x)) is None  # one tensor in two slots
     assert mod.signature(()) == b"" and mod.signature((None,)) == b"\xff"
+    assert mod.signature((x.to_sparse(), w)) is None and mod.signature((x.to_sparse_csr(),)) is None
+    assert mod.signature((torch.nested.nested_tensor([w, w[:2]]),)) is None
+    assert mod.signature((x, w.to("meta"))) != mod.signature((x, w))  # the device is keyed
     with pytest.raises(TypeError):
         mod.signature((x, 3))
 

@@ -108,6 +108,27 @@ def planned(key, inputs: tuple, run, scalars: tuple = ()):
     return run()
 
 
+def signature(inputs: tuple):
+    """The native module's signature of ``inputs`` (device, dtype, sizes, strides per tensor; bytes), or None:
+    no native module loaded (or off), aliased slots, a tensor that is not plain strided."""
+    mod = _native._module
+    return mod.signature(inputs) if mod is not None and _native._on else None
+
+
+def recorded(key, sig: bytes) -> bool:
+    """Whether ``planned`` holds a plan for ``key`` and inputs of signature ``sig``."""
+    return _plans.get((key, sig)) is not None
+
+
+def replay_only(key, inputs: tuple, sig: bytes, scalars: tuple = ()):
+    """The outputs of the plan ``planned`` recorded for ``key`` and inputs of signature ``sig`` (``signature``),
+    replayed; None where there is none (nothing is recorded) or its replay does not apply."""
+    if not _on:
+        return None
+    plan = _plans.get((key, sig))
+    return plan.replay(inputs, scalars) if plan is not None else None
+
+
 class _Plan:
     """allocs: per noted allocation, (shape, stride, dtype) of an output tensor, or the byte offset of a
     scratch buffer inside one uint8 allocation of ``scratch`` bytes (one allocation instead of several:

@@ -459,8 +459,10 @@ PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // signature(inputs) -> bytes | None: what a plan is keyed by besides the caller's key (_plan.planned), per input
-// its dtype, rank, sizes and strides (one 0xFF byte for None); None when one tensor fills two slots (never planned)
+// its device, dtype, rank, sizes and strides (one 0xFF byte for None); None when one tensor fills two slots (never
+// planned) or a tensor is not a plain strided one (sparse, nested: no plan, no fast route)
 PyObject* signature(PyObject*, PyObject* inputs) {
+  HANDLE_TH_ERRORS
   if (!PyTuple_Check(inputs)) {
     PyErr_SetString(PyExc_TypeError, "normkit native replay: signature() takes a tuple");
     return nullptr;
@@ -482,14 +484,18 @@ PyObject* signature(PyObject*, PyObject* inputs) {
       return nullptr;
     }
     const at::Tensor& t = THPVariable_Unpack(o);
+    if (t.layout() != c10::kStrided || t.is_nested()) Py_RETURN_NONE;
     const auto sizes = t.sizes();
     const auto strides = t.strides();
+    sig.push_back(static_cast<char>(t.device().type()));
+    sig.push_back(static_cast<char>(t.device().index()));
     sig.push_back(static_cast<char>(t.scalar_type()));
     sig.push_back(static_cast<char>(sizes.size()));
     sig.append(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(int64_t));
     sig.append(reinterpret_cast<const char*>(strides.data()), strides.size() * sizeof(int64_t));
   }
   return PyBytes_FromStringAndSize(sig.data(), static_cast<Py_ssize_t>(sig.size()));
+  END_HANDLE_TH_ERRORS
 }
 
 PyMethodDef methods[] = {

@@ -1291,11 +1291,39 @@ def bn_forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
     weight/bias may be None. ``momentum`` is used verbatim.
     """
     if _plan.enabled() and x.is_cuda:  # (the momentum is a plan scalar: one plan for every value)
-        key = ("bn_forward_train", eps, tuple(_TUNE.values()))
-        return _plan.planned(key, (x, weight, bias, running_mean, running_var),
+        return _plan.planned(_train_key(eps), (x, weight, bias, running_mean, running_var),
                              lambda: _forward_train(x, weight, bias, running_mean, running_var, momentum, eps),
                              _momentum_parts(momentum))
     return _forward_train(x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _train_key(eps):
+    return ("bn_forward_train", eps, tuple(_TUNE.values()))
+
+
+def _backward_key(train, mask):
+    return ("bn_backward", bool(train), mask, tuple(_TUNE.values()))
+
+
+# Replays without a launcher call behind them, for normkit.ops' fast routes: ``sig`` is ``_plan.signature`` of the
+# same inputs; the outputs of the plan an earlier call recorded, or None (no such plan: nothing is recorded)
+
+def bn_forward_train_replay(x, weight, bias, running_mean, running_var, momentum, eps, sig):
+    return _plan.replay_only(_train_key(eps), (x, weight, bias, running_mean, running_var), sig,
+                             _momentum_parts(momentum))
+
+
+def bn_backward_train_replay(grad_out, x, weight, mean, invstd, mask, sig):
+    return _plan.replay_only(_backward_key(True, mask), (grad_out, x, weight, mean, invstd), sig)
+
+
+def bn_train_planned(eps, sig) -> bool:
+    """Whether a training forward with inputs of signature ``sig`` has a plan (a replay would take it)."""
+    return _plan.recorded(_train_key(eps), sig)
+
+
+def bn_backward_train_planned(mask, sig) -> bool:
+    return _plan.recorded(_backward_key(True, mask), sig)
 
 
 def _forward_train(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -1394,8 +1422,7 @@ def bn_backward(grad_out, x, weight, mean, invstd, train, output_mask):
     """
     mask = tuple(bool(m) for m in output_mask)
     if _plan.enabled() and x.is_cuda:
-        key = ("bn_backward", bool(train), mask, tuple(_TUNE.values()))
-        return _plan.planned(key, (grad_out, x, weight, mean, invstd),
+        return _plan.planned(_backward_key(train, mask), (grad_out, x, weight, mean, invstd),
                              lambda: _backward(grad_out, x, weight, mean, invstd, train, mask))
     return _backward(grad_out, x, weight, mean, invstd, train, mask)
 

@@ -6,6 +6,9 @@ import importlib
 
 import torch
 
+# tensors of these exact types take normkit's path under enable() (a subclass may change what an op means)
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
 _FAMILY_MODULE = {"batch_norm": "normkit.kernels.batch_norm", "layer_norm": "normkit.kernels.layer_norm",
                   "rms_norm": "normkit.kernels.layer_norm", "group_norm": "normkit.kernels.group_norm"}
 _modules: dict = {}

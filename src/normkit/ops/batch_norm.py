@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.kernels import dense_param
-from normkit.ops._select import kernels_for, params_ok, reference
+from normkit.kernels import _plan, dense_param
+from normkit.ops._select import PLAIN_TENSORS, kernels_for, params_ok, reference
 from normkit.reference._common import acc_dtype
 
 __all__ = [
@@ -189,6 +189,121 @@ def cudnn_batch_norm_backward(input: Tensor, grad_output: Tensor, weight: Tensor
     train = save_mean is not None and save_mean.numel() > 0
     return _backward(grad_output, input, weight, running_mean, running_var, save_mean, save_var, train,
                      epsilon, [True, True, True])
+
+
+# --- fast routes (under enable(): the host time of small layers) ----------------------------------------------
+# A training call from aten (normkit.aten) whose tensors (device, dtype, sizes and strides: ``_plan.signature``)
+# passed every check and ran a launch plan is noted; a later call of that op with the same signature and flags
+# skips the checks, the kernel selection and the launcher and replays the plan (``kernels.batch_norm.*_replay``).
+# Everything the checks and the routing read is in the signature and the noted flags, but x's exact type, tested
+# here as aten's predicate tests it. A route that answers None (nothing noted, no plan, a replay that does not
+# apply) leaves the call to the normal path. ``ROUTES``: per aten op, (route, note) over the op's own arguments.
+
+_routes: set = set()
+MAX_ROUTES = 4096  # signatures that change every call would grow the set without end
+
+
+def _note(entry) -> None:
+    if len(_routes) < MAX_ROUTES:
+        _routes.add(entry)
+
+
+def _forward_route(op, x, weight, bias, running_mean, running_var, momentum, eps, extra=()):
+    """Op's training forward outputs ((y, save_mean, save_invstd) + extra) through its route, or None."""
+    if type(x) not in PLAIN_TENSORS:
+        return None
+    sig = _plan.signature((x, weight, bias, running_mean, running_var))
+    if sig is None or (op, sig, eps) not in _routes:
+        return None
+    out = kernels_for("batch_norm", x).bn_forward_train_replay(x, weight, bias, running_mean, running_var,
+                                                               momentum, eps, sig)
+    return None if out is None else tuple(out) + tuple(e(x) for e in extra)
+
+
+def _note_forward(op, x, weight, bias, running_mean, running_var, eps) -> None:
+    """After op's training forward returned: note its route where it ran a plan on these very tensors (a plan
+    under their signature means they reached the launcher as they are: no copy, no reference path)."""
+    mod = kernels_for("batch_norm", x) if x.is_cuda else None
+    sig = _plan.signature((x, weight, bias, running_mean, running_var)) if mod is not None else None
+    if sig is not None and mod.bn_train_planned(eps, sig):
+        _note((op, sig, eps))
+
+
+def _backward_route(op, grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, mask):
+    """Op's training backward (grad_input, grad_weight, grad_bias) through its route, or None."""
+    if type(x) not in PLAIN_TENSORS:
+        return None
+    sig = _plan.signature((grad_out, x, weight, running_mean, running_var, save_mean, save_invstd))
+    if sig is None or (op, sig, mask) not in _routes:
+        return None
+    launched = _plan.signature((grad_out, x, weight, save_mean, save_invstd))
+    return kernels_for("batch_norm", x).bn_backward_train_replay(grad_out, x, weight, save_mean, save_invstd, mask,
+                                                                 launched)
+
+
+def _note_backward(op, grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, mask) -> None:
+    """As _note_forward; only where the gradients needed no dtype conversion after the kernels (a weight, or
+    x in its own accumulation dtype)."""
+    mod = kernels_for("batch_norm", x) if x.is_cuda else None
+    if mod is None or (weight is None and acc_dtype(x.dtype) != x.dtype):
+        return
+    sig = _plan.signature((grad_out, x, weight, running_mean, running_var, save_mean, save_invstd))
+    launched = _plan.signature((grad_out, x, weight, save_mean, save_invstd))
+    if sig is not None and launched is not None and mod.bn_backward_train_planned(mask, launched):
+        _note((op, sig, mask))
+
+
+def _mask(output_mask):
+    return tuple(bool(m) for m in output_mask)
+
+
+def _trained(save_mean):
+    return save_mean is not None and save_mean.numel() > 0
+
+
+ROUTES = {
+    "native_batch_norm": (
+        lambda x, w, b, rm, rv, training, momentum, eps:
+            _forward_route("native_batch_norm", x, w, b, rm, rv, momentum, eps) if training else None,
+        lambda x, w, b, rm, rv, training, momentum, eps:
+            _note_forward("native_batch_norm", x, w, b, rm, rv, eps) if training else None),
+    "_native_batch_norm_legit": (
+        lambda x, w, b, rm, rv, training, momentum, eps:
+            _forward_route("_native_batch_norm_legit", x, w, b, rm, rv, momentum, eps) if training else None,
+        lambda x, w, b, rm, rv, training, momentum, eps:
+            _note_forward("_native_batch_norm_legit", x, w, b, rm, rv, eps) if training else None),
+    "_native_batch_norm_legit.no_stats": (
+        lambda x, w, b, training, momentum, eps:
+            _forward_route("no_stats", x, w, b, None, None, momentum, eps) if training else None,
+        lambda x, w, b, training, momentum, eps:
+            _note_forward("no_stats", x, w, b, None, None, eps) if training else None),
+    "_batch_norm_with_update": (
+        lambda x, w, b, rm, rv, momentum, eps:
+            _forward_route("_batch_norm_with_update", x, w, b, rm, rv, momentum, eps, (_empty_reserve,)),
+        lambda x, w, b, rm, rv, momentum, eps: _note_forward("_batch_norm_with_update", x, w, b, rm, rv, eps)),
+    "cudnn_batch_norm": (
+        lambda x, w, b, rm, rv, training, factor, eps:
+            _forward_route("cudnn_batch_norm", x, w, b, rm, rv, factor, eps, (_empty_reserve,)) if training else None,
+        lambda x, w, b, rm, rv, training, factor, eps:
+            _note_forward("cudnn_batch_norm", x, w, b, rm, rv, eps) if training else None),
+    "native_batch_norm_backward": (
+        lambda g, x, w, rm, rv, sm, si, train, eps, mask:
+            _backward_route("native_batch_norm_backward", g, x, w, rm, rv, sm, si, _mask(mask)) if train else None,
+        lambda g, x, w, rm, rv, sm, si, train, eps, mask:
+            _note_backward("native_batch_norm_backward", g, x, w, rm, rv, sm, si, _mask(mask)) if train else None),
+    "batch_norm_backward": (
+        lambda g, x, w, rm, rv, sm, sv, update, eps, mask, reserve:
+            _backward_route("batch_norm_backward", g, x, w, rm, rv, sm, sv, _mask(mask)) if update else None,
+        lambda g, x, w, rm, rv, sm, sv, update, eps, mask, reserve:
+            _note_backward("batch_norm_backward", g, x, w, rm, rv, sm, sv, _mask(mask)) if update else None),
+    "cudnn_batch_norm_backward": (
+        lambda x, g, w, rm, rv, sm, sv, eps, reserve:
+            _backward_route("cudnn_batch_norm_backward", g, x, w, rm, rv, sm, sv, (True, True, True))
+            if _trained(sm) else None,
+        lambda x, g, w, rm, rv, sm, sv, eps, reserve:
+            _note_backward("cudnn_batch_norm_backward", g, x, w, rm, rv, sm, sv, (True, True, True))
+            if _trained(sm) else None),
+}
 
 
 def batch_norm_update_stats(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],

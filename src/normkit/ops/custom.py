@@ -40,6 +40,7 @@ from normkit import _checks
 from normkit.ops import batch_norm as _bn
 from normkit.ops import group_norm as _gn
 from normkit.ops import layer_norm as _ln
+from normkit.ops import _select
 from normkit.ops._select import reference
 from normkit.reference._common import acc_dtype
 
@@ -56,7 +57,7 @@ def _compiling() -> bool:
     return torch._dynamo.is_compiling()  # pragma: no cover - torch < 2.3
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PLAIN = _select.PLAIN_TENSORS
 _dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 

@@ -1,0 +1,207 @@
+"""Batch norm's fast routes under enable() (normkit.ops.batch_norm.ROUTES, wired in normkit.aten).
+
+On the CPU the bookkeeping runs with stand-ins: a Python signature in place of the native one, a kernels
+module whose replays return markers, tensors that say they are on CUDA. On the H200 the CUDA tests compare
+whole training steps with and without routes bit for bit and check that a call the routes may not take still
+gets torch's error.
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+import normkit
+from normkit import aten
+from normkit.ops import batch_norm as obn
+
+
+
+class CudaLike(torch.Tensor):
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _sig(tensors):
+    return tuple(None if t is None else (t.dtype, tuple(t.shape), t.stride(), t.is_cuda) for t in tensors)
+
+
+class _Kernels:
+    """What the routes call in kernels.batch_norm: the replays (recorded, answered with markers) and whether a
+    plan exists for a signature (``planned``)."""
+
+    def __init__(self):
+        self.planned, self.calls = set(), []
+
+    def bn_forward_train_replay(self, x, w, b, rm, rv, momentum, eps, sig):
+        self.calls.append(("fwd", sig, momentum, eps))
+        return ("y", "mean", "invstd") if ("fwd", sig, eps) in self.planned else None
+
+    def bn_train_planned(self, eps, sig):
+        return ("fwd", sig, eps) in self.planned
+
+    def bn_backward_train_replay(self, g, x, w, sm, si, mask, sig):
+        self.calls.append(("bwd", sig, mask))
+        return ("dx", "dw", "db") if ("bwd", sig, mask) in self.planned else None
+
+    def bn_backward_train_planned(self, mask, sig):
+        return ("bwd", sig, mask) in self.planned
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    k = _Kernels()
+    monkeypatch.setattr(obn._plan, "signature", _sig)
+    monkeypatch.setattr(obn, "kernels_for", lambda family, x: k)
+    monkeypatch.setattr(obn, "PLAIN_TENSORS", (torch.Tensor, CudaLike))
+    monkeypatch.setattr(obn, "_routes", set())
+    return k
+
+
+def _bn_args(dtype=torch.float32, c=4):
+    x = torch.randn(3, c, 5).as_subclass(CudaLike)
+    w, b, rm, rv = (torch.randn(c).as_subclass(CudaLike) for _ in range(4))
+    return x, w, b, rm, rv
+
+
+def test_forward_route_only_after_a_planned_call_is_noted(fakes):
+    route, note = obn.ROUTES["native_batch_norm"]
+    x, w, b, rm, rv = _bn_args()
+    assert route(x, w, b, rm, rv, True, 0.1, 1e-5) is None  # nothing noted
+    note(x, w, b, rm, rv, True, 0.1, 1e-5)
+    assert obn._routes == set(), "no plan for it: not noted"
+    fakes.planned.add(("fwd", _sig((x, w, b, rm, rv)), 1e-5))
+    note(x, w, b, rm, rv, False, 0.1, 1e-5)
+    assert obn._routes == set(), "eval calls have no route"
+    note(x, w, b, rm, rv, True, 0.1, 1e-5)
+    assert route(x, w, b, rm, rv, True, 0.3, 1e-5) == ("y", "mean", "invstd")
+    assert fakes.calls[-1] == ("fwd", _sig((x, w, b, rm, rv)), 0.3, 1e-5)  # this call's momentum
+    # another eps, eval, another weight dtype or shape, a plain subclass: the normal path
+    assert route(x, w, b, rm, rv, True, 0.1, 1e-3) is None
+    assert route(x, w, b, rm, rv, False, 0.1, 1e-5) is None
+    assert route(x, w.double(), b, rm, rv, True, 0.1, 1e-5) is None
+    assert route(x, w[:3], b, rm, rv, True, 0.1, 1e-5) is None
+    assert route(x, w, None, rm, rv, True, 0.1, 1e-5) is None
+    sub = type("Sub", (torch.Tensor,), {})
+    assert route(x.as_subclass(sub), w, b, rm, rv, True, 0.1, 1e-5) is None
+    # the route of one op is not another's
+    assert obn.ROUTES["_native_batch_norm_legit"][0](x, w, b, rm, rv, True, 0.1, 1e-5) is None
+
+
+def test_forward_routes_add_the_ops_reserve(fakes):
+    x, w, b, rm, rv = _bn_args()
+    fakes.planned.add(("fwd", _sig((x, w, b, rm, rv)), 1e-5))
+    for name in ("_batch_norm_with_update", "cudnn_batch_norm"):
+        route, note = obn.ROUTES[name]
+        args = (x, w, b, rm, rv, 0.1, 1e-5) if name == "_batch_norm_with_update" else (x, w, b, rm, rv, True, 0.1, 1e-5)
+        note(*args)
+        out = route(*args)
+        assert out[:3] == ("y", "mean", "invstd") and out[3].dtype == torch.uint8 and out[3].numel() == 0
+    route, note = obn.ROUTES["_native_batch_norm_legit.no_stats"]
+    fakes.planned.add(("fwd", _sig((x, w, b, None, None)), 1e-5))
+    note(x, w, b, True, 0.1, 1e-5)
+    assert route(x, w, b, True, 0.1, 1e-5) == ("y", "mean", "invstd")
+
+
+def test_backward_routes(fakes):
+    x, w, b, rm, rv = _bn_args()
+    g, sm, si = torch.randn_like(x), torch.randn(4).as_subclass(CudaLike), torch.randn(4).as_subclass(CudaLike)
+    launched = _sig((g, x, w, sm, si))
+    route, note = obn.ROUTES["native_batch_norm_backward"]
+    fakes.planned.add(("bwd", launched, (True, True, False)))
+    note(g, x, w, rm, rv, sm, si, True, 1e-5, [True, True, False])
+    assert route(g, x, w, rm, rv, sm, si, True, 1e-5, [1, 1, 0]) == ("dx", "dw", "db")
+    assert route(g, x, w, rm, rv, sm, si, True, 1e-5, [True, True, True]) is None  # another mask
+    assert route(g, x, w, rm, rv, sm, si, False, 1e-5, [True, True, False]) is None  # eval
+    assert route(g, x, w, None, None, sm, si, True, 1e-5, [True, True, False]) is None  # the stats are keyed
+    # cuDNN's backward: training when the saved mean is not empty; all three gradients
+    route, note = obn.ROUTES["cudnn_batch_norm_backward"]
+    fakes.planned.add(("bwd", launched, (True, True, True)))
+    note(x, g, w, rm, rv, sm, si, 1e-5, None)
+    assert route(x, g, w, rm, rv, sm, si, 1e-5, None) == ("dx", "dw", "db")
+    empty = torch.empty(0).as_subclass(CudaLike)
+    assert route(x, g, w, rm, rv, empty, empty, 1e-5, None) is None
+
+
+def test_no_backward_route_where_the_gradients_change_dtype(fakes):
+    x = torch.randn(3, 4, 5, dtype=torch.bfloat16).as_subclass(CudaLike)
+    g = torch.randn_like(x)
+    sm, si = torch.randn(4).as_subclass(CudaLike), torch.randn(4).as_subclass(CudaLike)
+    route, note = obn.ROUTES["native_batch_norm_backward"]
+    fakes.planned.add(("bwd", _sig((g, x, None, sm, si)), (True, True, True)))
+    note(g, x, None, None, None, sm, si, True, 1e-5, [True, True, True])  # no weight: fp32 sums cast to bf16
+    assert obn._routes == set()
+
+
+def test_routes_capped(fakes, monkeypatch):
+    monkeypatch.setattr(obn, "MAX_ROUTES", 2)
+    route, note = obn.ROUTES["native_batch_norm"]
+    for c in (2, 3, 4):
+        x, w, b, rm, rv = _bn_args(c=c)
+        fakes.planned.add(("fwd", _sig((x, w, b, rm, rv)), 1e-5))
+        note(x, w, b, rm, rv, True, 0.1, 1e-5)
+    assert len(obn._routes) == 2
+
+
+def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
+    calls = []
+    monkeypatch.setattr(aten, "_ops_routes", lambda: {"op": (lambda *a: ("routed",) if a[0] == 1 else None,
+                                                             lambda *a: calls.append(("note", a)))})
+    monkeypatch.setattr(aten, "_key", "CUDA")
+    monkeypatch.setattr(aten, "_active", True)
+    aten.reset_counts()
+    impl = lambda *a: calls.append(("impl", a)) or ("impl",)  # noqa: E731
+    takes = lambda *a: calls.append(("takes", a)) or True  # noqa: E731
+    kernel = aten._make_kernel("op", impl, takes, NS(call_boxed=lambda *a: ("original",)))
+    assert kernel(None, 1, 2) == ("routed",) and calls == []
+    assert kernel(None, 0, 2) == ("impl",) and calls == [("takes", (0, 2)), ("impl", (0, 2)), ("note", (0, 2))]
+    assert aten.call_counts() == {"op": 2}
+    aten.reset_counts()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
+    """Training steps of a conv + batch-norm net under enable(): with routes (noted on the first steps, taken
+    after) the same outputs, gradients and running statistics as without; calls the routes must not take
+    (another weight shape) still raise torch's error."""
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA")
+    from normkit.kernels import _native
+
+    _native.start()
+    assert _native.wait(300), _native.status()
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8)).cuda().to(dtype=dtype, memory_format=fmt)
+    x = torch.randn(4, 3, 12, 12, device="cuda", dtype=dtype).to(memory_format=fmt)
+
+    def steps(routes):
+        obn._routes.clear()
+        monkeypatch.setattr(obn, "MAX_ROUTES", 4096 if routes else 0)
+        m = __import__("copy").deepcopy(net)
+        out = []
+        with normkit.enabled():
+            for _ in range(4):
+                m.zero_grad()
+                y = m(x)
+                y.float().square().mean().backward()
+                out += [y] + [p.grad.clone() for p in m.parameters()] + [t.clone() for t in m.buffers()]
+        return out, len(obn._routes)
+
+    plain, n0 = steps(False)
+    routed, n1 = steps(True)
+    assert n0 == 0 and n1 >= 4, "both batch norms' forward and backward routes noted"
+    for a, b in zip(plain, routed):
+        assert torch.equal(a, b)
+    with normkit.enabled():
+        bn = torch.nn.BatchNorm2d(16).cuda().to(dtype)
+        h = torch.randn(4, 16, 5, 5, device="cuda", dtype=dtype)
+        bn(h)
+        bn(h)  # noted, then routed
+        bad = torch.randn(15, device="cuda", dtype=dtype)
+        with pytest.raises(RuntimeError, match="weight should contain 16 elements not 15|size"):
+            torch.ops.aten.native_batch_norm(h, bad, bn.bias, bn.running_mean, bn.running_var, True, 0.1, 1e-5)
