@@ -42,9 +42,9 @@ from normkit.ops import batch_norm as _obn  # noqa: E402
 
 # normkit: enable()'s default, the backward on the calling thread; eager: autograd's default, its device thread
 # normkit_python: launch plans replayed in Python rather than by the compiled extension (normkit.kernels._native)
-# normkit_noroutes: batch norm's fast routes (normkit.ops.batch_norm.ROUTES) not taken (every call checked and routed)
+# normkit_routes: batch norm's fast routes (normkit.ops.batch_norm.ROUTES) wired in by enable() (off by default)
 SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc", "normkit_python",
-            "normkit_noroutes")
+            "normkit_routes")
 
 
 @contextlib.contextmanager
@@ -53,10 +53,8 @@ def _setting(name):
     if name.endswith("_nogc"):
         gc.disable()
     _native.set_native(not name.endswith("_python"))
-    routes = _obn._routes
-    if name.endswith("_noroutes"):
-        _obn._routes = set()  # (noted again on the setting's first calls, and never taken: MAX_ROUTES 0)
-        _obn.MAX_ROUTES, max_routes = 0, _obn.MAX_ROUTES
+    routes_were = _obn.fast_routes_enabled()
+    _obn.set_fast_routes(name.endswith("_routes"))
     try:
         with torch.autograd.set_multithreading_enabled(not name.endswith("_1thread")):
             if name.startswith("normkit"):
@@ -65,8 +63,7 @@ def _setting(name):
             else:
                 yield
     finally:
-        if name.endswith("_noroutes"):
-            _obn._routes, _obn.MAX_ROUTES = routes, max_routes
+        _obn.set_fast_routes(routes_were)
         _native.set_native(True)
         if gc_was:
             gc.enable()
@@ -274,10 +271,10 @@ def main(argv=None):
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
-        e, n, e1, nw, ng, npy, nnr = (row[s] for s in SETTINGS)
+        e, n, e1, nw, ng, npy, nr = (row[s] for s in SETTINGS)
         print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  eager {e['fwd']:.2f} / {e['bwd']:.2f}  normkit "
               f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
-              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  normkit, Python replay {npy['fwd']:.2f} / {npy['bwd']:.2f}  normkit, no fast routes {nnr['fwd']:.2f} / {nnr['bwd']:.2f}  collections a "
+              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  normkit, Python replay {npy['fwd']:.2f} / {npy['bwd']:.2f}  normkit, fast routes {nr['fwd']:.2f} / {nr['bwd']:.2f}  collections a "
               f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
         print("    inside normkit's kernels: " + format_inside(row["inside_normkit"]))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:

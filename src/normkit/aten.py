@@ -54,7 +54,8 @@ Batch norm's training ops (forward and backward, every entry point above) first 
 earlier call of the same op (and the same flags) that passed every check and ran a launch plan replays that
 plan directly, skipping the predicate, the checks, the kernel selection and the launcher (~20-50 µs a call
 of Python in small models on the H200). Active once the native replay is loaded (its ``signature`` is the
-key); a route that does not apply leaves the call to the path above.
+key); a route that does not apply leaves the call to the path above. Off until measured on a GPU:
+``NORMKIT_FAST_ROUTES=1`` or ``normkit.ops.batch_norm.set_fast_routes(True)`` before ``enable()``.
 
 Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (``rms_norm`` at
 ``AutogradCPU``) so that routing, fallback and restore can be proven without a GPU; at that key every
@@ -251,7 +252,7 @@ def _make_kernel(name, impl, takes, original):
 def _ops_routes() -> dict:
     from normkit.ops import batch_norm
 
-    return batch_norm.ROUTES
+    return batch_norm.ROUTES if batch_norm.fast_routes_enabled() else {}
 
 
 def _make_rms_norm_autograd(original):

@@ -144,6 +144,16 @@ def test_routes_capped(fakes, monkeypatch):
     assert len(obn._routes) == 2
 
 
+def test_routes_are_wired_only_when_on(monkeypatch):
+    monkeypatch.setattr(obn, "_routes_on", False)
+    assert aten._ops_routes() == {}
+    obn.set_fast_routes(True)
+    try:
+        assert aten._ops_routes() is obn.ROUTES and set(obn.ROUTES) <= {n for n, *_ in aten._table()}
+    finally:
+        obn.set_fast_routes(False)
+
+
 def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
     calls = []
     monkeypatch.setattr(aten, "_ops_routes", lambda: {"op": (lambda *a: ("routed",) if a[0] == 1 else None,
@@ -181,7 +191,7 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
 
     def steps(routes):
         obn._routes.clear()
-        monkeypatch.setattr(obn, "MAX_ROUTES", 4096 if routes else 0)
+        monkeypatch.setattr(obn, "_routes_on", routes)
         m = __import__("copy").deepcopy(net)
         out = []
         with normkit.enabled():
@@ -197,6 +207,7 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
     assert n0 == 0 and n1 >= 4, "both batch norms' forward and backward routes noted"
     for a, b in zip(plain, routed):
         assert torch.equal(a, b)
+    monkeypatch.setattr(obn, "_routes_on", True)
     with normkit.enabled():
         bn = torch.nn.BatchNorm2d(16).cuda().to(dtype)
         h = torch.randn(4, 16, 5, 5, device="cuda", dtype=dtype)

@@ -12,6 +12,7 @@ backward accepts empty or filled saved statistics in eval and then uses the runn
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Tuple
 
 import torch
@@ -201,6 +202,18 @@ def cudnn_batch_norm_backward(input: Tensor, grad_output: Tensor, weight: Tensor
 
 _routes: set = set()
 MAX_ROUTES = 4096  # signatures that change every call would grow the set without end
+# off by default until measured on a GPU (benchmarks/NOTES-host-overhead.md, session 25); enable() reads it
+_routes_on = os.environ.get("NORMKIT_FAST_ROUTES", "0") == "1"
+
+
+def fast_routes_enabled() -> bool:
+    return _routes_on
+
+
+def set_fast_routes(on: bool) -> None:
+    """Whether the next ``normkit.enable()`` wires the routes in (``NORMKIT_FAST_ROUTES=1`` at import)."""
+    global _routes_on
+    _routes_on = bool(on)
 
 
 def _note(entry) -> None:
