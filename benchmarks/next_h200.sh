@@ -30,7 +30,7 @@
 #          replay's own clocks in models (allocations vs launches), then the whole `pytest -m cuda`.
 # For the next session: PART=69: batch norm's fast routes (prepared in session 25 without a GPU): their CUDA tests
 #          (same bits with and without, torch's errors), the plan users' CUDA tests, small models' host time with and
-#          without routes (model_host_profile.py setting normkit_noroutes), conformance on CUDA.
+#          without routes (model_host_profile.py setting normkit_routes), conformance on CUDA.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -665,7 +665,7 @@ elif [ "$PART" = 69 ]; then
     stamp "pytest -m cuda: batch norm's fast routes, native replay, plans, aten"
     cuda_tests ${PYTEST_S:-240} tests/ops/test_bn_routes.py tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
         tests/test_aten.py tests/ops tests/nn
-    stamp "host time of small models' steps: fast routes (normkit) against none (normkit_noroutes)"
+    stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
     timeout ${PROF_S:-200} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
         --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-4} \
         > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-600
