@@ -31,6 +31,7 @@ import torch.nn.functional as F
 import normkit
 from normkit.kernels import _launch, _native, _plan
 from normkit.kernels import batch_norm as KB
+from normkit.kernels import group_norm as KG
 from normkit.kernels import layer_norm as KL
 
 
@@ -128,6 +129,24 @@ def ln_paths():
         "fwd+bwd eager": lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd normkit.layer_norm": lambda: normkit.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g)),
+    }
+
+
+def gn_paths():
+    """Group norm (16x64x8x8 bf16, 8 groups: the split path, three launches a direction)."""
+    dev = "cuda"
+    x = torch.randn(16, 64, 8, 8, device=dev, dtype=torch.bfloat16)
+    w, b = torch.rand(64, device=dev, dtype=torch.bfloat16) + 0.5, torch.randn(64, device=dev, dtype=torch.bfloat16)
+    xg = x.detach().clone().requires_grad_(True)
+    g = torch.randn_like(x)
+    _, mean, rstd = KG.gn_forward(x, w, b, 8, 1e-5, torch.bfloat16)
+    return {
+        "fwd launcher gn_forward": lambda: KG.gn_forward(x, w, b, 8, 1e-5, torch.bfloat16),
+        "bwd launcher gn_backward": lambda: KG.gn_backward(g, x, mean, rstd, w, 8, (True, True, True), torch.bfloat16),
+        "fwd eager": lambda: F.group_norm(x, 8, w, b),
+        "fwd F.group_norm under enable()": ("enable", lambda: F.group_norm(x, 8, w, b)),
+        "fwd+bwd eager": on_calling_thread(lambda: F.group_norm(xg, 8, w, b).backward(g)),
+        "fwd+bwd F.group_norm under enable()": ("enable", lambda: F.group_norm(xg, 8, w, b).backward(g)),
     }
 
 
@@ -268,6 +287,9 @@ def main():
         res["us_per_call"][f"batch_norm {layout}"] = measure(bn_paths(layout), args.calls, args.rounds)
     print("layer_norm 64x1024 bf16", flush=True)
     res["us_per_call"]["layer_norm"] = measure(ln_paths(), args.calls, args.rounds)
+    print("group_norm 16x64x8x8 bf16, 8 groups (launch plans on for it: _CFG['plans'])", flush=True)
+    KG._CFG["plans"] = 1
+    res["us_per_call"]["group_norm"] = measure(gn_paths(), args.calls, args.rounds)
     res["raw_launcher"] = _launch.raw_summary()  # compiled kernels by launch path (and why not raw)
     print(f"raw C-launcher calls: {res['raw_launcher']}", flush=True)
 

@@ -30,7 +30,8 @@
 #          replay's own clocks in models (allocations vs launches), then the whole `pytest -m cuda`.
 # For the next session: PART=69: batch norm's fast routes (prepared in session 25 without a GPU): their CUDA tests
 #          (same bits with and without, torch's errors), the plan users' CUDA tests, small models' host time with and
-#          without routes (model_host_profile.py setting normkit_routes), conformance on CUDA.
+#          without routes (model_host_profile.py setting normkit_routes), conformance on CUDA; group norm's launch plans
+#          (_CFG["plans"], prepared in session 25): their CUDA same-bits test and host cost per call (host_overhead.py).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -664,7 +665,10 @@ elif [ "$PART" = 68 ]; then
 elif [ "$PART" = 69 ]; then
     stamp "pytest -m cuda: batch norm's fast routes, native replay, plans, aten"
     cuda_tests ${PYTEST_S:-240} tests/ops/test_bn_routes.py tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
-        tests/test_aten.py tests/ops tests/nn
+        tests/test_aten.py tests/ops tests/nn "tests/kernels/test_group_norm_kernels.py::test_cuda_plans_same_bits"
+    stamp "host cost per call (group norm with launch plans: _CFG plans 1, prepared in session 25)"
+    timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
+    echo "host_overhead rc=$?"; grep -E "native replay|group_norm|gn_|F.group_norm|eager" "$W/host.log" | cut -c1-260 | tail -12
     stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
     timeout ${PROF_S:-200} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
         --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-4} \

@@ -945,3 +945,46 @@ def test_cuda_pdl_same_bits(shape, G, cl, dtype, monkeypatch):
         return (y, mean, rstd) + tuple(K.gn_backward(dy, x, mean, rstd, w, G, (True, True, True), dtype))
 
     assert_pdl_same_bits(monkeypatch, run, K._CFG, "pdl", 1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,G,cl,dtype,stat,mask", [
+    ((8, 64, 32, 32), 8, False, torch.bfloat16, F32, (True, True, True)),     # split forward, one-program backward
+    ((4, 96, 48, 48), 3, False, torch.float32, F32, (True, False, True)),     # split both ways
+    ((8, 64, 32, 32), 8, True, torch.bfloat16, torch.bfloat16, (True, True, True)),  # channels_last, 16-bit stats
+    ((4, 32, 24, 24), 32, True, torch.float16, F32, (False, True, True)),    # one channel a group (instance norm)
+    ((64, 32, 8, 8), 4, False, torch.float32, F32, (True, True, False)),      # whole groups, one program each
+])
+def test_cuda_plans_same_bits(shape, G, cl, dtype, stat, mask, monkeypatch):
+    """Group norm's launch plans (``_CFG["plans"]``): every call after a signature's first is a replay with the
+    launchers' bits, new data in the same tensors' places; a dense copy of a strided input gets no plan."""
+    from normkit.kernels import _plan
+
+    fmt = torch.channels_last if cl else torch.contiguous_format
+    C = shape[1]
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = (torch.randn(shape, device="cuda", dtype=dtype, generator=g) + 1).contiguous(memory_format=fmt)
+        w = torch.rand(C, device="cuda", dtype=dtype, generator=g) + 0.5
+        b = torch.randn(C, device="cuda", dtype=dtype, generator=g)
+        return x, w, b, torch.randn(x.shape, device="cuda", dtype=dtype, generator=g).contiguous(memory_format=fmt)
+
+    def run(x, w, b, dy):
+        y, mean, rstd = K.gn_forward(x, w, b, G, 1e-5, stat)
+        return (y, mean, rstd) + tuple(K.gn_backward(dy, x, mean, rstd, w, G, mask, dtype))
+
+    monkeypatch.setitem(K._CFG, "plans", 0)
+    want = [run(*inputs(s)) for s in (1, 2, 3)]
+    monkeypatch.setitem(K._CFG, "plans", 1)
+    _plan.clear()
+    got = [run(*inputs(s)) for s in (1, 2, 3)]
+    keys = [k for k, p in _plan._plans.items() if k[0][0] in ("gn_forward", "gn_backward")]
+    assert len(keys) == 2 and all(_plan._plans[k] is not None for k in keys), "both directions planned"
+    for a, c in zip(want, got):
+        for u, v in zip(a, c):
+            assert (u is None and v is None) or (torch.equal(u, v) and u.stride() == v.stride() and u.dtype == v.dtype)
+    xs = inputs(4)[0][..., ::2]  # strided: copied dense by the launcher, so no plan for it
+    K.gn_forward(xs, None, None, G, 1e-5, stat)
+    K.gn_forward(xs, None, None, G, 1e-5, stat)
+    assert any(p is None for k, p in _plan._plans.items() if k[0][0] == "gn_forward")

@@ -34,8 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from normkit.kernels import cdiv, dense_param, next_pow2
-from normkit.kernels._launch import gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels import _plan, cdiv, dense_param, next_pow2
+from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
 from normkit.reference._common import suggest_memory_format
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -63,6 +63,9 @@ _CFG = {
     # predecessor runs and waits for it (griddepcontrol) before reading its output. H200 2026-12-01
     # (session 8), 24 rows: forward -1.8 %, backward -1.7 % (geomean; worst +1.0 / +3.0 %)
     "pdl": 1,
+    # launch plans (normkit.kernels._plan: a call's launches recorded once per signature, replayed after; the
+    # host time of small layers): prepared in session 25 without a GPU, off until its CUDA tests have run
+    "plans": 0,
 }
 
 
@@ -577,8 +580,20 @@ def _one_channel_cl(geo: _Geometry, blk: dict) -> bool:
     return geo.cl and geo.Cg == 1 and blk["GBP"] == blk["BLOCK_C"]
 
 
+def _plans_on(x) -> bool:
+    return bool(_CFG["plans"]) and _plan.enabled() and x.is_cuda
+
+
 def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: torch.dtype):
     """`native_group_norm` on the kernels: (y in x's suggested layout, mean (N, G), rstd (N, G))."""
+    if _plans_on(x):
+        key = ("gn_forward", G, float(eps), stat_dtype, tuple(_CFG.values()))
+        return _plan.planned(key, (x, weight, bias), lambda: _forward(x, weight, bias, G, eps, stat_dtype))
+    return _forward(x, weight, bias, G, eps, stat_dtype)
+
+
+def _forward(x, weight, bias, G, eps, stat_dtype):
+    """``gn_forward``'s work, without a plan (what a plan records: every new tensor through ``alloc``)."""
     fmt = memory_format(x)
     x = _dense(x, fmt)
     weight, bias = dense_param(weight), dense_param(bias)
@@ -587,9 +602,9 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     dev = x.device
     whole_warps = _whole_group_warps(geo, _CFG["whole_max"])
     if whole_warps:
-        y = torch.empty_like(x)
-        mean = torch.empty((N, G), dtype=stat_dtype, device=dev)
-        rstd = torch.empty((N, G), dtype=stat_dtype, device=dev)
+        y = alloc(torch.empty_like(x))
+        mean = alloc(torch.empty((N, G), dtype=stat_dtype, device=dev))
+        rstd = alloc(torch.empty((N, G), dtype=stat_dtype, device=dev))
         launch(_fwd_whole_kernel, (N * G,), x, y, _arg(weight, x), _arg(bias, x), mean, rstd, HW, geo.Cg, G,
                float(eps), HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_CG=next_pow2(geo.Cg),
                BLOCK_S=next_pow2(HW), num_warps=whole_warps)
@@ -599,7 +614,7 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
     nch = blk["n_cc"] * n_sch
     R = N * G
     tot = R * nch
-    part = torch.empty(3 * tot, dtype=torch.float32, device=dev)
+    part = alloc(torch.empty(3 * tot, dtype=torch.float32, device=dev))
     warps = geo.warps
     one = _one_channel_cl(geo, blk)
     pdl = pdl_on(x, _CFG["pdl"])
@@ -609,18 +624,18 @@ def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: to
            I64=geo.i64, SHIFT_ELEM=one, CG1=one, ALIGN=_partials_align(geo, blk) if one else 1,
            num_warps=warps, **pdl_trigger(pdl))
 
-    mean32 = torch.empty((N, G), dtype=torch.float32, device=dev)
-    rstd32 = torch.empty((N, G), dtype=torch.float32, device=dev)
+    mean32 = alloc(torch.empty((N, G), dtype=torch.float32, device=dev))
+    rstd32 = alloc(torch.empty((N, G), dtype=torch.float32, device=dev))
     low = stat_dtype != torch.float32
-    mean = torch.empty((N, G), dtype=stat_dtype, device=dev) if low else mean32
-    rstd = torch.empty((N, G), dtype=stat_dtype, device=dev) if low else rstd32
+    mean = alloc(torch.empty((N, G), dtype=stat_dtype, device=dev)) if low else mean32
+    rstd = alloc(torch.empty((N, G), dtype=stat_dtype, device=dev)) if low else rstd32
     rows = _CFG["combine_rows"]
     launch(_fwd_combine_kernel, (cdiv(R, rows),), part, tot, x, mean32, rstd32, mean, rstd, R, nch, G, geo.Cg,
            geo.sN, geo.sC, float(eps),
            BLOCK_R=rows, BLOCK_K=min(_CFG["combine_block"], next_pow2(nch)), WRITE_OUT=low, num_warps=4,
            **pdl_follow(pdl))
 
-    y = torch.empty_like(x)
+    y = alloc(torch.empty_like(x))
     n_sb, n_cb = cdiv(HW, geo.block_s), cdiv(C, geo.block_c)
     launch(_fwd_apply_kernel, (N * n_sb * n_cb,), x, y, _arg(weight, x), _arg(bias, x), mean32, rstd32,
            HW, C, G, geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None,
@@ -639,8 +654,8 @@ def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev, pdl)
     dependent launch after the kernel that wrote RB."""
     if not (need_dw or need_db):
         return None, None
-    dw = torch.empty(C, dtype=param_dtype, device=dev) if need_dw else None
-    db = torch.empty(C, dtype=param_dtype, device=dev) if need_db else None
+    dw = alloc(torch.empty(C, dtype=param_dtype, device=dev)) if need_dw else None
+    db = alloc(torch.empty(C, dtype=param_dtype, device=dev)) if need_db else None
     block_c = min(next_pow2(C), 64)
     launch(_bwd_params_kernel, (cdiv(C, block_c),), rb, rstd, _arg(dw, rb), _arg(db, rb), N, C, G, Cg,
            NEED_DW=need_dw, NEED_DB=need_db, BLOCK_N=max(1, min(16, next_pow2(N))), BLOCK_C=block_c, num_warps=4,
@@ -651,6 +666,16 @@ def _param_grads(rb, rstd, N, C, G, Cg, need_dw, need_db, param_dtype, dev, pdl)
 def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight, G: int,
                 output_mask, param_dtype: torch.dtype):
     """`native_group_norm_backward` on the kernels: (dx in x's suggested layout, dw, db); masked -> None."""
+    mask = tuple(bool(m) for m in output_mask)
+    if _plans_on(x):
+        key = ("gn_backward", G, mask, param_dtype, tuple(_CFG.values()))
+        return _plan.planned(key, (dy, x, mean, rstd, weight),
+                             lambda: _backward(dy, x, mean, rstd, weight, G, mask, param_dtype))
+    return _backward(dy, x, mean, rstd, weight, G, mask, param_dtype)
+
+
+def _backward(dy, x, mean, rstd, weight, G, output_mask, param_dtype):
+    """``gn_backward``'s work, without a plan."""
     need_dx, need_dw, need_db = (bool(m) for m in output_mask)
     fmt = memory_format(x)
     x = _dense(x, fmt)
@@ -664,8 +689,8 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     whole_warps = _whole_group_warps(geo, _CFG["bwd_whole_max"]) if need_dx else 0
     pdl = pdl_on(x, _CFG["pdl"])
     if whole_warps:
-        rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
-        dx = torch.empty_like(x)
+        rb = alloc(torch.empty(2 * N * C, dtype=torch.float32, device=dev))
+        dx = alloc(torch.empty_like(x))
         launch(_bwd_whole_kernel, (N * G,), dy, x, dx, _arg(weight, x), mean, rstd, rb, N, C, HW, geo.Cg, G,
                HAS_W=weight is not None, BLOCK_CG=next_pow2(geo.Cg), BLOCK_S=next_pow2(HW), num_warps=whole_warps,
                **pdl_trigger(pdl))
@@ -674,15 +699,15 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     n_cb = cdiv(C, geo.block_c)
     n_sch, sch = geo.chunks(N * n_cb)
     tot = N * n_sch * C
-    pb = torch.empty(2 * tot, dtype=torch.float32, device=dev)
+    pb = alloc(torch.empty(2 * tot, dtype=torch.float32, device=dev))
     warps = geo.warps
     launch(_bwd_partials_kernel, (N * n_sch * n_cb,), dy, x, mean, pb, tot, HW, C, G, geo.Cg, n_sch, n_cb, sch,
            geo.sN, geo.sS, geo.sC, BLOCK_S=geo.block_s, BLOCK_C=geo.block_c, CL=geo.cl, I64=geo.i64,
            num_warps=warps, **pdl_trigger(pdl))
 
     R = N * G
-    pq = torch.empty(2 * R, dtype=torch.float32, device=dev)
-    rb = torch.empty(2 * N * C, dtype=torch.float32, device=dev)
+    pq = alloc(torch.empty(2 * R, dtype=torch.float32, device=dev))
+    rb = alloc(torch.empty(2 * N * C, dtype=torch.float32, device=dev))
     block_cg = min(next_pow2(geo.Cg), 64)
     block_sch = max(1, min(next_pow2(n_sch), 2048 // block_cg))
     launch(_bwd_group_kernel, (R,), pb, tot, _arg(weight, pb), rstd, pq, rb, R, N, G, geo.Cg, C, n_sch,
@@ -691,7 +716,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     dx = None
     dw, db = _param_grads(rb, rstd, N, C, G, geo.Cg, need_dw, need_db, param_dtype, dev, pdl)
     if need_dx:
-        dx = torch.empty_like(x)
+        dx = alloc(torch.empty_like(x))
         n_sb = cdiv(HW, geo.block_s)
         launch(_bwd_apply_kernel, (N * n_sb * n_cb,), dy, x, dx, _arg(weight, x), mean, rstd, pq, R, HW, C, G,
                geo.Cg, n_sb, n_cb, geo.sN, geo.sS, geo.sC, HAS_W=weight is not None, BLOCK_S=geo.block_s,
