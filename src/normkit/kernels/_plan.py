@@ -195,8 +195,11 @@ class _Plan:
         for ((_, function, coop, pdl, packed), grid, base, fill, fill_scalars, tail), types in zip(self.steps,
                                                                                                   self.types):
             params = _native_params(types, base, fill, fill_scalars, tail)
+            # (Triton 3.6's packed metadata: num_warps, num_ctas, shared memory; clusters are not packed here)
+            if params is None or type(function) is not int or not (type(packed) is tuple and len(packed) == 3):
+                return None
             num_warps, num_ctas, shared = packed
-            if params is None or num_ctas != 1 or type(function) is not int:
+            if num_ctas != 1:
                 return None
             steps.append((function, *grid, 32 * num_warps, shared, coop, pdl, params))
         allocs = [a if type(a) is int else (a[0], a[1], a[2]) for a in self.allocs]
