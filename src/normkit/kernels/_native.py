@@ -7,7 +7,7 @@ in one C++ call: ``at::empty_strided`` for the outputs, one packed parameter buf
 ``cuLaunchKernelEx`` with the attributes Triton's launcher would set.
 
 It is compiled by the C++ compiler (``$CXX``, else ``c++``) against the installed torch's headers and
-Triton's ``cuda.h``, once per (source, torch, Python, compiler) into ``$NORMKIT_CACHE_DIR`` (default
+Triton's ``cuda.h``, once per (source, torch version and path, Python, compiler) into ``$NORMKIT_CACHE_DIR`` (default
 ``~/.cache/normkit``): ~20 s on two cores. ``start()`` (called by the first CUDA plan) runs the compiler in
 a background thread, so a process never waits for it: plans replay in Python until the module has loaded,
 and natively from the next call on. Without a compiler, headers or libcuda the Python replay stays;
@@ -127,7 +127,8 @@ def build(source: str = _SOURCE) -> str:
     with open(source, "rb") as f:
         src = f.read()
     cxx = os.environ.get("CXX", "c++")
-    tag = hashlib.sha256(src + f"|{torch.__version__}|{sysconfig.get_config_var('SOABI')}|{cxx}".encode())
+    # (torch's path too: two environments with one torch version may hold different builds of it)
+    tag = hashlib.sha256(src + f"|{torch.__version__}|{torch.__file__}|{sysconfig.get_config_var('SOABI')}|{cxx}".encode())
     target = os.path.join(cache_dir(), f"normkit_replay_{tag.hexdigest()[:16]}.so")
     if os.path.exists(target):
         return target
