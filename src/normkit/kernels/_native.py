@@ -128,7 +128,8 @@ def build(source: str = _SOURCE) -> str:
         src = f.read()
     cxx = os.environ.get("CXX", "c++")
     # (torch's path too: two environments with one torch version may hold different builds of it)
-    tag = hashlib.sha256(src + f"|{torch.__version__}|{torch.__file__}|{sysconfig.get_config_var('SOABI')}|{cxx}".encode())
+    meta = f"|{torch.__version__}|{torch.__file__}|{sysconfig.get_config_var('SOABI')}|{cxx}"
+    tag = hashlib.sha256(src + meta.encode())
     target = os.path.join(cache_dir(), f"normkit_replay_{tag.hexdigest()[:16]}.so")
     if os.path.exists(target):
         return target
