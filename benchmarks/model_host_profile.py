@@ -271,11 +271,12 @@ def main(argv=None):
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
-        e, n, e1, nw, ng, npy, nr = (row[s] for s in SETTINGS)
-        print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  eager {e['fwd']:.2f} / {e['bwd']:.2f}  normkit "
-              f"{n['fwd']:.2f} / {n['bwd']:.2f}  eager on one thread {e1['fwd']:.2f} / {e1['bwd']:.2f}  normkit on the "
-              f"worker thread {nw['fwd']:.2f} / {nw['bwd']:.2f}  normkit, gc off {ng['fwd']:.2f} / {ng['bwd']:.2f}  normkit, Python replay {npy['fwd']:.2f} / {npy['bwd']:.2f}  normkit, fast routes {nr['fwd']:.2f} / {nr['bwd']:.2f}  collections a "
-              f"step eager {e['gc']:.2f} normkit {n['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
+        labels = {"eager_1thread": "eager on one thread", "normkit_worker": "normkit on the worker thread",
+                  "normkit_nogc": "normkit, gc off", "normkit_python": "normkit, Python replay",
+                  "normkit_routes": "normkit, fast routes"}
+        times = "  ".join(f"{labels.get(s, s)} {row[s]['fwd']:.2f} / {row[s]['bwd']:.2f}" for s in SETTINGS)
+        print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  {times}  collections a step eager "
+              f"{row['eager']['gc']:.2f} normkit {row['normkit']['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
         print("    inside normkit's kernels: " + format_inside(row["inside_normkit"]))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

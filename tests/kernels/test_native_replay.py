@@ -50,7 +50,9 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, 
 CUresult cuCtxGetCurrent(CUcontext* c) { *c = current; return CUDA_SUCCESS; }
 CUresult cuCtxSetCurrent(CUcontext c) { current = c; return CUDA_SUCCESS; }
 CUresult cuDeviceGet(CUdevice* d, int i) { *d = i; return CUDA_SUCCESS; }
-CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) { ++ctx_made; *c = (CUcontext)(unsigned long)(0x1000 + d); return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  ++ctx_made; *c = (CUcontext)(unsigned long)(0x1000 + d); return CUDA_SUCCESS;
+}
 CUresult cuGetErrorString(CUresult e, const char** s) { *s = "stand-in error"; return CUDA_SUCCESS; }
 int nk_launches(void) { return n_launches; }
 int nk_contexts(void) { return ctx_made; }

@@ -186,7 +186,8 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-                              torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8)).cuda().to(dtype=dtype, memory_format=fmt)
+                              torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8))
+    net = net.cuda().to(dtype=dtype, memory_format=fmt)
     x = torch.randn(4, 3, 12, 12, device="cuda", dtype=dtype).to(memory_format=fmt)
 
     def steps(routes):
