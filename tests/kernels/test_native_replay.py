@@ -178,6 +178,7 @@ def test_native_replay_packs_what_tritons_launcher_packs(native):
     scratch_ptr = second.params[2]
     assert second.params == [out.data_ptr(), out.data_ptr(), scratch_ptr, (-3) & 0xFFFFFFFF, _f32(2.0), 0, 0]
     assert scratch_ptr not in (0, out.data_ptr(), x2.data_ptr()) and scratch_ptr % 16 == 0
+    assert native.nk_contexts() == 1, "a thread without a current context got the primary one, once"
 
 
 def test_native_replay_scalar_holes_and_types(native):
