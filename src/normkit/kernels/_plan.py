@@ -35,7 +35,8 @@ bits). Measured on the H200 machine (session 25): a batch-norm launcher call 51 
 µs (channels_last).
 
 Used by the batch-norm launchers (``bn_forward_train``, ``bn_forward_eval``, ``bn_backward``) and the
-layer / RMS norm ones (``ln_forward``, ``rms_forward``, ``ln_backward``, ``rms_backward``). On by default;
+layer / RMS norm ones (``ln_forward``, ``rms_forward``, ``ln_backward``, ``rms_backward``), and group norm's
+(``gn_forward``, ``gn_backward``) where its ``_CFG["plans"]`` is on (off until its CUDA test has run). On by default;
 off with ``NORMKIT_LAUNCH_PLANS=0`` or ``set_plans(False)``. Measured on the H200 machine
 (``benchmarks/host_overhead.py`` mode "plan", benchmarks/NOTES-host-overhead.md): the batch-norm forward
 launcher 76 -> 36 µs, backward 69 -> 29 µs, ``F.batch_norm`` forward + backward under ``enable()`` 368 ->
