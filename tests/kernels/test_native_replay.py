@@ -312,6 +312,54 @@ def test_const_bits_match_tritons_packing():
     assert _plan._const_bits("*fp32", None) == 0 and _plan._const_bits("fp16", 1.0) is None
 
 
+_STRUCT = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1": "<B", "u8": "<B", "u16": "<H",
+           "u32": "<I", "u64": "<Q", "fp32": "<f", "fp64": "<d"}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_native_replay_packs_random_signatures_as_c_would(native, seed):
+    """Random signatures of every type the replay packs, random values in range: each parameter's bytes are the
+    little-endian bytes C gets from the launcher's typed locals (struct.pack), zero-padded to the 8-byte slot."""
+    import random
+
+    rnd = random.Random(seed)
+    types = [rnd.choice(list(_STRUCT) + ["bf16", "constexpr", "*fp32"]) for _ in range(12)]
+    ints = {"i1": (0, 1), "i8": (-128, 127), "i16": (-2 ** 15, 2 ** 15 - 1), "i32": (-2 ** 31, 2 ** 31 - 1),
+            "i64": (-2 ** 63, 2 ** 63 - 1), "u1": (0, 1), "u8": (0, 255), "u16": (0, 2 ** 16 - 1),
+            "u32": (0, 2 ** 32 - 1), "u64": (0, 2 ** 64 - 1)}
+    values = [rnd.randint(*ints[t]) if t in ints else rnd.uniform(-1e30, 1e30) if t in ("fp32", "fp64", "bf16")
+              else 0 for t in types]
+    sig = {"x": "*fp32", **{f"a{i}": t for i, t in enumerate(types)}}
+
+    def fn(x, *a):
+        pass
+
+    k = _Kernel(sig)
+    k.fn = fn  # (its parameters: x then twelve more; the signature says what each one is)
+    x = fake_cuda()
+
+    def run():
+        _launch.launch(k, (1,), x, *values)
+        return (x,)
+
+    key = ("rand", seed)
+    _plan.planned(key, (x,), run)
+    _plan.planned(key, (x,), lambda: pytest.fail("not replayed"))
+    got = _launches(native)[-1].params
+    want = [x.data_ptr()]
+    for t, v in zip(types, values):
+        if t == "constexpr":
+            continue
+        if t.startswith("*"):
+            want.append(v)
+        elif t == "bf16":
+            want.append(struct.unpack("<I", struct.pack("<f", v))[0] >> 16)
+        else:
+            raw = struct.pack(_STRUCT[t], v)
+            want.append(int.from_bytes(raw, "little"))
+    assert got == want + [0, 0]
+
+
 def test_the_build_is_cached_and_atomic(tmp_path, monkeypatch):
     if _cuda_include() is None or shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("needs a C++ compiler and Triton's cuda.h")
