@@ -259,12 +259,27 @@ def test_native_replay_raises_the_drivers_error(native):
 def test_native_replay_raises_torchs_allocation_error(built):
     mod = built[0]
     huge = ((1 << 50,), (1,), torch.uint8)
-    plan = mod.make_plan(0, [], [huge], 0, [], [1])
+    plan = mod.make_plan(0, 1, [], [huge], 0, [], [1])
     with pytest.raises(Exception) as native_err:
         mod.replay(plan, (torch.randn(4),), (), 0)
     with pytest.raises(Exception) as torch_err:
         torch.empty_strided(*huge[:2], dtype=huge[2])
     assert native_err.type is torch_err.type and str(native_err.value)[:40] == str(torch_err.value)[:40]
+
+
+def test_make_plan_and_replay_check_their_slots(built):
+    mod = built[0]
+    step = (1, 1, 1, 1, 32, 0, False, False, [(1, 3, 0)])  # a pointer from slot 3: one input, two allocations
+    alloc = ((2,), (1,), torch.float32)
+    with pytest.raises(ValueError, match="slot out of range"):
+        mod.make_plan(0, 1, [], [alloc, 0], 64, [step], [1])
+    with pytest.raises(ValueError, match="slot out of range"):
+        mod.make_plan(0, 1, [(1, 0, True)], [alloc], 0, [], [1])  # an alignment check on a non-input slot
+    plan = mod.make_plan(0, 1, [], [alloc], 0, [(1, 1, 1, 1, 32, 0, False, False, [(2, 1, 0)])], [1])
+    with pytest.raises(ValueError, match="another length"):
+        mod.replay(plan, (fake_cuda(),), (), 0)  # the step takes scalar slot 1
+    with pytest.raises(ValueError, match="another length"):
+        mod.replay(plan, (fake_cuda(), fake_cuda()), (0.5, 0.5), 0)
 
 
 def test_unsupported_signatures_keep_the_python_replay(native, monkeypatch):

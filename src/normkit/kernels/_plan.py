@@ -138,10 +138,10 @@ class _Plan:
     launcher, the grid, the arguments with a hole per pointer and per scalar, (position, slot, byte offset)
     per pointer hole and (position, scalar slot) per scalar hole."""
 
-    __slots__ = ("device", "aligned", "allocs", "scratch", "steps", "outs", "types", "native")
+    __slots__ = ("device", "n_inputs", "aligned", "allocs", "scratch", "steps", "outs", "types", "native")
 
-    def __init__(self, device, aligned, allocs, scratch, steps, outs, types):
-        self.device, self.aligned, self.allocs, self.scratch = device, aligned, allocs, scratch
+    def __init__(self, device, n_inputs, aligned, allocs, scratch, steps, outs, types):
+        self.device, self.n_inputs, self.aligned, self.allocs, self.scratch = device, n_inputs, aligned, allocs, scratch
         self.steps, self.outs, self.types = steps, outs, types
         self.native = _MISSING  # the native plan (``_native``), None where it cannot take this one
 
@@ -206,7 +206,8 @@ class _Plan:
         allocs = [a if type(a) is int else (a[0], a[1], a[2]) for a in self.allocs]
         outs = [-1 if slot is None else slot for slot in self.outs]
         try:
-            self.native = mod.make_plan(self.device, list(self.aligned), allocs, self.scratch, steps, outs)
+            self.native = mod.make_plan(self.device, self.n_inputs, list(self.aligned), allocs, self.scratch, steps,
+                                        outs)
         except (TypeError, ValueError, OverflowError):  # a value it cannot hold: the Python replay stays
             return None
         return self.native
@@ -324,7 +325,7 @@ def _build(rec, inputs, outputs, n_scalars=0):
             return None
         outs.append(slot)
     checks = tuple((slot, off, ok) for (slot, off), ok in aligned.items())
-    return _Plan(device, checks, tuple(allocs), scratch, tuple(steps), tuple(outs), tuple(types))
+    return _Plan(device, len(inputs), checks, tuple(allocs), scratch, tuple(steps), tuple(outs), tuple(types))
 
 
 def _signature_types(compiled):

@@ -13,6 +13,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -81,6 +82,8 @@ struct Check {
 
 struct Plan {
   int device;
+  Py_ssize_t n_inputs;    // the inputs tuple's length (allocation slots follow)
+  size_t n_scalars = 0;   // the scalars tuple's length at least (1 + the largest scalar slot)
   std::vector<Check> checks;
   std::vector<Alloc> allocs;
   int64_t scratch;
@@ -166,17 +169,20 @@ bool int_list(PyObject* seq, std::vector<int64_t>* out) {
   return true;
 }
 
-// make_plan(device, checks, allocs, scratch, steps, outs) -> capsule
+// make_plan(device, n_inputs, checks, allocs, scratch, steps, outs) -> capsule
 //   checks: [(slot, offset, aligned)]; allocs: [offset (scratch) | (shape, stride, dtype)];
 //   steps: [(function, gx, gy, gz, block, shared, cooperative, pdl, [(kind, a, b)])], a param being
 //   (0, bits, 0) a constant, (1, slot, offset) a pointer, (2 | 3, scalar slot, 0) an fp32 / fp64 scalar
 PyObject* make_plan(PyObject*, PyObject* args) {
   int device;
+  Py_ssize_t n_inputs;
   PyObject *checks, *allocs, *steps, *outs;
   long long scratch;
-  if (!PyArg_ParseTuple(args, "iOOLOO", &device, &checks, &allocs, &scratch, &steps, &outs)) return nullptr;
+  if (!PyArg_ParseTuple(args, "inOOLOO", &device, &n_inputs, &checks, &allocs, &scratch, &steps, &outs))
+    return nullptr;
   auto plan = new Plan();
   plan->device = device;
+  plan->n_inputs = n_inputs;
   plan->scratch = scratch;
   bool ok = true;
   PyObject* fast = nullptr;
@@ -266,6 +272,24 @@ PyObject* make_plan(PyObject*, PyObject* args) {
   }
   Py_CLEAR(fast);
   if (!ok) return fail();
+  // every slot in range, so that a replay indexes only what it holds (replay checks the tuples' lengths)
+  const int64_t n_slots = n_inputs + static_cast<int64_t>(plan->allocs.size());
+  auto bad = [&](int64_t slot, int64_t n) { return slot < 0 || slot >= n; };
+  for (const Check& c : plan->checks) ok = ok && !bad(c.slot, n_inputs);
+  for (const Step& st : plan->steps) {
+    for (const Param& p : st.params) {
+      if (p.kind == kPointer) ok = ok && !bad(p.slot, n_slots);
+      if (p.kind == kScalarF32 || p.kind == kScalarF64) {
+        ok = ok && p.slot >= 0;
+        plan->n_scalars = std::max(plan->n_scalars, static_cast<size_t>(p.slot) + 1);
+      }
+    }
+  }
+  for (int slot : plan->outs) ok = ok && (slot == -1 || !bad(slot, n_slots));
+  if (!ok) {
+    PyErr_SetString(PyExc_ValueError, "normkit native replay: a slot out of range");
+    return fail();
+  }
   return PyCapsule_New(plan, kCapsule, free_plan);
 }
 
@@ -325,6 +349,10 @@ PyObject* replay_untimed(PyObject* const* args, Py_ssize_t nargs) {
   if (PyErr_Occurred()) return nullptr;
 
   const Py_ssize_t n_in = PyTuple_GET_SIZE(inputs);
+  if (n_in != plan->n_inputs || static_cast<size_t>(PyTuple_GET_SIZE(scalars)) < plan->n_scalars) {
+    PyErr_SetString(PyExc_ValueError, "normkit native replay: inputs or scalars of another length than the plan's");
+    return nullptr;
+  }
   const size_t n_slots = static_cast<size_t>(n_in) + plan->allocs.size();
   std::vector<uint64_t> ptrs(n_slots, 0);
   std::vector<at::Tensor> made(plan->allocs.size());
