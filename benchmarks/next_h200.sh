@@ -234,12 +234,22 @@ ln_cuda_tests() {
     echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -20
 }
 # every batch-norm kernel CUDA test, then conformance on CUDA (every op)
+# `normkit check --device cuda` (every op) within CHECK_S (default $1) s
+cuda_check() {
+    stamp "conformance on CUDA (normkit check)"
+    timeout ${CHECK_S:-$1} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
+}
 bn_tests_and_check() {
     stamp "pytest -m cuda: every batch-norm kernel test"
     cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
-    stamp "conformance on CUDA (normkit check)"
-    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check_cuda.json" \
-        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -15 "$W/check_cuda.log" | cut -c1-200
+    cuda_check 200
+}
+# model_host_profile.py within PROF_S (default $1) s on PROF_MODELS (default $2), PROF_ROUNDS (default $3) rounds
+host_profile() {
+    timeout ${PROF_S:-$1} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models ${PROF_MODELS:-$2} \
+        --rounds ${PROF_ROUNDS:-$3} > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"
+    grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-600
 }
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
@@ -646,17 +656,11 @@ t = time.time(); N.start(); ok = N.wait(600); print('native replay', ok, N.statu
     echo "host_overhead rc=$?"; grep -E "native replay|batch_norm|layer_norm|launcher" "$W/host.log" | cut -c1-260 | head -40
 elif [ "$PART" = 67 ]; then
     stamp "host time of small models' steps: the native replay (normkit) against the Python replay (normkit_python)"
-    timeout ${PROF_S:-260} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
-        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d} --rounds ${PROF_ROUNDS:-6} \
-        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-400
-    stamp "conformance on CUDA (every op; plans replayed natively)"
-    timeout ${CHECK_S:-200} python3 -m normkit check --impl normkit --device cuda --quiet \
-        --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -12 "$W/check_cuda.log" | cut -c1-200
+    host_profile 260 tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d 6
+    cuda_check 200
 elif [ "$PART" = 68 ]; then
     stamp "where the native replay's time goes in models (its clocks: allocations, launches)"
-    timeout ${PROF_S:-150} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
-        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-3} \
-        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-500
+    host_profile 150 tv_resnet18,tv_mobilenet_v3_small 3
     stamp "pytest -m cuda: every CUDA test (plans replayed natively), the plan users first"
     cuda_tests ${PYTEST_S:-400} tests/kernels/test_native_replay.py tests/kernels/test_plan.py tests/test_aten.py \
         tests/ops tests/nn tests/test_functional.py tests/kernels/test_launch.py tests/kernels/test_batch_norm_kernels.py \
@@ -670,12 +674,8 @@ elif [ "$PART" = 69 ]; then
     timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
     echo "host_overhead rc=$?"; grep -E "native replay|group_norm|gn_|F.group_norm|eager" "$W/host.log" | cut -c1-260 | tail -12
     stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
-    timeout ${PROF_S:-200} python3 benchmarks/model_host_profile.py --out "$W/host_profile" \
-        --models ${PROF_MODELS:-tv_resnet18,tv_mobilenet_v3_small} --rounds ${PROF_ROUNDS:-4} \
-        > "$W/model_host_profile.log" 2>&1; echo "profile rc=$?"; grep -E "^\[|Error|inside|native" "$W/model_host_profile.log" | cut -c1-600
-    stamp "conformance on CUDA (every op)"
-    timeout ${CHECK_S:-150} python3 -m normkit check --impl normkit --device cuda --quiet \
-        --json "$W/check_cuda.json" > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; tail -12 "$W/check_cuda.log" | cut -c1-200
+    host_profile 200 tv_resnet18,tv_mobilenet_v3_small 4
+    cuda_check 150
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
