@@ -63,14 +63,19 @@ def collect() -> dict:
 
 
 def _native_info() -> str:
-    """Whether launch plans replay through the compiled extension (normkit.kernels._native)."""
+    """Whether launch plans replay through the compiled extension (normkit.kernels._native), and the host-path
+    features still off by default."""
     from normkit import kernels
 
     if not kernels.available():
         return "no (Triton unavailable)"
-    from normkit.kernels import _native
+    from normkit.kernels import _native, group_norm
+    from normkit.ops import batch_norm
 
-    return _native.status()
+    routes = "on" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=1)"
+    gn_plans = "on" if group_norm._CFG["plans"] else "off"
+    return (f"{_native.status()} (built in the background by the first CUDA plan); batch norm's fast routes under "
+            f"enable(): {routes}; group norm launch plans: {gn_plans}")
 
 
 def _pdl_info(devices) -> dict:
@@ -115,7 +120,7 @@ def main(argv=None) -> int:
         where = ", ".join(f"cuda:{i} {'yes' if on else 'no (needs NVIDIA sm_90+)'}" for i, on in pdl["devices"].items())
         knobs = ", ".join(f"{k} {v}" for k, v in pdl["knobs"].items())
         print(f"programmatic dependent launch: {where or 'no CUDA device'}; {knobs}")
-    print(f"native launch-plan replay: {info['native_replay']} (built in the background by the first CUDA plan)")
+    print(f"native launch-plan replay: {info['native_replay']}")
     en = info["enable"]
     print(f"enable(): {'active' if en['active'] else 'inactive'}"
           + (f" ({len(en['ops'])} aten ops overridden)" if en["active"] else ""))
