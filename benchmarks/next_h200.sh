@@ -32,6 +32,7 @@
 #          (same bits with and without, torch's errors), the plan users' CUDA tests, small models' host time with and
 #          without routes (model_host_profile.py setting normkit_routes), conformance on CUDA; group norm's launch plans
 #          (_CFG["plans"], prepared in session 25): their CUDA same-bits test and host cost per call (host_overhead.py).
+#          PART=70: small models' host time with and without routes, conformance on CUDA (each part < 10 min).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -673,6 +674,7 @@ elif [ "$PART" = 69 ]; then
     stamp "host cost per call (group norm with launch plans: _CFG plans 1, prepared in session 25)"
     timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
     echo "host_overhead rc=$?"; grep -E "native replay|group_norm|gn_|F.group_norm|eager" "$W/host.log" | cut -c1-260 | tail -12
+elif [ "$PART" = 70 ]; then
     stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
     host_profile 200 tv_resnet18,tv_mobilenet_v3_small 4
     cuda_check 150
