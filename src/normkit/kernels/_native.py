@@ -54,10 +54,6 @@ def set_native(on: bool) -> None:
     _on = bool(on)
 
 
-def enabled() -> bool:
-    return _on
-
-
 def start(libcuda: str = _LIBCUDA) -> None:
     """Build (or find) and load the extension in a background thread; returns at once."""
     global _thread, _status
