@@ -675,6 +675,8 @@ elif [ "$PART" = 69 ]; then
     timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
     echo "host_overhead rc=$?"; grep -E "native replay|group_norm|gn_|F.group_norm|eager" "$W/host.log" | cut -c1-260 | tail -12
 elif [ "$PART" = 70 ]; then
+    stamp "pytest -m cuda: batch norm's fast routes (which calls were noted), group norm's plans (on by default)"
+    cuda_tests ${PYTEST_S:-150} tests/ops/test_bn_routes.py tests/kernels/test_group_norm_kernels.py
     stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
     host_profile 200 tv_resnet18,tv_mobilenet_v3_small 4
     cuda_check 150
