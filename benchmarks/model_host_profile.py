@@ -42,9 +42,9 @@ from normkit.ops import batch_norm as _obn  # noqa: E402
 
 # normkit: enable()'s default, the backward on the calling thread; eager: autograd's default, its device thread
 # normkit_python: launch plans replayed in Python rather than by the compiled extension (normkit.kernels._native)
-# normkit_routes: batch norm's fast routes (normkit.ops.batch_norm.ROUTES) wired in by enable() (off by default)
+# normkit_noroutes: without batch norm's fast routes (normkit.ops.batch_norm.ROUTES; enable() wires them in by default)
 SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc", "normkit_python",
-            "normkit_routes")
+            "normkit_noroutes")
 
 
 @contextlib.contextmanager
@@ -54,7 +54,7 @@ def _setting(name):
         gc.disable()
     _native.set_native(not name.endswith("_python"))
     routes_were = _obn.fast_routes_enabled()
-    _obn.set_fast_routes(name.endswith("_routes"))
+    _obn.set_fast_routes(not name.endswith("_noroutes"))
     try:
         with torch.autograd.set_multithreading_enabled(not name.endswith("_1thread")):
             if name.startswith("normkit"):
@@ -231,6 +231,20 @@ def format_inside(inside) -> str:
                      + " ".join(f"{p} {v[p]:.1f}" for p in pieces if p in v) + ")" for op, v in inside.items())
 
 
+def routed_share(step, steps) -> dict:
+    """Per batch-norm op under enable(): calls a step, and how many of them a fast route answered."""
+    with _setting("normkit"):
+        step()
+        torch.cuda.synchronize()
+        normkit.aten.reset_counts()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        calls, routed = normkit.aten.call_counts(), normkit.aten.routed_counts()
+    return {op: {"calls_a_step": n / steps, "routed_a_step": routed.get(op, 0) / steps}
+            for op, n in calls.items() if "batch_norm" in op}
+
+
 def profile(step, steps):
     """cProfile text of ``steps`` normkit steps (the backward on the calling thread: cProfile sees it)."""
     with _setting("normkit"):
@@ -267,17 +281,19 @@ def main(argv=None):
         t0 = time.time()
         step = _model_step(name, layout, args.seed)
         row = {"model": name, "layout": layout, **measure(step, args.rounds, args.steps),
-               "inside_normkit": inside_kernels(step, args.steps)}
+               "inside_normkit": inside_kernels(step, args.steps), "routed": routed_share(step, args.steps)}
         with open(os.path.join(args.out, f"profile-{name}-{layout}.txt"), "w") as f:
             f.write(profile(step, args.steps))
         rows.append(row)
         labels = {"eager_1thread": "eager on one thread", "normkit_worker": "normkit on the worker thread",
                   "normkit_nogc": "normkit, gc off", "normkit_python": "normkit, Python replay",
-                  "normkit_routes": "normkit, fast routes"}
+                  "normkit_noroutes": "normkit, no fast routes"}
         times = "  ".join(f"{labels.get(s, s)} {row[s]['fwd']:.2f} / {row[s]['bwd']:.2f}" for s in SETTINGS)
         print(f"[{i}/{len(cases)}] {name} {layout}: host ms fwd / bwd  {times}  collections a step eager "
               f"{row['eager']['gc']:.2f} normkit {row['normkit']['gc']:.2f}  ({time.time() - t0:.0f} s)", flush=True)
         print("    inside normkit's kernels: " + format_inside(row["inside_normkit"]))
+        print("    fast routes taken a step: " + ", ".join(f"{op} {v['routed_a_step']:.0f} of {v['calls_a_step']:.0f}"
+                                                        for op, v in row["routed"].items()))
     with open(os.path.join(args.out, "model_host_profile.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -33,6 +33,9 @@
 #          without routes (model_host_profile.py setting normkit_routes), conformance on CUDA; group norm's launch plans
 #          (_CFG["plans"], prepared in session 25): their CUDA same-bits test and host cost per call (host_overhead.py).
 #          PART=70: small models' host time with and without routes, conformance on CUDA (each part < 10 min).
+# Session 26: PART=69 and 70 ran (results/h200-2026-12-04-s26); group norm's plans and batch norm's routes on by default.
+#          PART=71: the routes' CUDA tests (which calls are noted and routed) with the aten / ops / nn / functional CUDA
+#          tests at the new defaults, small models' host time with the share of calls routed, randomized cases on CUDA.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -680,6 +683,13 @@ elif [ "$PART" = 70 ]; then
     stamp "host time of small models' steps: fast routes (normkit_routes) against none (normkit)"
     host_profile 200 tv_resnet18,tv_mobilenet_v3_small 4
     cuda_check 150
+elif [ "$PART" = 71 ]; then
+    stamp "pytest -m cuda: batch norm's fast routes (on by default now), aten, ops, nn, functional"
+    cuda_tests ${PYTEST_S:-200} tests/ops/test_bn_routes.py tests/test_aten.py tests/ops tests/nn tests/test_functional.py
+    stamp "host time of small models' steps (fast routes on; normkit_noroutes without) and the share of calls routed"
+    host_profile 180 tv_resnet18,tv_mobilenet_v3_small 3
+    stamp "randomized test on CUDA: batch norm, modules (seed 20261226)"
+    random_cuda_tests 20261226 ${RANDOM_S:-120} -k "batch_norm or module"
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

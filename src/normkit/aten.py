@@ -54,8 +54,8 @@ Batch norm's training ops (forward and backward, every entry point above) first 
 earlier call of the same op (and the same flags) that passed every check and ran a launch plan replays that
 plan directly, skipping the predicate, the checks, the kernel selection and the launcher (~20-50 µs a call
 of Python in small models on the H200). Active once the native replay is loaded (its ``signature`` is the
-key); a route that does not apply leaves the call to the path above. Off until measured on a GPU:
-``NORMKIT_FAST_ROUTES=1`` or ``normkit.ops.batch_norm.set_fast_routes(True)`` before ``enable()``.
+key); a route that does not apply leaves the call to the path above. On by default; ``NORMKIT_FAST_ROUTES=0``
+or ``normkit.ops.batch_norm.set_fast_routes(False)`` before ``enable()`` turns it off.
 
 Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (``rms_norm`` at
 ``AutogradCPU``) so that routing, fallback and restore can be proven without a GPU; at that key every
@@ -100,6 +100,7 @@ _registered: list = []
 _saved_multithreading = None  # (thread id, autograd's setting there) from enable(), for disable()
 _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
+_routed: Counter = Counter()  # of _counts, the calls a fast route answered
 
 
 def _run_inside(impl, args, kwargs):
@@ -197,9 +198,15 @@ def fallback_counts() -> dict:
     return dict(_fallbacks)
 
 
+def routed_counts() -> dict:
+    """Of `call_counts()`, the calls a fast route answered (batch norm's training ops), per aten op name."""
+    return dict(_routed)
+
+
 def reset_counts() -> None:
     _counts.clear()
     _fallbacks.clear()
+    _routed.clear()
 
 
 def is_enabled() -> bool:
@@ -227,6 +234,7 @@ def _make_kernel(name, impl, takes, original):
                 out = route(*args)
                 if out is not None:
                     _counts[name] += 1
+                    _routed[name] += 1
                     return out
             if takes(*args, **kwargs):
                 _counts[name] += 1

@@ -72,7 +72,7 @@ def _native_info() -> str:
     from normkit.kernels import _native, group_norm
     from normkit.ops import batch_norm
 
-    routes = "on" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=1)"
+    routes = "on" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=0)"
     gn_plans = "on" if group_norm._CFG["plans"] else "off"
     return (f"{_native.status()} (built in the background by the first CUDA plan); batch norm's fast routes under "
             f"enable(): {routes}; group norm launch plans: {gn_plans}")

@@ -147,11 +147,8 @@ def test_routes_capped(fakes, monkeypatch):
 def test_routes_are_wired_only_when_on(monkeypatch):
     monkeypatch.setattr(obn, "_routes_on", False)
     assert aten._ops_routes() == {}
-    obn.set_fast_routes(True)
-    try:
-        assert aten._ops_routes() is obn.ROUTES and set(obn.ROUTES) <= {n for n, *_ in aten._table()}
-    finally:
-        obn.set_fast_routes(False)
+    obn.set_fast_routes(True)  # (monkeypatch restores the flag)
+    assert aten._ops_routes() is obn.ROUTES and set(obn.ROUTES) <= {n for n, *_ in aten._table()}
 
 
 def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
@@ -166,8 +163,9 @@ def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
     kernel = aten._make_kernel("op", impl, takes, NS(call_boxed=lambda *a: ("original",)))
     assert kernel(None, 1, 2) == ("routed",) and calls == []
     assert kernel(None, 0, 2) == ("impl",) and calls == [("takes", (0, 2)), ("impl", (0, 2)), ("note", (0, 2))]
-    assert aten.call_counts() == {"op": 2}
+    assert aten.call_counts() == {"op": 2} and aten.routed_counts() == {"op": 1}
     aten.reset_counts()
+    assert aten.routed_counts() == {}
 
 
 @pytest.mark.cuda
@@ -189,6 +187,10 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
                               torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8))
     net = net.cuda().to(dtype=dtype, memory_format=fmt)
     x = torch.randn(4, 3, 12, 12, device="cuda", dtype=dtype).to(memory_format=fmt)
+    # y's gradient in y's layout on three steps, contiguous on the last: a channels_last batch norm's backward
+    # then gets a gradient in another layout, which its launcher copies, so that call must not be noted
+    grads = [torch.randn(4, 8, 8, 8, device="cuda", dtype=dtype).to(memory_format=fmt) for _ in range(3)]
+    grads.append(torch.randn(4, 8, 8, 8, device="cuda", dtype=dtype))
 
     attempts = []  # every note: which op, x's strides, grad_out's (backward), whether it was noted
 
@@ -209,17 +211,23 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
         monkeypatch.setattr(obn, "_routes_on", routes)
         m = __import__("copy").deepcopy(net)
         out = []
+        aten.reset_counts()
         with normkit.enabled():
-            for _ in range(4):
+            for step in range(4):
                 m.zero_grad()
                 y = m(x)
-                y.float().square().mean().backward()
+                y.backward(grads[step])
                 out += [y] + [p.grad.clone() for p in m.parameters()] + [t.clone() for t in m.buffers()]
-        return out, len(obn._routes)
+        routed = aten.routed_counts()
+        fwd = sum(n for op, n in routed.items() if "backward" not in op)
+        bwd = sum(n for op, n in routed.items() if "backward" in op)
+        return out, len(obn._routes), (fwd, bwd)
 
-    plain, n0 = steps(False)
-    routed, n1 = steps(True)
-    assert n0 == 0 and n1 >= 4, f"both batch norms' forward and backward routes noted; notes: {attempts}"
+    plain, n0, taken0 = steps(False)
+    routed, n1, taken1 = steps(True)
+    assert n0 == 0 and n1 == 4, f"both batch norms' forward and backward routes noted; notes: {attempts}"
+    # steps 1-3 routed, but the channels_last backward of the last step (its gradient in another layout)
+    assert taken0 == (0, 0) and taken1 == (6, 5 if layout == "channels_last" else 6), (taken1, attempts)
     for a, b in zip(plain, routed):
         assert torch.equal(a, b)
     monkeypatch.setattr(obn, "_routes_on", True)

@@ -202,8 +202,9 @@ def cudnn_batch_norm_backward(input: Tensor, grad_output: Tensor, weight: Tensor
 
 _routes: set = set()
 MAX_ROUTES = 4096  # signatures that change every call would grow the set without end
-# off by default until measured on a GPU (benchmarks/NOTES-host-overhead.md, session 25); enable() reads it
-_routes_on = os.environ.get("NORMKIT_FAST_ROUTES", "0") == "1"
+# on by default since the H200 measured it (benchmarks/NOTES-host-overhead.md, session 26: resnet18 / mobilenet_v3
+# NCHW steps -1.9 / -2.8 ms of host time); NORMKIT_FAST_ROUTES=0 turns it off. enable() reads it.
+_routes_on = os.environ.get("NORMKIT_FAST_ROUTES", "1") != "0"
 
 
 def fast_routes_enabled() -> bool:
@@ -211,7 +212,7 @@ def fast_routes_enabled() -> bool:
 
 
 def set_fast_routes(on: bool) -> None:
-    """Whether the next ``normkit.enable()`` wires the routes in (``NORMKIT_FAST_ROUTES=1`` at import)."""
+    """Whether the next ``normkit.enable()`` wires the routes in (``NORMKIT_FAST_ROUTES=0`` at import: not)."""
     global _routes_on
     _routes_on = bool(on)
 
