@@ -24,6 +24,23 @@ import model_zoo as Z  # noqa: E402
 
 import normkit  # noqa: E402
 from normkit.kernels import knob_items, set_knobs  # noqa: E402
+from normkit.ops import batch_norm as _obn  # noqa: E402
+
+# besides the kernels' knobs: batch norm's fast routes under enable() (normkit.ops.batch_norm.ROUTES), 0 or 1
+ROUTES = "fast_routes"
+
+
+def _split(items):
+    """(the kernel knobs, the fast-routes flag or None) of a setting's KNOB=INT items."""
+    flags = [bool(int(i.partition("=")[2])) for i in items if i.partition("=")[0] == ROUTES]
+    return [i for i in items if i.partition("=")[0] != ROUTES], (flags[-1] if flags else None)
+
+
+def apply(items):
+    knobs, routes = _split(items)
+    set_knobs(knobs)
+    if routes is not None:
+        _obn.set_fast_routes(routes)  # enable() reads it
 
 
 def _quartiles(values):
@@ -41,12 +58,12 @@ def run_model(name, layout, knobs, rounds, steps, seed, device="cuda"):
     def under(setting, fn):
         if setting == "eager":
             return fn()
-        set_knobs(knobs[setting])
+        apply(knobs[setting])
         try:
             with normkit.enabled():
                 return fn()
         finally:
-            set_knobs(knobs["defaults"])
+            apply(knobs["defaults"])
 
     order = ["eager", "A", "B"]
     for setting in order:  # compile, record launch plans, warm the allocator
@@ -73,15 +90,18 @@ def summarize(rounds):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     Z.add_model_args(ap)
-    ap.add_argument("--a", default="", help="setting A: space-separated KNOB=INT (empty: the defaults)")
+    ap.add_argument("--a", default="", help="setting A: space-separated KNOB=INT (empty: the defaults; "
+                    f"{ROUTES}=0|1: batch norm's fast routes)")
     ap.add_argument("--b", default="", help="setting B, likewise")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args(argv)
     a, b = args.a.split(), args.b.split()
-    knobs = {"defaults": knob_items(sorted({item.partition("=")[0] for item in a + b})), "A": a, "B": b}
-    set_knobs(a + b)  # every item validated before anything runs
-    set_knobs(knobs["defaults"])
+    names = sorted({item.partition("=")[0] for item in _split(a + b)[0]})
+    defaults = knob_items(names) + [f"{ROUTES}={int(_obn.fast_routes_enabled())}"]
+    knobs = {"defaults": defaults, "A": a, "B": b}
+    apply(a + b)  # every item validated before anything runs
+    apply(knobs["defaults"])
     meta, cases = Z.cuda_run(args, "knob_ab.py", A=a, B=b, defaults=knobs["defaults"], rounds=args.rounds,
                              steps=args.steps)
     rows = []

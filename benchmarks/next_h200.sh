@@ -36,6 +36,8 @@
 # Session 26: PART=69 and 70 ran (results/h200-2026-12-04-s26); group norm's plans and batch norm's routes on by default.
 #          PART=71: the routes' CUDA tests (which calls are noted and routed) with the aten / ops / nn / functional CUDA
 #          tests at the new defaults, small models' host time with the share of calls routed, randomized cases on CUDA.
+#          PART=72: routes off (A) against on (B) interleaved in one process (knob_ab.py fast_routes=0|1): PART=70/71's
+#          model_host_profile medians disagreed in sign (3 rounds a setting in sequence; a drifting host).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -690,6 +692,13 @@ elif [ "$PART" = 71 ]; then
     host_profile 180 tv_resnet18,tv_mobilenet_v3_small 3
     stamp "randomized test on CUDA: batch norm, modules (seed 20261226)"
     random_cuda_tests 20261226 ${RANDOM_S:-120} -k "batch_norm or module"
+elif [ "$PART" = 72 ]; then
+    stamp "pytest -m cuda: batch norm's fast routes"
+    cuda_tests ${PYTEST_S:-100} tests/ops/test_bn_routes.py tests/bench/test_knob_ab.py
+    stamp "small models: without fast routes (A) against with (B), interleaved in one process (knob_ab.py)"
+    timeout ${AB_S:-330} python3 benchmarks/knob_ab.py --models ${AB_MODELS:-tv_resnet18,tv_mobilenet_v3_small} \
+        --a fast_routes=0 --b fast_routes=1 --rounds ${AB_ROUNDS:-12} --out "$W/ab" > "$W/knob_ab.log" 2>&1; echo "knob_ab rc=$?"
+    grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

@@ -34,3 +34,17 @@ def test_graphed_steps_refuses_without_gpu():
     graphed_steps = pytest.importorskip("graphed_steps")
     with pytest.raises(SystemExit, match="no GPU"):
         graphed_steps.main(["--models", "mlp_bn1d"])
+
+
+def test_apply_sets_kernel_knobs_and_the_fast_routes_flag(monkeypatch):
+    from normkit.kernels import batch_norm as kbn
+    from normkit.ops import batch_norm as obn
+
+    monkeypatch.setattr(obn, "_routes_on", True)
+    monkeypatch.setitem(kbn._TUNE, "fused_max_rows", kbn._TUNE["fused_max_rows"])
+    knob_ab.apply(["fused_max_rows=7", "fast_routes=0"])
+    assert kbn._TUNE["fused_max_rows"] == 7 and not obn.fast_routes_enabled()
+    knob_ab.apply(["fast_routes=1"])
+    assert obn.fast_routes_enabled() and kbn._TUNE["fused_max_rows"] == 7
+    with pytest.raises(ValueError, match="unknown knob"):
+        knob_ab.apply(["no_such_knob=1"])

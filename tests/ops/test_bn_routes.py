@@ -226,8 +226,12 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
     plain, n0, taken0 = steps(False)
     routed, n1, taken1 = steps(True)
     assert n0 == 0 and n1 == 4, f"both batch norms' forward and backward routes noted; notes: {attempts}"
-    # steps 1-3 routed, but the channels_last backward of the last step (its gradient in another layout)
-    assert taken0 == (0, 0) and taken1 == (6, 5 if layout == "channels_last" else 6), (taken1, attempts)
+    # steps 1-3 routed, but a backward whose gradient came in another layout (the last step's, channels_last:
+    # native_batch_norm_backward gets it as it is, its launcher copies it, and it is not noted; autograd's formula
+    # for cudnn_batch_norm_backward makes it dense in x's layout first)
+    unnoted = sum(1 for op, *_, noted in attempts if "backward" in op and not noted)
+    assert taken0 == (0, 0) and taken1 == (6, 6 - unnoted), (taken1, attempts)
+    assert unnoted <= (1 if layout == "channels_last" else 0), attempts
     for a, b in zip(plain, routed):
         assert torch.equal(a, b)
     monkeypatch.setattr(obn, "_routes_on", True)
