@@ -38,6 +38,7 @@
 #          tests at the new defaults, small models' host time with the share of calls routed, randomized cases on CUDA.
 #          PART=72: routes off (A) against on (B) interleaved in one process (knob_ab.py fast_routes=0|1): PART=70/71's
 #          model_host_profile medians disagreed in sign (3 rounds a setting in sequence; a drifting host).
+#          PART=73: routes inside captured CUDA graphs: their CUDA test, graphed_steps.py on resnet18 / mobilenet_v3.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -699,6 +700,13 @@ elif [ "$PART" = 72 ]; then
     timeout ${AB_S:-330} python3 benchmarks/knob_ab.py --models ${AB_MODELS:-tv_resnet18,tv_mobilenet_v3_small} \
         --a fast_routes=0 --b fast_routes=1 --rounds ${AB_ROUNDS:-12} --out "$W/ab" > "$W/knob_ab.log" 2>&1; echo "knob_ab rc=$?"
     grep -E "^\[|^\|" "$W/knob_ab.log" | cut -c1-200
+elif [ "$PART" = 73 ]; then
+    stamp "pytest -m cuda: batch norm's fast routes, inside a captured graph too"
+    cuda_tests ${PYTEST_S:-100} tests/ops/test_bn_routes.py
+    stamp "whole training steps captured in a CUDA graph with routes on (graphed_steps.py: replays against uncaptured bits)"
+    timeout ${GRAPH_S:-220} python3 benchmarks/graphed_steps.py --out "$W/graphed" \
+        --models ${GRAPH_MODELS:-tv_resnet18,tv_mobilenet_v3_small} > "$W/graphed_steps.log" 2>&1
+    echo "graphed rc=$?"; grep -E "^\[|^\|" "$W/graphed_steps.log" | cut -c1-250
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

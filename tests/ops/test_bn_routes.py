@@ -243,3 +243,55 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
         bad = torch.randn(15, device="cuda", dtype=dtype)
         with pytest.raises(RuntimeError, match="weight should contain 16 elements not 15|size"):
             torch.ops.aten.native_batch_norm(h, bad, bn.bias, bn.running_mean, bn.running_var, True, 0.1, 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_routes_inside_a_captured_graph(layout):
+    """Under enable() (routes on, noted in the warm-up), a training step captured in a CUDA graph takes the routes
+    and its replay gives the bits of the same step run uncaptured: outputs, gradients, running statistics."""
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA")
+    import copy
+
+    from normkit.kernels import _native
+
+    _native.start()
+    assert _native.wait(300), _native.status()
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8))
+    net = net.cuda().to(dtype=torch.bfloat16, memory_format=fmt)
+    x = torch.randn(4, 3, 12, 12, device="cuda", dtype=torch.bfloat16).to(memory_format=fmt)
+    g = torch.randn(4, 8, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=fmt)
+    params = list(net.parameters())
+
+    def step(m, ps):
+        y = m(x)
+        return [y, *torch.autograd.grad(y, ps, g)]
+
+    was = obn.fast_routes_enabled()
+    obn.set_fast_routes(True)  # enable() reads it
+    try:
+        with normkit.enabled():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # compile, note the routes, take them
+                    step(net, params)
+            torch.cuda.current_stream().wait_stream(side)
+            twin = copy.deepcopy(net)  # the state the captured step starts from
+            graph = torch.cuda.CUDAGraph()
+            aten.reset_counts()
+            with torch.cuda.graph(graph):
+                captured = step(net, params)
+            routed = sum(aten.routed_counts().values())
+            graph.replay()
+            uncaptured = step(twin, list(twin.parameters()))
+            torch.cuda.synchronize()
+    finally:
+        obn.set_fast_routes(was)
+    assert routed == 4, aten.routed_counts()  # both batch norms, forward and backward
+    for a, b in zip(captured + list(net.buffers()), uncaptured + list(twin.buffers())):
+        assert torch.equal(a, b)
