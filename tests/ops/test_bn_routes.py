@@ -168,13 +168,9 @@ def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
     assert aten.routed_counts() == {}
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
-    """Training steps of a conv + batch-norm net under enable(): with routes (noted on the first steps, taken
-    after) the same outputs, gradients and running statistics as without; calls the routes must not take
-    (another weight shape) still raise torch's error."""
+def _cuda_net(layout, dtype, seed):
+    """(conv + batch-norm net, its input, the memory format) on CUDA, once the native replay (the routes' key) is
+    loaded; skips without CUDA."""
     if not torch.cuda.is_available():
         pytest.skip("CUDA")
     from normkit.kernels import _native
@@ -182,11 +178,22 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
     _native.start()
     assert _native.wait(300), _native.status()
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8))
     net = net.cuda().to(dtype=dtype, memory_format=fmt)
     x = torch.randn(4, 3, 12, 12, device="cuda", dtype=dtype).to(memory_format=fmt)
+    return net, x, fmt
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
+    """Training steps of a conv + batch-norm net under enable(): with routes (noted on the first steps, taken
+    after) the same outputs, gradients and running statistics as without; calls the routes must not take
+    (another weight shape) still raise torch's error."""
+    net, x, fmt = _cuda_net(layout, dtype, seed=0)
     # y's gradient in y's layout on three steps, contiguous on the last: a channels_last batch norm's backward
     # then gets a gradient in another layout, which its launcher copies, so that call must not be noted
     grads = [torch.randn(4, 8, 8, 8, device="cuda", dtype=dtype).to(memory_format=fmt) for _ in range(3)]
@@ -250,20 +257,9 @@ def test_cuda_routes_same_bits_and_torchs_errors(layout, dtype, monkeypatch):
 def test_cuda_routes_inside_a_captured_graph(layout):
     """Under enable() (routes on, noted in the warm-up), a training step captured in a CUDA graph takes the routes
     and its replay gives the bits of the same step run uncaptured: outputs, gradients, running statistics."""
-    if not torch.cuda.is_available():
-        pytest.skip("CUDA")
     import copy
 
-    from normkit.kernels import _native
-
-    _native.start()
-    assert _native.wait(300), _native.status()
-    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-    torch.manual_seed(1)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-                              torch.nn.Conv2d(16, 8, 3), torch.nn.BatchNorm2d(8))
-    net = net.cuda().to(dtype=torch.bfloat16, memory_format=fmt)
-    x = torch.randn(4, 3, 12, 12, device="cuda", dtype=torch.bfloat16).to(memory_format=fmt)
+    net, x, fmt = _cuda_net(layout, torch.bfloat16, seed=1)
     g = torch.randn(4, 8, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=fmt)
     params = list(net.parameters())
 
