@@ -33,6 +33,7 @@ from normkit.kernels import _launch, _native, _plan
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import group_norm as KG
 from normkit.kernels import layer_norm as KL
+from normkit.ops import layer_norm as _oln
 
 
 def per_call_us(fn, calls, repeats=5):
@@ -129,6 +130,10 @@ def ln_paths():
         "fwd+bwd eager": lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd normkit.layer_norm": lambda: normkit.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g)),
+        # layer norm's fast routes (normkit.ops.layer_norm.ROUTES; wired in only while ROUTES_READY)
+        "fwd F.layer_norm under enable(), routes": ("enable", lambda: F.layer_norm(x, (1024,), w, b), "ln_routes"),
+        "fwd+bwd F.layer_norm under enable(), routes": (
+            "enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g), "ln_routes"),
     }
 
 
@@ -157,6 +162,9 @@ MODES = {"triton": (False, False, False, False), "direct": (True, False, False, 
          "raw": (True, True, False, False), "plan": (True, True, True, False), "native": (True, True, True, True)}
 
 
+_ln_routes_default = _oln.ROUTES_READY
+
+
 def measure(paths, calls, rounds):
     """Every path in every launch mode, the modes alternating within each of ``rounds`` rounds (the
     leased host's speed drifts); per mode the fastest round."""
@@ -164,8 +172,10 @@ def measure(paths, calls, rounds):
     plans_default = _plan.enabled()
     for name, fn in paths.items():
         enable = isinstance(fn, tuple)
+        ln_routes = enable and fn[2:] == ("ln_routes",)
         if enable:
             fn = fn[1]
+            _oln.ROUTES_READY = ln_routes or _ln_routes_default  # enable() reads it
             normkit.enable()
         try:
             walls = {m: [] for m in MODES}
@@ -182,6 +192,7 @@ def measure(paths, calls, rounds):
             _native.set_native(True)
             if enable:
                 normkit.disable()
+                _oln.ROUTES_READY = _ln_routes_default
         out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}
         cols = "  ".join(f"{m} {min(w):7.1f}" for m, w in walls.items())
         print(f"  {name:58s} {cols} us/call wall, {gpu:6.1f} us GPU", flush=True)

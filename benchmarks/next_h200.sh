@@ -39,6 +39,8 @@
 #          PART=72: routes off (A) against on (B) interleaved in one process (knob_ab.py fast_routes=0|1): PART=70/71's
 #          model_host_profile medians disagreed in sign (3 rounds a setting in sequence; a drifting host).
 #          PART=73: routes inside captured CUDA graphs: their CUDA test, graphed_steps.py on resnet18 / mobilenet_v3.
+#          PART=74: layer / RMS norm's fast routes (ops/layer_norm.py ROUTES, prepared, off): their CUDA same-bits test,
+#          the layer-norm kernel CUDA tests (plan keys now from forward_key / backward_key), host cost per call.
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -707,6 +709,13 @@ elif [ "$PART" = 73 ]; then
     timeout ${GRAPH_S:-220} python3 benchmarks/graphed_steps.py --out "$W/graphed" \
         --models ${GRAPH_MODELS:-tv_resnet18,tv_mobilenet_v3_small} > "$W/graphed_steps.log" 2>&1
     echo "graphed rc=$?"; grep -E "^\[|^\|" "$W/graphed_steps.log" | cut -c1-250
+elif [ "$PART" = 74 ]; then
+    stamp "pytest -m cuda: layer / RMS norm's fast routes (prepared, ROUTES_READY off), batch norm's, aten, layer-norm kernels"
+    cuda_tests ${PYTEST_S:-200} tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py tests/test_aten.py \
+        tests/kernels/test_layer_norm_kernels.py
+    stamp "host cost per call: F.layer_norm under enable() with and without layer norm's routes"
+    timeout ${HOST_S:-150} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
+    echo "host_overhead rc=$?"; grep -E "layer_norm|F.batch_norm" "$W/host.log" | cut -c1-260 | tail -14
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do

@@ -258,9 +258,11 @@ def _make_kernel(name, impl, takes, original):
 
 
 def _ops_routes() -> dict:
-    from normkit.ops import batch_norm
+    from normkit.ops import batch_norm, layer_norm
 
-    return batch_norm.ROUTES if batch_norm.fast_routes_enabled() else {}
+    if not batch_norm.fast_routes_enabled():
+        return {}
+    return {**batch_norm.ROUTES, **layer_norm.ROUTES} if layer_norm.ROUTES_READY else batch_norm.ROUTES
 
 
 def _make_rms_norm_autograd(original):

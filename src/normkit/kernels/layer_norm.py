@@ -1560,6 +1560,27 @@ def _cfg_key():
     return tuple(_CFG.values())
 
 
+def forward_key(eps, rms):
+    """The launch-plan key of ``ln_forward`` / ``rms_forward`` (normkit.ops' fast routes replay by it)."""
+    return ("rms_forward" if rms else "ln_forward", eps, _cfg_key())
+
+
+def _backward_flags(x_dtype, weight, output_mask, bias_dtype, rms):
+    """(need_dx, need_dw, need_db, dw's dtype, db's dtype) of a backward: dw only with a weight, db never for RMS;
+    dw in weight's dtype (x's without one), db in ``bias_dtype`` (default: dw's)."""
+    need_dx, need_dw, need_db = bool(output_mask[0]), bool(output_mask[1]), not rms and bool(output_mask[2])
+    pdt = weight.dtype if weight is not None else x_dtype
+    return need_dx, need_dw and weight is not None, need_db, pdt, bias_dtype if bias_dtype is not None else pdt
+
+
+def backward_key(x_dtype, weight, output_mask, bias_dtype, rms):
+    """The launch-plan key of ``ln_backward`` / ``rms_backward`` (normkit.ops' fast routes replay by it)."""
+    need_dx, need_dw, need_db, _, bdt = _backward_flags(x_dtype, weight, output_mask, bias_dtype, rms)
+    if rms:
+        return ("rms_backward", need_dx, need_dw, _cfg_key())
+    return ("ln_backward", need_dx, need_dw, need_db, bdt, _cfg_key())
+
+
 def ln_forward(x2d, weight, bias, eps):
     """Layer norm forward over rows: ``(y, mean[M], rstd[M])``; stats fp32 (fp64 for fp64 input).
 
@@ -1568,8 +1589,7 @@ def ln_forward(x2d, weight, bias, eps):
     """
     run = lambda: _forward(x2d, None, weight, bias, eps, False)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = ("ln_forward", eps, _cfg_key())
-        y, _, mean, rstd = _plan.planned(key, (x2d, weight, bias), run)
+        y, _, mean, rstd = _plan.planned(forward_key(eps, False), (x2d, weight, bias), run)
     else:
         y, _, mean, rstd = run()
     return y, mean, rstd
@@ -1580,8 +1600,7 @@ def rms_forward(x2d, weight, eps):
     Passes as ``ln_forward``."""
     run = lambda: _forward(x2d, None, weight, None, eps, True)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = ("rms_forward", eps, _cfg_key())
-        y, _, _, rstd = _plan.planned(key, (x2d, weight), run)
+        y, _, _, rstd = _plan.planned(forward_key(eps, True), (x2d, weight), run)
     else:
         y, _, _, rstd = run()
     return y, rstd
@@ -1611,25 +1630,20 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
     rows-in-registers regime; 5 passes in the wide regime (row sums, then the column kernel), 3 with
     ``_CFG['bwd_coop_max_block']`` (the cooperative wide kernel: 16-bit inputs up to 16384, others 65536).
     """
-    need_dx, need_dw, need_db = (bool(v) for v in output_mask)
-    pdt = weight.dtype if weight is not None else x2d.dtype
-    need_dw = need_dw and weight is not None
-    bdt = bias_dtype if bias_dtype is not None else pdt
+    need_dx, need_dw, need_db, pdt, bdt = _backward_flags(x2d.dtype, weight, output_mask, bias_dtype, False)
     run = lambda: _backward(dy2d, x2d, mean, rstd, weight, need_dx, need_dw, need_db, False, pdt, bdt)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = ("ln_backward", need_dx, need_dw, need_db, bdt, _cfg_key())
+        key = backward_key(x2d.dtype, weight, output_mask, bias_dtype, False)
         return _plan.planned(key, (dy2d, x2d, mean, rstd, weight), run)
     return run()
 
 
 def rms_backward(dy2d, x2d, rstd, weight, output_mask):
     """RMS norm backward: ``(dx|None, dw|None)``. Same passes and partials as ``ln_backward``."""
-    need_dx, need_dw = (bool(v) for v in output_mask[:2])
-    need_dw = need_dw and weight is not None
-    pdt = weight.dtype if weight is not None else x2d.dtype
+    need_dx, need_dw, _, pdt, _ = _backward_flags(x2d.dtype, weight, output_mask, None, True)
     run = lambda: _backward(dy2d, x2d, None, rstd, weight, need_dx, need_dw, False, True, pdt, pdt)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = ("rms_backward", need_dx, need_dw, _cfg_key())
+        key = backward_key(x2d.dtype, weight, output_mask, None, True)
         dx, dw, _ = _plan.planned(key, (dy2d, x2d, rstd, weight), run)
     else:
         dx, dw, _ = run()
