@@ -54,7 +54,9 @@ Batch norm's training ops (forward and backward, every entry point above) first 
 earlier call of the same op (and the same flags) that passed every check and ran a launch plan replays that
 plan directly, skipping the predicate, the checks, the kernel selection and the launcher (~20-50 µs a call
 of Python in small models on the H200). Active once the native replay is loaded (its ``signature`` is the
-key); a route that does not apply leaves the call to the path above. On by default; ``NORMKIT_FAST_ROUTES=0``
+key); a route that does not apply leaves the call to the path above. Layer and RMS norm's four ops have routes
+of their own (``normkit.ops.layer_norm.ROUTES``: dense inputs, 1-D or no parameters), under the same switch.
+On by default; ``NORMKIT_FAST_ROUTES=0``
 or ``normkit.ops.batch_norm.set_fast_routes(False)`` before ``enable()`` turns it off.
 
 Only private for tests: ``enable(_dispatch_key="CPU")`` registers at the CPU key (``rms_norm`` at

@@ -14,17 +14,9 @@ import torch
 import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
+from route_fakes import CudaLike, fake_signature
 
-
-
-class CudaLike(torch.Tensor):
-    @property
-    def is_cuda(self):
-        return True
-
-
-def _sig(tensors):
-    return tuple(None if t is None else (t.dtype, tuple(t.shape), t.stride(), t.is_cuda) for t in tensors)
+_sig = fake_signature
 
 
 class _Kernels:
@@ -148,7 +140,9 @@ def test_routes_are_wired_only_when_on(monkeypatch):
     monkeypatch.setattr(obn, "_routes_on", False)
     assert aten._ops_routes() == {}
     obn.set_fast_routes(True)  # (monkeypatch restores the flag)
-    assert aten._ops_routes() is obn.ROUTES and set(obn.ROUTES) <= {n for n, *_ in aten._table()}
+    routes = aten._ops_routes()
+    assert all(routes[name] is obn.ROUTES[name] for name in obn.ROUTES)
+    assert set(routes) <= {n for n, *_ in aten._table()}
 
 
 def test_aten_kernel_takes_a_route_before_its_predicate(monkeypatch):
