@@ -33,7 +33,7 @@ from normkit.kernels import _launch, _native, _plan
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import group_norm as KG
 from normkit.kernels import layer_norm as KL
-from normkit.ops import layer_norm as _oln
+from normkit.ops import batch_norm as _obn
 
 
 def per_call_us(fn, calls, repeats=5):
@@ -130,10 +130,6 @@ def ln_paths():
         "fwd+bwd eager": lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd normkit.layer_norm": lambda: normkit.layer_norm(xg, (1024,), wg, bg).backward(g),
         "fwd+bwd F.layer_norm under enable()": ("enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g)),
-        # layer norm's fast routes (normkit.ops.layer_norm.ROUTES; wired in only while ROUTES_READY)
-        "fwd F.layer_norm under enable(), routes": ("enable", lambda: F.layer_norm(x, (1024,), w, b), "ln_routes"),
-        "fwd+bwd F.layer_norm under enable(), routes": (
-            "enable", lambda: F.layer_norm(xg, (1024,), wg, bg).backward(g), "ln_routes"),
     }
 
 
@@ -162,7 +158,33 @@ MODES = {"triton": (False, False, False, False), "direct": (True, False, False, 
          "raw": (True, True, False, False), "plan": (True, True, True, False), "native": (True, True, True, True)}
 
 
-_ln_routes_default = _oln.ROUTES_READY
+def routes_ab(paths, calls, rounds):
+    """The ``enable()`` paths with the fast routes off and on (``normkit.ops.batch_norm.set_fast_routes``: batch,
+    layer and RMS norm), native replay, the two settings alternating in every round in a rotated order (rows
+    measured one after another see the leased host drift by up to 2x; within a round they see the same host).
+    Per path: each setting's fastest round and the median of the per-round ratios on / off."""
+    out = {}
+    was = _obn.fast_routes_enabled()
+    for name, fn in paths.items():
+        if not isinstance(fn, tuple):
+            continue
+        walls = {"off": [], "on": []}
+        try:
+            for r in range(rounds):
+                for setting in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                    _obn.set_fast_routes(setting == "on")  # enable() reads it
+                    normkit.enable()
+                    try:
+                        walls[setting].append(per_call_us(fn[1], calls, repeats=3))
+                    finally:
+                        normkit.disable()
+        finally:
+            _obn.set_fast_routes(was)
+        ratio = statistics.median(b / a for a, b in zip(walls["off"], walls["on"]))
+        out[name] = {"off_us": min(walls["off"]), "on_us": min(walls["on"]), "on_over_off": ratio, "rounds": walls}
+        print(f"  {name:58s} routes off {min(walls['off']):7.1f}  on {min(walls['on']):7.1f} us/call wall, "
+              f"on / off {ratio:.3f} (median of {rounds} rounds)", flush=True)
+    return out
 
 
 def measure(paths, calls, rounds):
@@ -172,10 +194,8 @@ def measure(paths, calls, rounds):
     plans_default = _plan.enabled()
     for name, fn in paths.items():
         enable = isinstance(fn, tuple)
-        ln_routes = enable and fn[2:] == ("ln_routes",)
         if enable:
             fn = fn[1]
-            _oln.ROUTES_READY = ln_routes or _ln_routes_default  # enable() reads it
             normkit.enable()
         try:
             walls = {m: [] for m in MODES}
@@ -192,7 +212,6 @@ def measure(paths, calls, rounds):
             _native.set_native(True)
             if enable:
                 normkit.disable()
-                _oln.ROUTES_READY = _ln_routes_default
         out[name] = {"wall_us": {m: min(w) for m, w in walls.items()}, "wall_us_rounds": walls, "gpu_us": gpu}
         cols = "  ".join(f"{m} {min(w):7.1f}" for m, w in walls.items())
         print(f"  {name:58s} {cols} us/call wall, {gpu:6.1f} us GPU", flush=True)
@@ -266,6 +285,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ab-rounds", type=int, default=8, help="rounds of the fast routes' off / on comparison")
     ap.add_argument("--replot", default=None, help="only redraw host_overhead.png from this host_overhead.json")
     ap.add_argument("--diagnose-worker-thread", action="store_true",
                     help="only the autograd worker-thread diagnosis (batch norm, contiguous)")
@@ -301,6 +321,11 @@ def main():
     print("group_norm 16x64x8x8 bf16, 8 groups (launch plans on for it: _CFG['plans'])", flush=True)
     KG._CFG["plans"] = 1
     res["us_per_call"]["group_norm"] = measure(gn_paths(), args.calls, args.rounds)
+    print(f"fast routes off against on, alternating within each of {args.ab_rounds} rounds (native replay)", flush=True)
+    res["routes_ab"] = {}
+    for family, paths in (("batch_norm contiguous", bn_paths("contiguous")),
+                          ("batch_norm channels_last", bn_paths("channels_last")), ("layer_norm", ln_paths())):
+        res["routes_ab"][family] = routes_ab(paths, args.calls, args.ab_rounds)
     res["raw_launcher"] = _launch.raw_summary()  # compiled kernels by launch path (and why not raw)
     print(f"raw C-launcher calls: {res['raw_launcher']}", flush=True)
 

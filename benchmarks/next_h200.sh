@@ -41,6 +41,9 @@
 #          PART=73: routes inside captured CUDA graphs: their CUDA test, graphed_steps.py on resnet18 / mobilenet_v3.
 #          PART=74: layer / RMS norm's fast routes (ops/layer_norm.py ROUTES, prepared, off): their CUDA same-bits test,
 #          the layer-norm kernel CUDA tests (plan keys now from forward_key / backward_key), host cost per call.
+# For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
+#          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
+#          rows drifted 1.6-1.9x between rows).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
 #          models (host_cache_probe.py; prediction in NOTES-host-overhead.md, session 24). PART=65: the final code's
 #          batch-norm kernel CUDA tests, conformance on CUDA (every op), randomized cases on CUDA.
@@ -716,6 +719,12 @@ elif [ "$PART" = 74 ]; then
     stamp "host cost per call: F.layer_norm under enable() with and without layer norm's routes"
     timeout ${HOST_S:-150} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
     echo "host_overhead rc=$?"; grep -E "layer_norm|F.batch_norm" "$W/host.log" | cut -c1-260 | tail -14
+elif [ "$PART" = 75 ]; then
+    stamp "pytest -m cuda: the layer-norm kernel tests PART=74 did not reach, the routes tests"
+    cuda_tests ${PYTEST_S:-300} tests/kernels/test_layer_norm_kernels.py tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py
+    stamp "host cost per call, with the fast routes off against on alternating within rounds (routes_ab)"
+    timeout ${HOST_S:-240} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
+    echo "host_overhead rc=$?"; grep -E "routes off|fast routes" "$W/host.log" | cut -c1-200
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
