@@ -257,6 +257,11 @@ bn_tests_and_check() {
     cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py
     cuda_check 200
 }
+# host_overhead.py (2 rounds) within HOST_S (default $1) s; the log's lines matching $2, the last $3 (default 40)
+host_cost() {
+    timeout ${HOST_S:-$1} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
+    echo "host_overhead rc=$?"; grep -E "$2" "$W/host.log" | cut -c1-260 | tail -${3:-40}
+}
 # model_host_profile.py within PROF_S (default $1) s on PROF_MODELS (default $2), PROF_ROUNDS (default $3) rounds
 host_profile() {
     timeout ${PROF_S:-$1} python3 benchmarks/model_host_profile.py --out "$W/host_profile" --models ${PROF_MODELS:-$2} \
@@ -664,8 +669,7 @@ t = time.time(); N.start(); ok = N.wait(600); print('native replay', ok, N.statu
     cuda_tests ${PYTEST_S:-200} tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
         tests/kernels/test_batch_norm_kernels.py
     stamp "host cost per call: plans replayed in Python (plan) against the native replay (native)"
-    timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
-    echo "host_overhead rc=$?"; grep -E "native replay|batch_norm|layer_norm|launcher" "$W/host.log" | cut -c1-260 | head -40
+    host_cost 200 "native replay|batch_norm|layer_norm|launcher"
 elif [ "$PART" = 67 ]; then
     stamp "host time of small models' steps: the native replay (normkit) against the Python replay (normkit_python)"
     host_profile 260 tv_resnet18,tv_mobilenet_v3_small,mlp_bn1d 6
@@ -683,8 +687,7 @@ elif [ "$PART" = 69 ]; then
     cuda_tests ${PYTEST_S:-240} tests/ops/test_bn_routes.py tests/kernels/test_native_replay.py tests/kernels/test_plan.py \
         tests/test_aten.py tests/ops tests/nn "tests/kernels/test_group_norm_kernels.py::test_cuda_plans_same_bits"
     stamp "host cost per call (group norm with launch plans: _CFG plans 1, prepared in session 25)"
-    timeout ${HOST_S:-200} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
-    echo "host_overhead rc=$?"; grep -E "native replay|group_norm|gn_|F.group_norm|eager" "$W/host.log" | cut -c1-260 | tail -12
+    host_cost 200 "native replay|group_norm|gn_|F.group_norm|eager" 12
 elif [ "$PART" = 70 ]; then
     stamp "pytest -m cuda: batch norm's fast routes (which calls were noted), group norm's plans (on by default)"
     cuda_tests ${PYTEST_S:-150} tests/ops/test_bn_routes.py tests/kernels/test_group_norm_kernels.py
@@ -717,14 +720,12 @@ elif [ "$PART" = 74 ]; then
     cuda_tests ${PYTEST_S:-200} tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py tests/test_aten.py \
         tests/kernels/test_layer_norm_kernels.py
     stamp "host cost per call: F.layer_norm under enable() with and without layer norm's routes"
-    timeout ${HOST_S:-150} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
-    echo "host_overhead rc=$?"; grep -E "layer_norm|F.batch_norm" "$W/host.log" | cut -c1-260 | tail -14
+    host_cost 150 "layer_norm|F.batch_norm" 14
 elif [ "$PART" = 75 ]; then
     stamp "pytest -m cuda: the layer-norm kernel tests PART=74 did not reach, the routes tests"
     cuda_tests ${PYTEST_S:-300} tests/kernels/test_layer_norm_kernels.py tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py
     stamp "host cost per call, with the fast routes off against on alternating within rounds (routes_ab)"
-    timeout ${HOST_S:-240} python3 benchmarks/host_overhead.py --out "$W/host" --rounds 2 > "$W/host.log" 2>&1
-    echo "host_overhead rc=$?"; grep -E "routes off|fast routes" "$W/host.log" | cut -c1-200
+    host_cost 240 "routes off|fast routes"
 elif [ "$PART" = 56 ]; then
     stamp "mobilenet_v3_small channels_last agreement: default, launch plans off, PDL off"
     for mode in default plans_off pdl_off; do
