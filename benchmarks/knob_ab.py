@@ -26,7 +26,7 @@ import normkit  # noqa: E402
 from normkit.kernels import knob_items, set_knobs  # noqa: E402
 from normkit.ops import batch_norm as _obn  # noqa: E402
 
-# besides the kernels' knobs: batch norm's fast routes under enable() (normkit.ops.batch_norm.ROUTES), 0 or 1
+# besides the kernels' knobs: the fast routes under enable() (batch, layer, RMS norm: set_fast_routes), 0 or 1
 ROUTES = "fast_routes"
 
 
@@ -91,7 +91,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     Z.add_model_args(ap)
     ap.add_argument("--a", default="", help="setting A: space-separated KNOB=INT (empty: the defaults; "
-                    f"{ROUTES}=0|1: batch norm's fast routes)")
+                    f"{ROUTES}=0|1: the fast routes)")
     ap.add_argument("--b", default="", help="setting B, likewise")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10)

@@ -42,7 +42,7 @@ from normkit.ops import batch_norm as _obn  # noqa: E402
 
 # normkit: enable()'s default, the backward on the calling thread; eager: autograd's default, its device thread
 # normkit_python: launch plans replayed in Python rather than by the compiled extension (normkit.kernels._native)
-# normkit_noroutes: without batch norm's fast routes (normkit.ops.batch_norm.ROUTES; enable() wires them in by default)
+# normkit_noroutes: without the fast routes (batch, layer, RMS norm; enable() wires them in by default)
 SETTINGS = ("eager", "normkit", "eager_1thread", "normkit_worker", "normkit_nogc", "normkit_python",
             "normkit_noroutes")
 
@@ -232,7 +232,7 @@ def format_inside(inside) -> str:
 
 
 def routed_share(step, steps) -> dict:
-    """Per batch-norm op under enable(): calls a step, and how many of them a fast route answered."""
+    """Per op normkit handled under enable(): calls a step, and how many of them a fast route answered."""
     with _setting("normkit"):
         step()
         torch.cuda.synchronize()
@@ -242,7 +242,7 @@ def routed_share(step, steps) -> dict:
         torch.cuda.synchronize()
         calls, routed = normkit.aten.call_counts(), normkit.aten.routed_counts()
     return {op: {"calls_a_step": n / steps, "routed_a_step": routed.get(op, 0) / steps}
-            for op, n in calls.items() if "batch_norm" in op}
+            for op, n in calls.items()}
 
 
 def profile(step, steps):

@@ -716,7 +716,7 @@ elif [ "$PART" = 73 ]; then
         --models ${GRAPH_MODELS:-tv_resnet18,tv_mobilenet_v3_small} > "$W/graphed_steps.log" 2>&1
     echo "graphed rc=$?"; grep -E "^\[|^\|" "$W/graphed_steps.log" | cut -c1-250
 elif [ "$PART" = 74 ]; then
-    stamp "pytest -m cuda: layer / RMS norm's fast routes (prepared, ROUTES_READY off), batch norm's, aten, layer-norm kernels"
+    stamp "pytest -m cuda: layer / RMS norm's fast routes, batch norm's, aten, layer-norm kernels"
     cuda_tests ${PYTEST_S:-200} tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py tests/test_aten.py \
         tests/kernels/test_layer_norm_kernels.py
     stamp "host cost per call: F.layer_norm under enable() with and without layer norm's routes"

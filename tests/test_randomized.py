@@ -225,6 +225,13 @@ def shift_cancellation(x64, dims):
     return (1 + ((m - first) / s) ** 2).max().item()
 
 
+def blend_mean_den(old, mean, std, momentum):
+    """The running mean's error scale after a training step: the size of the blend's terms, |1 - m|·|old| +
+    |m|·(|mean| + std) per channel (the batch mean may cancel the old running mean, and its rounding is relative to
+    the channel's spread, as tests/kernels)."""
+    return torch.linalg.vector_norm(abs(1 - momentum) * old.double().abs() + abs(momentum) * (mean.abs() + std)).item()
+
+
 def check_param_grads(ctx, pairs, dtype, tol_table, extra, abs_sum, xhat_max):
     """Parameter gradients are sums over the batch (dw = Σ g·x̂, db = Σ g) that may cancel: the
     denominator is floored at 1e-2 of the sum of the terms' sizes (A = ||Σ|g|·max|x̂|||, as for grad_input),
@@ -376,11 +383,11 @@ def run_batch_norm(case_id, device):
         for name, got, want, r0 in (("running_mean", rmn, rm64, rm), ("running_var", rvn, rv64, rv)):
             ctx.check(got.dtype == pdt, f"{name} dtype {got.dtype}")
             # relative to the size of the two terms (a negative momentum makes them cancel)
-            # and the batch mean's rounding is relative to the channel's spread (as tests/kernels)
-            terms = abs(1 - momentum) * r0.double().abs() + abs(momentum) * batch[name].abs() if training else r0.double()
             if training and name == "running_mean":
-                terms = terms + abs(momentum) * batch["running_var"].sqrt()
-            den = torch.linalg.vector_norm(terms).item()
+                den = blend_mean_den(r0, batch[name], batch["running_var"].sqrt(), momentum)
+            else:
+                terms = abs(1 - momentum) * r0.double().abs() + abs(momentum) * batch[name].abs() if training else r0.double()
+                den = torch.linalg.vector_norm(terms).item()
             ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else var_extra), name, den=den)
     if training:
         invstd = 1 / torch.sqrt(x64.detach().var(dims, unbiased=False) + eps)
@@ -725,10 +732,8 @@ def run_instance_norm(case_id, device):
         for name, got, want in (("running_mean", rmn, rm64), ("running_var", rvn, rv64)):
             ctx.check(got.dtype == pdt, f"{name} dtype")
             den = None
-            if use_input_stats and name == "running_mean":  # the batch means' rounding is relative to the spread
-                terms = abs(1 - momentum) * rm.double().abs() + abs(momentum) * (
-                    xd.mean(dims).mean(0).abs() + xd.var(dims, unbiased=False).sqrt().mean(0))
-                den = torch.linalg.vector_norm(terms).item()
+            if use_input_stats and name == "running_mean":
+                den = blend_mean_den(rm, xd.mean(dims).mean(0), xd.var(dims, unbiased=False).sqrt().mean(0), momentum)
             ctx.close(got, want, TOL_RUNNING[pdt] + (extra if name == "running_mean" else 0), name, den=den)
     if use_input_stats:
         rstd = 1 / torch.sqrt(x64.detach().var(dims, unbiased=False, keepdim=True) + eps)
@@ -852,7 +857,8 @@ def run_modules(case_id, device):
         x = make_input(g, shape, dtype, layout, scale, offset)
         gout = randn(g, shape).to(dtype)
         xl = leaf(to_device(x, device))
-        before = {name: bf.detach().double().clone() for name, bf in ref.named_buffers()}
+        rm_before = getattr(ref, "running_mean", None)  # the blend's old term (the module updates it in place)
+        rm_before = None if rm_before is None else rm_before.detach().double().clone()
         y = mod(xl)
         y.backward(to_device(gout, device))
         x64 = d64(xl)
@@ -907,17 +913,14 @@ def run_modules(case_id, device):
                 continue
             den = None
             if name == "running_mean" and train and cls.startswith(("Batch", "Instance")):
-                # relative to the size of the blend's terms: the batch mean may cancel the old running mean,
-                # and the batch means' rounding is relative to the spread (as run_batch_norm)
                 if ref.momentum is not None:
                     m = ref.momentum
                 else:  # batch norm's cumulative average; instance norm passes momentum 0
                     m = 0.0 if cls.startswith("Instance") else 1 / int(ref.num_batches_tracked)
-                per_n = [0] if cls.startswith("Instance") else []
                 means, stds = xd.mean(red), xd.var(red, unbiased=False).sqrt()
-                batch_terms = (means.abs() + stds).mean(per_n) if per_n else means.abs() + stds
-                terms = abs(1 - m) * before[name].abs() + abs(m) * batch_terms
-                den = torch.linalg.vector_norm(terms).item()
+                if cls.startswith("Instance"):  # the running mean moves towards the per-(n, c) statistics' average
+                    means, stds = means.mean(0), stds.mean(0)
+                den = blend_mean_den(rm_before, means, stds, m)
             ctx.close(bf, bf64, TOL_RUNNING[bf.dtype] + (extra if "mean" in name else var_extra), f"{tag} {name}",
                       den=den)
             with torch.no_grad():  # the next step starts from normkit's (rounded) buffers on both sides

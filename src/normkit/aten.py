@@ -201,7 +201,8 @@ def fallback_counts() -> dict:
 
 
 def routed_counts() -> dict:
-    """Of `call_counts()`, the calls a fast route answered (batch norm's training ops), per aten op name."""
+    """Of `call_counts()`, the calls a fast route answered (batch norm's training ops, layer / RMS norm), per aten
+    op name."""
     return dict(_routed)
 
 
@@ -262,9 +263,7 @@ def _make_kernel(name, impl, takes, original):
 def _ops_routes() -> dict:
     from normkit.ops import batch_norm, layer_norm
 
-    if not batch_norm.fast_routes_enabled():
-        return {}
-    return {**batch_norm.ROUTES, **layer_norm.ROUTES} if layer_norm.ROUTES_READY else batch_norm.ROUTES
+    return {**batch_norm.ROUTES, **layer_norm.ROUTES} if batch_norm.fast_routes_enabled() else {}
 
 
 def _make_rms_norm_autograd(original):

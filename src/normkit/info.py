@@ -70,10 +70,9 @@ def _native_info() -> str:
     if not kernels.available():
         return "no (Triton unavailable)"
     from normkit.kernels import _native, group_norm
-    from normkit.ops import batch_norm, layer_norm
+    from normkit.ops import batch_norm
 
-    families = "batch, layer, RMS norm" if layer_norm.ROUTES_READY else "batch norm"
-    routes = f"on ({families})" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=0)"
+    routes = "on (batch, layer, RMS norm)" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=0)"
     gn_plans = "on" if group_norm._CFG["plans"] else "off"
     return (f"{_native.status()} (built in the background by the first CUDA plan); fast routes under "
             f"enable(): {routes}; group norm launch plans: {gn_plans}")

@@ -14,9 +14,7 @@ import torch
 import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
-from route_fakes import CudaLike, fake_signature
-
-_sig = fake_signature
+from route_fakes import CudaLike, fake_signature as _sig
 
 
 class _Kernels:

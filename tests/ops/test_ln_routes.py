@@ -1,5 +1,5 @@
 """Layer norm's and RMS norm's fast routes under enable() (normkit.ops.layer_norm.ROUTES, wired in normkit.aten
-while ``ROUTES_READY``).
+with batch norm's, under one switch).
 
 On the CPU the bookkeeping runs with stand-ins (as tests/ops/test_bn_routes.py): a Python signature, a kernels
 module that only names plan keys, a plan store that records replays and answers with fresh tensors. On the H200 the
@@ -15,9 +15,7 @@ import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
 from normkit.ops import layer_norm as oln
-from route_fakes import CudaLike, fake_signature
-
-_sig = fake_signature
+from route_fakes import CudaLike, fake_signature as _sig
 
 
 class _Fakes:
@@ -165,11 +163,8 @@ def test_routes_capped(fakes, monkeypatch):
     assert len(oln._routes) == 2
 
 
-def test_wired_by_aten_only_when_ready(monkeypatch):
+def test_wired_by_aten_with_batch_norms_under_one_switch(monkeypatch):
     monkeypatch.setattr(obn, "_routes_on", True)
-    monkeypatch.setattr(oln, "ROUTES_READY", False)
-    assert "native_layer_norm" not in aten._ops_routes()
-    monkeypatch.setattr(oln, "ROUTES_READY", True)
     routes = aten._ops_routes()
     assert set(oln.ROUTES) <= set(routes) and set(obn.ROUTES) <= set(routes)
     assert set(routes) <= {n for n, *_ in aten._table()}
@@ -188,7 +183,6 @@ def test_cuda_routes_same_bits(dtype, monkeypatch):
 
     _native.start()
     assert _native.wait(300), _native.status()
-    monkeypatch.setattr(oln, "ROUTES_READY", True)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96), torch.nn.GELU(),
                               torch.nn.Linear(96, 96), torch.nn.RMSNorm(96), torch.nn.LayerNorm(96, bias=False))

@@ -1573,12 +1573,16 @@ def _backward_flags(x_dtype, weight, output_mask, bias_dtype, rms):
     return need_dx, need_dw and weight is not None, need_db, pdt, bias_dtype if bias_dtype is not None else pdt
 
 
+def _backward_key(need_dx, need_dw, need_db, bias_dtype, rms):
+    if rms:
+        return ("rms_backward", need_dx, need_dw, _cfg_key())
+    return ("ln_backward", need_dx, need_dw, need_db, bias_dtype, _cfg_key())
+
+
 def backward_key(x_dtype, weight, output_mask, bias_dtype, rms):
     """The launch-plan key of ``ln_backward`` / ``rms_backward`` (normkit.ops' fast routes replay by it)."""
     need_dx, need_dw, need_db, _, bdt = _backward_flags(x_dtype, weight, output_mask, bias_dtype, rms)
-    if rms:
-        return ("rms_backward", need_dx, need_dw, _cfg_key())
-    return ("ln_backward", need_dx, need_dw, need_db, bdt, _cfg_key())
+    return _backward_key(need_dx, need_dw, need_db, bdt, rms)
 
 
 def ln_forward(x2d, weight, bias, eps):
@@ -1633,7 +1637,7 @@ def ln_backward(dy2d, x2d, mean, rstd, weight, output_mask, bias_dtype=None):
     need_dx, need_dw, need_db, pdt, bdt = _backward_flags(x2d.dtype, weight, output_mask, bias_dtype, False)
     run = lambda: _backward(dy2d, x2d, mean, rstd, weight, need_dx, need_dw, need_db, False, pdt, bdt)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = backward_key(x2d.dtype, weight, output_mask, bias_dtype, False)
+        key = _backward_key(need_dx, need_dw, need_db, bdt, False)
         return _plan.planned(key, (dy2d, x2d, mean, rstd, weight), run)
     return run()
 
@@ -1643,7 +1647,7 @@ def rms_backward(dy2d, x2d, rstd, weight, output_mask):
     need_dx, need_dw, _, pdt, _ = _backward_flags(x2d.dtype, weight, output_mask, None, True)
     run = lambda: _backward(dy2d, x2d, None, rstd, weight, need_dx, need_dw, False, True, pdt, pdt)  # noqa: E731
     if _plan.enabled() and x2d.is_cuda:
-        key = backward_key(x2d.dtype, weight, output_mask, None, True)
+        key = _backward_key(need_dx, need_dw, False, pdt, True)
         dx, dw, _ = _plan.planned(key, (dy2d, x2d, rstd, weight), run)
     else:
         dx, dw, _ = run()

@@ -202,8 +202,9 @@ def cudnn_batch_norm_backward(input: Tensor, grad_output: Tensor, weight: Tensor
 
 _routes: set = set()
 MAX_ROUTES = 4096  # signatures that change every call would grow the set without end
-# on by default since the H200 measured it (benchmarks/NOTES-host-overhead.md, session 26: resnet18 / mobilenet_v3
-# NCHW steps -1.9 / -2.8 ms of host time); NORMKIT_FAST_ROUTES=0 turns it off. enable() reads it.
+# on by default since the H200 measured it (benchmarks/NOTES-host-overhead.md, session 26: routes on / off, interleaved
+# in one process, resnet18 steps 0.86x / 0.88x, mobilenet_v3_small 0.90x / 0.95x, NCHW / channels_last); it switches
+# layer / RMS norm's routes too (normkit.ops.layer_norm.ROUTES). NORMKIT_FAST_ROUTES=0 turns it off; enable() reads it.
 _routes_on = os.environ.get("NORMKIT_FAST_ROUTES", "1") != "0"
 
 

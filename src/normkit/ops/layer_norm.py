@@ -159,10 +159,9 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
 # device, dtype, sizes, strides), normalized_shape and eps / mask; a later call with the same ones replays the plan on
 # views, skipping aten's predicate, the checks, the geometry and the kernel selection. An entry keeps what the
 # replay needs: M, N, the output shapes, the kernels module, the resolved eps (RMS: eps None) and the views'
-# signature. aten wires these in with batch norm's (one switch: ``NORMKIT_FAST_ROUTES``) while ``ROUTES_READY``: on
-# since the H200 ran the CUDA same-bits test (session 26, benchmarks/NOTES-host-overhead.md).
+# signature. aten wires these in with batch norm's (one switch: ``NORMKIT_FAST_ROUTES``; same-bits CUDA test on the
+# H200, session 26, benchmarks/NOTES-host-overhead.md).
 
-ROUTES_READY = True
 _routes: dict = {}
 MAX_ROUTES = 4096
 
