@@ -41,6 +41,8 @@
 #          PART=73: routes inside captured CUDA graphs: their CUDA test, graphed_steps.py on resnet18 / mobilenet_v3.
 #          PART=74: layer / RMS norm's fast routes (ops/layer_norm.py ROUTES, prepared, off): their CUDA same-bits test,
 #          the layer-norm kernel CUDA tests (plan keys now from forward_key / backward_key), host cost per call.
+# Session 27: PART=76: the persistent grid-synchronised batch-norm forward (bn_persist_probe.py: one kernel, x re-read
+#          in reverse from L2; prediction in NOTES-batch_norm.md, session 27), then PART=75's routes_ab host cost.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -721,6 +723,13 @@ elif [ "$PART" = 74 ]; then
         tests/kernels/test_layer_norm_kernels.py
     stamp "host cost per call: F.layer_norm under enable() with and without layer norm's routes"
     host_cost 150 "layer_norm|F.batch_norm" 14
+elif [ "$PART" = 76 ]; then
+    stamp "batch norm: the persistent grid-synchronised training forward (bn_persist_probe.py)"
+    timeout ${PROBE_S:-280} python3 benchmarks/bn_persist_probe.py --out "$W" --budget $(( ${PROBE_S:-280} - 60 )) \
+        > "$W/bn_persist_probe.log" 2>&1; echo "probe rc=$?"
+    grep -vE "Warning|warn" "$W/bn_persist_probe.log" | cut -c1-260 | tail -70
+    stamp "host cost per call, with the fast routes off against on alternating within rounds (routes_ab)"
+    host_cost 200 "routes off|fast routes"
 elif [ "$PART" = 75 ]; then
     stamp "pytest -m cuda: the layer-norm kernel tests PART=74 did not reach, the routes tests"
     cuda_tests ${PYTEST_S:-300} tests/kernels/test_layer_norm_kernels.py tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py
