@@ -322,6 +322,8 @@ def check(p, x, w, b):
 
 def fits(k, p, nsm):
     """Whether G programs of compiled kernel k are resident at once (registers, threads, shared memory)."""
+    if getattr(k, "n_regs", None) is None:
+        k._init_handles()  # (Triton 3.6: registers known once the module is loaded)
     regs = k.n_regs * 32 * p.nw
     smem = k.metadata.shared
     per_sm = min(65536 // max(regs, 1), 2048 // (32 * p.nw), (227 * 1024) // max(smem, 1))
