@@ -47,13 +47,16 @@ from normkit.kernels import cdiv, next_pow2
 SHAPES = [((256, 2048, 7, 7), "cl"), ((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"),
           ((65536, 1024), "cl"), ((256, 512, 28, 28), "cl"), ((256, 64, 56, 56), "nchw"),
           ((256, 512, 28, 28), "nchw"), ((16, 64, 32, 64, 64), "cl"), ((256, 256, 56, 56), "cl")]
-# name: (programs a SM, warps, tile bytes, units a loop step): every variant keeps 32-64 KB of loads in flight a SM
+# name: (programs a SM, warps, tile bytes, units a loop step, barrier polls: 0 atomic / 1 volatile loads): every
+# variant keeps 32-64 KB of loads in flight a SM
 VARIANTS = {
-    "p4w4u4": (4, 4, 4096, 4),
-    "p2w8u4": (2, 8, 8192, 4),
-    "p4w4u2": (4, 4, 8192, 2),
-    "p3w4u4": (3, 4, 4096, 4),
-    "p2w4u4": (2, 4, 4096, 4),
+    "p4w4u4": (4, 4, 4096, 4, 0),
+    "p2w8u4": (2, 8, 8192, 4, 0),
+    "p4w4u2": (4, 4, 8192, 2, 0),
+    "p3w4u4": (3, 4, 4096, 4, 0),
+    "p2w4u4": (2, 4, 4096, 4, 0),
+    "p4w4u4v": (4, 4, 4096, 4, 1),
+    "p2w8u4v": (2, 8, 8192, 4, 1),
 }
 SPIN_LIMIT = 1 << 24
 DEV = "cuda"
@@ -116,29 +119,44 @@ def _step(x_ptr, q, Q, k, cb, UT, M, C, S, NSC, ROWS: tl.constexpr, B0: tl.const
 
 
 @triton.jit
-def _grid_sync(cnt_ptr, target, flag_ptr, LIMIT: tl.constexpr):
+def _grid_sync(cnt_ptr, target, flag_ptr, LIMIT: tl.constexpr, POLL: tl.constexpr):
     """Count in on cnt (release: this program's stores first), wait until target programs have (acquire).
-    Gives up after LIMIT polls and raises flag (a probe must not hang the GPU)."""
+    POLL 0: polls are atomic reads; 1: volatile loads, one acquiring atomic after. Gives up after LIMIT polls
+    and raises flag (a probe must not hang the GPU)."""
     tl.debug_barrier()
     tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
     arrived = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
     it = 0
     while (arrived < target) & (it < LIMIT):
-        arrived = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        if POLL == 0:
+            arrived = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        else:
+            arrived = tl.load(cnt_ptr, volatile=True)
         it += 1
+    if POLL == 1:
+        arrived = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
     if arrived < target:
         tl.atomic_add(flag_ptr, 1)
 
 
 @triton.jit
+def _stamp(times_ptr, g, i, TIMED: tl.constexpr):
+    """With TIMED: the GPU's global timer (ns) at this point of program g, slot i of 5."""
+    if TIMED:
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(times_ptr + g * 5 + i, t)
+
+
+@triton.jit
 def _persist_fwd_kernel(
     x_ptr, y_ptr, part_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, cnt_ptr, flag_ptr,
-    M, C, S, NSC, UT, G, NCB, Q, NB, n0, n1, e0, e1, e2, m0, m1, m2,
+    times_ptr, M, C, S, NSC, UT, G, NCB, Q, NB, n0, n1, e0, e1, e2, m0, m1, m2,
     ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr, U: tl.constexpr, FB: tl.constexpr,
     BP: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr,
-    ACC: tl.constexpr, LIMIT: tl.constexpr,
+    ACC: tl.constexpr, LIMIT: tl.constexpr, POLL: tl.constexpr, TIMED: tl.constexpr,
 ):
     g = tl.program_id(0)
+    _stamp(times_ptr, g, 0, TIMED)
     cb = g % NCB
     q = g // NCB
     if ROWS:
@@ -166,7 +184,9 @@ def _persist_fwd_kernel(
             acc2 += d2 * d2 + d3 * d3
     tl.store(part_ptr + q * C + ch, _fold(acc1, ROWS), mask=cmask)
     tl.store(part_ptr + (Q + q) * C + ch, _fold(acc2, ROWS), mask=cmask)
-    _grid_sync(cnt_ptr, G, flag_ptr, LIMIT)
+    _stamp(times_ptr, g, 1, TIMED)
+    _grid_sync(cnt_ptr, G, flag_ptr, LIMIT, POLL)
+    _stamp(times_ptr, g, 2, TIMED)
     # 2. program g finalises channels g*FB.. (as _bn_combine_fwd_kernel)
     fch = g * FB + tl.arange(0, FB)
     fmask = fch < C
@@ -201,7 +221,8 @@ def _persist_fwd_kernel(
             rm = tl.load(rm_ptr + fch, mask=fmask, other=0.0).to(ACC)
             rv = tl.load(rv_ptr + fch, mask=fmask, other=0.0).to(ACC)
             B._bn_update_running(rm, rv, mean, var, nf, fch, fmask, m0, m1, m2, rm_ptr, rv_ptr, False, ACC)
-    _grid_sync(cnt_ptr, 2 * G, flag_ptr, LIMIT)
+    _grid_sync(cnt_ptr, 2 * G, flag_ptr, LIMIT, POLL)
+    _stamp(times_ptr, g, 3, TIMED)
     # every program is past the last wait: the last one out resets the counters for the next launch
     left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel", scope="gpu")
     if left == G - 1:
@@ -219,12 +240,13 @@ def _persist_fwd_kernel(
             tl.store(y_ptr + o2, ((x2.to(ACC) - shift2) * ka + kc).to(yt), mask=m2_)
         tl.store(y_ptr + o1, ((x1.to(ACC) - shift2) * ka + kc).to(yt), mask=m1_)
         tl.store(y_ptr + o0, ((x0.to(ACC) - shift2) * ka + kc).to(yt), mask=m0_)
+    _stamp(times_ptr, g, 4, TIMED)
 
 
 class Persist:
     """Launcher of the probe kernel for one input shape / layout and variant."""
 
-    def __init__(self, x, pps, nw, tile_bytes, U, nsm):
+    def __init__(self, x, pps, nw, tile_bytes, U, poll, nsm):
         v = B._View(x)
         tile = tile_bytes // x.element_size()
         if v.kind == "rows":
@@ -251,28 +273,31 @@ class Persist:
         self.NB = cdiv(cdiv(UT, Q), U)
         self.FB = next_pow2(cdiv(v.C, G))
         self.BP = min(next_pow2(Q), max(1, 2048 // self.FB))
-        self.nw, self.pps = nw, pps
+        self.nw, self.pps, self.poll = nw, pps, poll
         dev = x.device
         self.part = torch.empty((2, Q, v.C), device=dev, dtype=torch.float32)
         self.coef = torch.empty((2, v.C), device=dev, dtype=torch.float32)
         self.cnt = torch.zeros(2, device=dev, dtype=torch.int32)
         self.flag = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.times = torch.zeros((G, 5), device=dev, dtype=torch.int64)
+        self.timed = False
 
     def args(self, x, y, mean, invstd, w, b, rm, rv, momentum, eps):
         v = self.v
         n0, n1 = B._split_count(v.M)
         e = B._split3(eps)
         m = B._momentum_parts(momentum)
-        args = (x, y, self.part, self.coef, mean, invstd, w, b, rm, rv, self.cnt, self.flag,
+        args = (x, y, self.part, self.coef, mean, invstd, w, b, rm, rv, self.cnt, self.flag, self.times,
                 v.M, v.C, v.S, self.NSC, self.UT, self.G, self.NCB, self.Q, self.NB, n0, n1, e[0], e[1], e[2],
                 m[0], m[1], m[2])
         kw = dict(ROWS=self.rows, B0=self.B0, B1=self.B1, U=self.U, FB=self.FB, BP=self.BP, HAS_W=True,
-                  HAS_B=True, HAS_RS=True, ACC=tl.float32, LIMIT=SPIN_LIMIT, num_warps=self.nw)
+                  HAS_B=True, HAS_RS=True, ACC=tl.float32, LIMIT=SPIN_LIMIT, POLL=self.poll, TIMED=self.timed,
+                  num_warps=self.nw)
         return args, kw
 
     def cfg(self):
         return dict(B0=self.B0, B1=self.B1, NCB=self.NCB, G=self.G, Q=self.Q, U=self.U, NB=self.NB, FB=self.FB,
-                    nw=self.nw, pps=self.pps)
+                    nw=self.nw, pps=self.pps, poll=self.poll)
 
     def compile(self, w):
         """The compiled kernel, without launching it (a launch of fewer than G programs would wait forever)."""
@@ -286,6 +311,22 @@ class Persist:
         args, kw = self.args(x, y, mean, invstd, w, b, rm, rv, momentum, eps)
         _persist_fwd_kernel[(self.G,)](*args, **kw)
         return y, mean, invstd
+
+
+def phases(p, xs, w, b, rm, rv):
+    """One eager call a input set with the global-timer stamps on; the last set's phases (µs): launch skew, the
+    sums (last program's end), barrier 1 (last arrival to last departure), finalise + barrier 2, the y pass."""
+    p.timed = True
+    for x in xs:
+        p(x, w, b, rm, rv, 0.1, 1e-5)
+    torch.cuda.synchronize()
+    p.timed = False
+    t = p.times.double() / 1e3
+    t0 = t[:, 0].min()
+    return dict(skew=float(t[:, 0].max() - t0), sums=float(t[:, 1].max() - t0),
+                sums_median=float((t[:, 1] - t[:, 0]).median()), barrier1=float(t[:, 2].max() - t[:, 1].max()),
+                finalise=float(t[:, 3].max() - t[:, 2].max()), y_pass=float(t[:, 4].max() - t[:, 3].min()),
+                total=float(t[:, 4].max() - t0))
 
 
 def make_inputs(shape, layout, n_sets):
@@ -337,11 +378,14 @@ def main():
     ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes, G = 1")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--shapes", default="", help="indices into SHAPES, comma-separated (default: all)")
     a = ap.parse_args()
     global SHAPES, DEV
     if a.dry:
         SHAPES = [((6, 8, 3, 5), "cl"), ((4, 8, 3, 5), "nchw"), ((40, 24), "cl"), ((3, 4, 2, 3, 5), "cl")]
         DEV = "cpu"
+    if a.shapes:
+        SHAPES = [SHAPES[int(i)] for i in a.shapes.split(",")]
     nsm = 1 if a.dry else torch.cuda.get_device_properties(0).multi_processor_count
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "bn_persist_probe.jsonl")
@@ -377,9 +421,9 @@ def main():
             record("nk", [lambda x=x: B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5) for x in xs])
             record("eval", [lambda x=x: B.bn_forward_eval(x, w, b, rm, rv, 1e-5) for x in xs])
             for name in names:
-                pps, nw, tile, U = VARIANTS[name]
+                pps, nw, tile, U, poll = VARIANTS[name]
                 try:
-                    p = Persist(xs[0], pps, nw, tile, U, nsm)
+                    p = Persist(xs[0], pps, nw, tile, U, poll, nsm)
                 except ValueError as e:
                     print(f"{label:>24} {name:>10} skipped: {e}", flush=True)
                     continue
@@ -398,8 +442,9 @@ def main():
                         print("barrier gave up: stopping", flush=True)
                         return 1
                     continue
+                ph = {} if a.dry else phases(p, xs, w, b, rm, rv)
                 record(name, [lambda x=x, p=p: p(x, w, b, rm, rv, 0.1, 1e-5) for x in xs], cfg=p.cfg(), occ=occ,
-                       errs=errs)
+                       errs=errs, phases_us={k: round(v, 1) for k, v in ph.items()})
             del xs
             if DEV == "cuda":
                 torch.cuda.empty_cache()
