@@ -47,16 +47,19 @@ from normkit.kernels import cdiv, next_pow2
 SHAPES = [((256, 2048, 7, 7), "cl"), ((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"),
           ((65536, 1024), "cl"), ((256, 512, 28, 28), "cl"), ((256, 64, 56, 56), "nchw"),
           ((256, 512, 28, 28), "nchw"), ((16, 64, 32, 64, 64), "cl"), ((256, 256, 56, 56), "cl")]
-# name: (programs a SM, warps, tile bytes, units a loop step, barrier polls: 0 atomic / 1 volatile loads): every
-# variant keeps 32-64 KB of loads in flight a SM
+# name: (programs a SM, warps, tile bytes, units a loop step, barrier polls: 0 atomic / 1 volatile loads, TMA stages
+# (0: plain loads)): every plain-load variant keeps 32-64 KB of loads in flight a SM, a TMA one stages x tile a program
 VARIANTS = {
-    "p4w4u4": (4, 4, 4096, 4, 0),
-    "p2w8u4": (2, 8, 8192, 4, 0),
-    "p4w4u2": (4, 4, 8192, 2, 0),
-    "p3w4u4": (3, 4, 4096, 4, 0),
-    "p2w4u4": (2, 4, 4096, 4, 0),
-    "p4w4u4v": (4, 4, 4096, 4, 1),
-    "p2w8u4v": (2, 8, 8192, 4, 1),
+    "p4w4u4": (4, 4, 4096, 4, 0, 0),
+    "p2w8u4": (2, 8, 8192, 4, 0, 0),
+    "p4w4u2": (4, 4, 8192, 2, 0, 0),
+    "p3w4u4": (3, 4, 4096, 4, 0, 0),
+    "p2w4u4": (2, 4, 4096, 4, 0, 0),
+    "p4w4u4v": (4, 4, 4096, 4, 1, 0),
+    "tma2s4": (2, 4, 16384, 1, 0, 4),
+    "tma3s3": (3, 4, 16384, 1, 0, 3),
+    "tma2s3w8": (2, 8, 16384, 1, 0, 3),
+    "tma4s3t8k": (4, 4, 8192, 1, 0, 3),
 }
 SPIN_LIMIT = 1 << 24
 DEV = "cuda"
@@ -149,12 +152,15 @@ def _stamp(times_ptr, g, i, TIMED: tl.constexpr):
 
 @triton.jit
 def _persist_fwd_kernel(
-    x_ptr, y_ptr, part_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, cnt_ptr, flag_ptr,
-    times_ptr, M, C, S, NSC, UT, G, NCB, Q, NB, n0, n1, e0, e1, e2, m0, m1, m2,
+    x_ptr, y_ptr, xd, yd, part_ptr, coef_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr, cnt_ptr,
+    flag_ptr, times_ptr, M, C, S, NSC, UT, G, NCB, Q, NB, n0, n1, e0, e1, e2, m0, m1, m2,
     ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr, U: tl.constexpr, FB: tl.constexpr,
     BP: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr,
-    ACC: tl.constexpr, LIMIT: tl.constexpr, POLL: tl.constexpr, TIMED: tl.constexpr,
+    ACC: tl.constexpr, LIMIT: tl.constexpr, POLL: tl.constexpr, TIMED: tl.constexpr, TMA: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
+    """TMA (rows view only): x tiles by the tensor-memory accelerator (xd: the (M, C) view, block [B0, B1]),
+    STAGES deep through shared memory (few registers whatever the bytes in flight); y stored through yd."""
     g = tl.program_id(0)
     _stamp(times_ptr, g, 0, TIMED)
     cb = g % NCB
@@ -167,34 +173,49 @@ def _persist_fwd_kernel(
         shift = tl.load(x_ptr + ch.to(tl.int64) * S, mask=ch < C, other=0.0).to(ACC)
     cmask = ch < C
     shift2 = _spread(shift, ROWS)
-    # 1. shifted sums over the program's units q, q + Q, ..., U a step
+    # the finaliser's per-channel inputs (none written by this kernel before it reads them) loaded up front
+    fch = g * FB + tl.arange(0, FB)
+    fmask = fch < C
+    if ROWS:
+        fshift = tl.load(x_ptr + fch, mask=fmask, other=0.0).to(tl.float64)
+    else:
+        fshift = tl.load(x_ptr + fch.to(tl.int64) * S, mask=fmask, other=0.0).to(tl.float64)
+    fw = tl.load(w_ptr + fch, mask=fmask, other=1.0).to(tl.float64)
+    fb = tl.load(b_ptr + fch, mask=fmask, other=0.0).to(tl.float64)
+    frm = tl.load(rm_ptr + fch, mask=fmask, other=0.0).to(ACC)
+    frv = tl.load(rv_ptr + fch, mask=fmask, other=0.0).to(ACC)
+    # 1. shifted sums over the program's units q, q + Q, ...
     acc1 = tl.zeros([B0, B1], dtype=ACC)
     acc2 = tl.zeros([B0, B1], dtype=ACC)
-    for k in range(0, NB):
-        o0, m0_, x0, o1, m1_, x1, o2, m2_, x2, o3, m3_, x3 = _step(x_ptr, q, Q, k, cb, UT, M, C, S, NSC, ROWS,
-                                                                  B0, B1, U)
-        d0 = tl.where(m0_, x0.to(ACC) - shift2, 0.0)
-        d1 = tl.where(m1_, x1.to(ACC) - shift2, 0.0)
-        acc1 += d0 + d1
-        acc2 += d0 * d0 + d1 * d1
-        if U == 4:
-            d2 = tl.where(m2_, x2.to(ACC) - shift2, 0.0)
-            d3 = tl.where(m3_, x3.to(ACC) - shift2, 0.0)
-            acc1 += d2 + d3
-            acc2 += d2 * d2 + d3 * d3
+    nj = (UT - q + Q - 1) // Q
+    if TMA:
+        rr = tl.arange(0, B0)
+        for k in tl.range(0, nj, num_stages=STAGES):
+            u = q + k * Q
+            xt = xd.load([u * B0, cb * B1])
+            d = tl.where(((u * B0 + rr) < M)[:, None] & cmask[None, :], xt.to(ACC) - shift2, 0.0)
+            acc1 += d
+            acc2 += d * d
+    else:
+        for k in range(0, NB):
+            o0, m0_, x0, o1, m1_, x1, o2, m2_, x2, o3, m3_, x3 = _step(x_ptr, q, Q, k, cb, UT, M, C, S, NSC, ROWS,
+                                                                      B0, B1, U)
+            d0 = tl.where(m0_, x0.to(ACC) - shift2, 0.0)
+            d1 = tl.where(m1_, x1.to(ACC) - shift2, 0.0)
+            acc1 += d0 + d1
+            acc2 += d0 * d0 + d1 * d1
+            if U == 4:
+                d2 = tl.where(m2_, x2.to(ACC) - shift2, 0.0)
+                d3 = tl.where(m3_, x3.to(ACC) - shift2, 0.0)
+                acc1 += d2 + d3
+                acc2 += d2 * d2 + d3 * d3
     tl.store(part_ptr + q * C + ch, _fold(acc1, ROWS), mask=cmask)
     tl.store(part_ptr + (Q + q) * C + ch, _fold(acc2, ROWS), mask=cmask)
     _stamp(times_ptr, g, 1, TIMED)
     _grid_sync(cnt_ptr, G, flag_ptr, LIMIT, POLL)
     _stamp(times_ptr, g, 2, TIMED)
-    # 2. program g finalises channels g*FB.. (as _bn_combine_fwd_kernel)
-    fch = g * FB + tl.arange(0, FB)
-    fmask = fch < C
+    # 2. program g finalises channels g*FB.. (as _bn_combine_fwd_kernel): one round of partial loads
     if g * FB < C:
-        if ROWS:
-            fshift = tl.load(x_ptr + fch, mask=fmask, other=0.0).to(tl.float64)
-        else:
-            fshift = tl.load(x_ptr + fch.to(tl.int64) * S, mask=fmask, other=0.0).to(tl.float64)
         a1 = tl.zeros([BP, FB], dtype=tl.float64)
         a2 = tl.zeros([BP, FB], dtype=tl.float64)
         pr0 = tl.arange(0, BP)
@@ -210,17 +231,15 @@ def _persist_fwd_kernel(
                                                           mean_ptr, invstd_ptr, ACC)
         a = invstd
         if HAS_W:
-            a = a * tl.load(w_ptr + fch, mask=fmask, other=1.0).to(tl.float64)
+            a = a * fw
         if HAS_B:
-            c = tl.load(b_ptr + fch, mask=fmask, other=0.0).to(tl.float64) - dmean * a
+            c = fb - dmean * a
         else:
             c = -dmean * a
         tl.store(coef_ptr + fch, a.to(ACC), mask=fmask)
         tl.store(coef_ptr + C + fch, c.to(ACC), mask=fmask)
         if HAS_RS:
-            rm = tl.load(rm_ptr + fch, mask=fmask, other=0.0).to(ACC)
-            rv = tl.load(rv_ptr + fch, mask=fmask, other=0.0).to(ACC)
-            B._bn_update_running(rm, rv, mean, var, nf, fch, fmask, m0, m1, m2, rm_ptr, rv_ptr, False, ACC)
+            B._bn_update_running(frm, frv, mean, var, nf, fch, fmask, m0, m1, m2, rm_ptr, rv_ptr, False, ACC)
     _grid_sync(cnt_ptr, 2 * G, flag_ptr, LIMIT, POLL)
     _stamp(times_ptr, g, 3, TIMED)
     # every program is past the last wait: the last one out resets the counters for the next launch
@@ -231,32 +250,42 @@ def _persist_fwd_kernel(
     # 3. y = (x - shift) * a + c, the steps in reverse order (the last read first: L2)
     ka = _spread(tl.load(coef_ptr + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
     kc = _spread(tl.load(coef_ptr + C + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
-    for k in range(0, NB):
-        o0, m0_, x0, o1, m1_, x1, o2, m2_, x2, o3, m3_, x3 = _step(x_ptr, q, Q, NB - 1 - k, cb, UT, M, C, S,
-                                                                  NSC, ROWS, B0, B1, U)
-        yt = y_ptr.dtype.element_ty
-        if U == 4:
-            tl.store(y_ptr + o3, ((x3.to(ACC) - shift2) * ka + kc).to(yt), mask=m3_)
-            tl.store(y_ptr + o2, ((x2.to(ACC) - shift2) * ka + kc).to(yt), mask=m2_)
-        tl.store(y_ptr + o1, ((x1.to(ACC) - shift2) * ka + kc).to(yt), mask=m1_)
-        tl.store(y_ptr + o0, ((x0.to(ACC) - shift2) * ka + kc).to(yt), mask=m0_)
+    if TMA:
+        for k in tl.range(0, nj, num_stages=STAGES):
+            u = q + (nj - 1 - k) * Q
+            xt = xd.load([u * B0, cb * B1])
+            yd.store([u * B0, cb * B1], ((xt.to(ACC) - shift2) * ka + kc).to(y_ptr.dtype.element_ty))
+    else:
+        for k in range(0, NB):
+            o0, m0_, x0, o1, m1_, x1, o2, m2_, x2, o3, m3_, x3 = _step(x_ptr, q, Q, NB - 1 - k, cb, UT, M, C, S,
+                                                                      NSC, ROWS, B0, B1, U)
+            yt = y_ptr.dtype.element_ty
+            if U == 4:
+                tl.store(y_ptr + o3, ((x3.to(ACC) - shift2) * ka + kc).to(yt), mask=m3_)
+                tl.store(y_ptr + o2, ((x2.to(ACC) - shift2) * ka + kc).to(yt), mask=m2_)
+            tl.store(y_ptr + o1, ((x1.to(ACC) - shift2) * ka + kc).to(yt), mask=m1_)
+            tl.store(y_ptr + o0, ((x0.to(ACC) - shift2) * ka + kc).to(yt), mask=m0_)
     _stamp(times_ptr, g, 4, TIMED)
 
 
 class Persist:
     """Launcher of the probe kernel for one input shape / layout and variant."""
 
-    def __init__(self, x, pps, nw, tile_bytes, U, poll, nsm):
+    def __init__(self, x, pps, nw, tile_bytes, U, poll, stages, nsm):
         v = B._View(x)
         tile = tile_bytes // x.element_size()
         if v.kind == "rows":
             self.rows = True
             B1 = min(next_pow2(v.C), 256, tile)
             B0 = max(1, tile // B1)
+            if stages:
+                B0 = min(B0, 256)  # a TMA box is at most 256 elements a dimension
             NCB = cdiv(v.C, B1)
             UT = cdiv(v.M, B0)
             NSC = 1
         else:
+            if stages:
+                raise ValueError("TMA: rows view only")
             self.rows = False
             B1 = min(next_pow2(v.S), tile)
             B0 = max(1, min(next_pow2(v.C), tile // B1))
@@ -273,7 +302,9 @@ class Persist:
         self.NB = cdiv(cdiv(UT, Q), U)
         self.FB = next_pow2(cdiv(v.C, G))
         self.BP = min(next_pow2(Q), max(1, 2048 // self.FB))
-        self.nw, self.pps, self.poll = nw, pps, poll
+        self.nw, self.pps, self.poll, self.stages = nw, pps, poll, stages
+        if stages and (v.C * x.element_size()) % 16:
+            raise ValueError("TMA: rows of C elements must be 16-byte multiples")
         dev = x.device
         self.part = torch.empty((2, Q, v.C), device=dev, dtype=torch.float32)
         self.coef = torch.empty((2, v.C), device=dev, dtype=torch.float32)
@@ -287,17 +318,23 @@ class Persist:
         n0, n1 = B._split_count(v.M)
         e = B._split3(eps)
         m = B._momentum_parts(momentum)
-        args = (x, y, self.part, self.coef, mean, invstd, w, b, rm, rv, self.cnt, self.flag, self.times,
+        xd = yd = x
+        if self.stages:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            xd, yd = (TensorDescriptor(t.as_strided((v.M, v.C), (v.C, 1)), [v.M, v.C], [v.C, 1], [self.B0, self.B1])
+                      for t in (x, y))
+        args = (x, y, xd, yd, self.part, self.coef, mean, invstd, w, b, rm, rv, self.cnt, self.flag, self.times,
                 v.M, v.C, v.S, self.NSC, self.UT, self.G, self.NCB, self.Q, self.NB, n0, n1, e[0], e[1], e[2],
                 m[0], m[1], m[2])
         kw = dict(ROWS=self.rows, B0=self.B0, B1=self.B1, U=self.U, FB=self.FB, BP=self.BP, HAS_W=True,
                   HAS_B=True, HAS_RS=True, ACC=tl.float32, LIMIT=SPIN_LIMIT, POLL=self.poll, TIMED=self.timed,
-                  num_warps=self.nw)
+                  TMA=self.stages > 0, STAGES=max(self.stages, 1), num_warps=self.nw)
         return args, kw
 
     def cfg(self):
         return dict(B0=self.B0, B1=self.B1, NCB=self.NCB, G=self.G, Q=self.Q, U=self.U, NB=self.NB, FB=self.FB,
-                    nw=self.nw, pps=self.pps, poll=self.poll)
+                    nw=self.nw, pps=self.pps, poll=self.poll, stages=self.stages)
 
     def compile(self, w):
         """The compiled kernel, without launching it (a launch of fewer than G programs would wait forever)."""
@@ -421,15 +458,19 @@ def main():
             record("nk", [lambda x=x: B.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5) for x in xs])
             record("eval", [lambda x=x: B.bn_forward_eval(x, w, b, rm, rv, 1e-5) for x in xs])
             for name in names:
-                pps, nw, tile, U, poll = VARIANTS[name]
                 try:
-                    p = Persist(xs[0], pps, nw, tile, U, poll, nsm)
+                    p = Persist(xs[0], *VARIANTS[name], nsm)
                 except ValueError as e:
                     print(f"{label:>24} {name:>10} skipped: {e}", flush=True)
                     continue
                 occ = {}
                 if not a.dry:
-                    ok_fit, occ = fits(p.compile(w), p, nsm)
+                    try:
+                        k = p.compile(w)
+                    except Exception as e:  # (a variant the compiler refuses: reported, the others still run)
+                        print(f"{label:>24} {name:>10} compile failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                        continue
+                    ok_fit, occ = fits(k, p, nsm)
                     if not ok_fit:
                         print(f"{label:>24} {name:>10} skipped: not resident {occ} G={p.G}", flush=True)
                         continue
