@@ -11,7 +11,10 @@ Per shape (bf16, channels_last and NCHW) it times, in CUDA graphs over inputs ro
   what a read pass can do when the hardware keeps every SM full of short programs;
 * ``torch_sum``: ``x.sum(reduce dims, dtype=float32)``, PyTorch's own reduction;
 * ``nk:<fwd|bwd>:<variant>``: normkit's split reduction (``batch_norm._reduce``) with ``_TUNE`` overrides, the
-  forward's statistics (read x) and the backward's sums (read x and dy).
+  forward's statistics (read x) and the backward's sums (read x and dy);
+* ``tma:<fwd|bwd>:<variant>`` (channels_last / 2-D rows only): the same split reduction with its tiles brought in
+  by the tensor-memory accelerator, pipelined through shared memory (``_tma_reduce_rows_kernel``; checked against
+  float64 before it is timed).
 
 Each line of ``DIR/bn_reduce_probe.jsonl`` has the read GB/s and its fraction of copy (copy GB/s counts
 both directions, so a read pass at "1.0 of copy" moves as many bytes a second as the copy does).
@@ -60,6 +63,81 @@ def _stream_read_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr):
     tl.store(out_ptr + pid, tl.sum(x, axis=0))
 
 
+@triton.jit
+def _tma_reduce_rows_kernel(xd, gd, ref_ptr, part_ptr, M, C, P, NCB, NCH,
+                            BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, STAGES: tl.constexpr):
+    """The rows view's split reduction with [BM, BC] tiles brought in by the tensor-memory accelerator, STAGES
+    deep through shared memory (Triton's pipeliner): program (p, cb) sums row chunks p, p + P, ... of column
+    block cb as _bn_reduce_rows_kernel does (forward: about row 0; backward: sum(g), sum(g (x - ref)))."""
+    pid = tl.program_id(0)
+    cb = pid % NCB
+    p = pid // NCB
+    cols = cb * BC + tl.arange(0, BC)
+    cmask = cols < C
+    rr = tl.arange(0, BM)
+    acc1 = tl.zeros([BM, BC], dtype=tl.float32)
+    acc2 = tl.zeros([BM, BC], dtype=tl.float32)
+    if BWD:
+        ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0)[None, :]
+    else:
+        ref = xd.load([0, cb * BC]).to(tl.float32)
+        ref = tl.sum(tl.where((rr == 0)[:, None], ref, 0.0), axis=0)[None, :]
+    for i in tl.range(0, tl.cdiv(NCH - p, P), num_stages=STAGES):
+        ch = p + i * P
+        x = xd.load([ch * BM, cb * BC]).to(tl.float32)
+        if BWD:  # (TMA fills rows past M with zeros: g = 0 adds nothing)
+            g = gd.load([ch * BM, cb * BC]).to(tl.float32)
+            acc1 += g
+            acc2 += g * (x - ref)
+        else:
+            d = tl.where(((ch * BM + rr) < M)[:, None] & cmask[None, :], x - ref, 0.0)
+            acc1 += d
+            acc2 += d * d
+    tl.store(part_ptr + p * C + cols, tl.sum(acc1, axis=0), mask=cmask)
+    tl.store(part_ptr + (P + p) * C + cols, tl.sum(acc2, axis=0), mask=cmask)
+
+
+TMA_VARIANTS = {  # name: (tile bytes, stages, warps, programs)
+    "tma16k_s3": (16384, 3, 4, 512),
+    "tma16k_s4": (16384, 4, 4, 512),
+    "tma8k_s4": (8192, 4, 4, 1024),
+    "tma16k_s3p1k": (16384, 3, 4, 1024),
+}
+
+
+def tma_reduce(x, g, ref, bwd, tile_bytes, stages, warps, programs):
+    """Launch _tma_reduce_rows_kernel on a channels_last / 2-D x; returns the partials (2, P, C)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    C = x.shape[1]
+    M = x.numel() // C
+    BC = min(triton.next_power_of_2(C), 256)
+    BM = min(256, max(1, tile_bytes // x.element_size() // BC))
+    ncb = triton.cdiv(C, BC)
+    nch = triton.cdiv(M, BM)
+    P = max(1, min(nch, programs // ncb))
+    xd = TensorDescriptor(x.as_strided((M, C), (C, 1)), [M, C], [C, 1], [BM, BC])
+    gd = TensorDescriptor(g.as_strided((M, C), (C, 1)), [M, C], [C, 1], [BM, BC]) if bwd else xd
+    part = torch.empty((2, P, C), device=x.device, dtype=torch.float32)
+    _tma_reduce_rows_kernel[(P * ncb,)](xd, gd, ref, part, M, C, P, ncb, nch, BM=BM, BC=BC, BWD=bwd,
+                                        STAGES=stages, num_warps=warps)
+    return part
+
+
+def tma_check(x, g, ref, bwd, part):
+    """The partials' per-channel totals against float64 (relative to the largest)."""
+    C = x.shape[1]
+    xf = x.double().permute(*([0] + list(range(2, x.dim())) + [1])).reshape(-1, C) if x.dim() > 2 else x.double()
+    if bwd:
+        gf = g.double().permute(*([0] + list(range(2, g.dim())) + [1])).reshape(-1, C) if g.dim() > 2 else g.double()
+        want = torch.stack([gf.sum(0), (gf * (xf - ref.double())).sum(0)])
+    else:
+        d = xf - xf[0]
+        want = torch.stack([d.sum(0), (d * d).sum(0)])
+    got = part.double().sum(1)
+    return float(((got - want).abs().max() / want.abs().max().clamp_min(1e-30)))
+
+
 DEV = "cuda"
 
 
@@ -67,8 +145,8 @@ def make_inputs(shape, layout, n_sets):
     xs = []
     for _ in range(n_sets):
         x = torch.randn(shape, device=DEV, dtype=torch.bfloat16) + 0.5
-        if layout == "cl" and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        if layout == "cl" and x.dim() in (4, 5):
+            x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         xs.append(x)
     return xs
 
@@ -108,12 +186,16 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes")
+    ap.add_argument("--nk-variants", default=",".join(VARIANTS), help="the _TUNE variants of normkit's reduction to time")
+    ap.add_argument("--big", action="store_true", help="also the 268-411 MB channels_last rows")
     a = ap.parse_args()
     if a.plot:
         return plot(a.plot, [i for i in a.impls.split(",") if i])
     if not a.out:
         ap.error("--out is required to run the probe")
     global SHAPES, DEV
+    if a.big:
+        SHAPES = SHAPES + [((256, 256, 56, 56), "cl"), ((16, 64, 32, 64, 64), "cl")]
     if a.dry:
         SHAPES = [((4, 8, 4, 4), "cl"), ((4, 8, 4, 4), "nchw")]
         DEV = "cpu"
@@ -156,7 +238,7 @@ def main():
             mean = torch.full((shape[1],), 0.5, device=DEV)
             for direction in ("fwd", "bwd"):
                 for vname, (over, dirs) in VARIANTS.items():
-                    if direction not in dirs:
+                    if direction not in dirs or vname not in a.nk_variants.split(","):
                         continue
                     B._TUNE.clear()
                     B._TUNE.update(base)
@@ -170,6 +252,17 @@ def main():
                            cfg={k: cfg[k] for k in sorted(cfg)})
             B._TUNE.clear()
             B._TUNE.update(base)
+            if layout == "cl" and (shape[1] * 2) % 16 == 0:
+                for direction in ("fwd", "bwd"):
+                    bwd = direction == "bwd"
+                    for vname, knobs in TMA_VARIANTS.items():
+                        err = tma_check(xs[0], gs[0], mean, bwd, tma_reduce(xs[0], gs[0], mean, bwd, *knobs))
+                        if err > 1e-4:
+                            print(f"{vname} {direction} WRONG: {err:.1e}", flush=True)
+                            continue
+                        record(f"tma:{direction}:{vname}",
+                               [lambda x=x, g=g: tma_reduce(x, g, mean, bwd, *knobs) for x, g in zip(xs, gs)],
+                               read_bytes=nbytes * (2 if bwd else 1), err=err)
             del xs, outs, gs
             torch.cuda.empty_cache()
     print(f"total {time.time() - t0:.1f}s", flush=True)

@@ -43,6 +43,8 @@
 #          the layer-norm kernel CUDA tests (plan keys now from forward_key / backward_key), host cost per call.
 # Session 27: PART=76: the persistent grid-synchronised batch-norm forward (bn_persist_probe.py: one kernel, x re-read
 #          in reverse from L2; prediction in NOTES-batch_norm.md, session 27), then PART=75's routes_ab host cost.
+#          PART=77: the split reduction with TMA tiles (bn_reduce_probe.py tma:*) on every channels_last row, then the
+#          CUDA tests PART=75 was to run (the layer-norm kernels whole, the routes).
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -730,6 +732,13 @@ elif [ "$PART" = 76 ]; then
     grep -vE "Warning|warn" "$W/bn_persist_probe.log" | cut -c1-260 | tail -70
     stamp "host cost per call, with the fast routes off against on alternating within rounds (routes_ab)"
     host_cost 200 "routes off|fast routes"
+elif [ "$PART" = 77 ]; then
+    stamp "batch norm: the split reduction with TMA tiles against today's (bn_reduce_probe.py tma:*, --big)"
+    timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --big --nk-variants default \
+        > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+    grep -E "copy|nk:|tma:|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -70
+    stamp "pytest -m cuda: the layer-norm kernel tests PART=74 did not reach, the routes tests"
+    cuda_tests ${PYTEST_S:-330} tests/kernels/test_layer_norm_kernels.py tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py
 elif [ "$PART" = 75 ]; then
     stamp "pytest -m cuda: the layer-norm kernel tests PART=74 did not reach, the routes tests"
     cuda_tests ${PYTEST_S:-300} tests/kernels/test_layer_norm_kernels.py tests/ops/test_ln_routes.py tests/ops/test_bn_routes.py
