@@ -102,6 +102,8 @@ TMA_VARIANTS = {  # name: (tile bytes, stages, warps, programs)
     "tma16k_s4": (16384, 4, 4, 512),
     "tma8k_s4": (8192, 4, 4, 1024),
     "tma16k_s3p1k": (16384, 3, 4, 1024),
+    "tma16k_s4p264": (16384, 4, 4, 264),  # one wave: 2 programs a SM (64 KB of stages each)
+    "tma16k_s3p396": (16384, 3, 4, 396),  # one wave: 3 a SM
 }
 
 
