@@ -1,6 +1,7 @@
 """Can batch norm's training forward read x from HBM once? A persistent, grid-synchronised forward (probe).
 
-    PYTHONPATH=src python benchmarks/bn_persist_probe.py --out DIR [--budget SECONDS]
+    PYTHONPATH=src python benchmarks/bn_persist_probe.py --out DIR [--budget SECONDS] [--shapes 0,1] [--variants ...]
+    python benchmarks/bn_persist_probe.py --plot DIR/bn_persist_probe.jsonl --variants p2w8u4,tma2s4
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/bn_persist_probe.py --dry --out DIR   # CPU check
 
 normkit's training forward is three kernels (split reduction, combine, elementwise): x crosses HBM twice, so its
@@ -366,6 +367,48 @@ def phases(p, xs, w, b, rm, rv):
                 total=float(t[:, 4].max() - t0))
 
 
+def plot(path, variants):
+    """Per shape: normkit's forward and the eval forward (µs), and each variant's phases stacked (sums, barrier,
+    finalise, y pass), from a run's jsonl; written next to it as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in open(path) if "ms" in line]
+    cases = list(dict.fromkeys(("x".join(map(str, r["shape"])), r["layout"]) for r in rows))
+    val = {(("x".join(map(str, r["shape"])), r["layout"]), r["impl"]): r for r in rows}
+    impls = ["nk", "eval"] + variants
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.32 * len(cases) * len(impls)))
+    h = 0.8 / len(impls)
+    colors = {"sums": "tab:blue", "barrier1": "tab:gray", "finalise": "tab:orange", "y_pass": "tab:green"}
+    for j, impl in enumerate(impls):
+        for i, c in enumerate(cases):
+            r = val.get((c, impl))
+            if r is None:
+                continue
+            y = i + j * h
+            ph = r.get("phases_us") or {}
+            if ph and "sums" in ph and ph.get("skew", 0) < 100:  # (a stamped run that waited on a barrier: skip)
+                left = 0.0
+                for k in ("sums", "barrier1", "finalise", "y_pass"):
+                    ax.barh(y, ph[k], left=left, height=h, color=colors[k], label=k if (i, j) == (0, 2) else None)
+                    left += ph[k]
+            else:
+                ax.barh(y, r["ms"] * 1e3, height=h, color="tab:red" if impl == "nk" else "tab:purple",
+                        label=impl if i == 0 else None)
+            ax.text(r["ms"] * 1e3, y, f" {impl} {r['ms'] * 1e3:.0f} µs ({r['sol']:.2f} SOL)", va="center", fontsize=6)
+    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(cases))], [f"{s} {l}" for s, l in cases])
+    ax.invert_yaxis()
+    ax.set_xlabel("µs (graph replay; stacked: the phases of one stamped eager call)")
+    ax.set_title("batch norm training forward, bf16, H200: 3 kernels (nk) against one persistent kernel")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = os.path.splitext(path)[0] + ".png"
+    fig.savefig(out, dpi=110)
+    print("wrote", out)
+
+
 def make_inputs(shape, layout, n_sets):
     xs = []
     for _ in range(n_sets):
@@ -411,12 +454,17 @@ def fits(k, p, nsm):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--plot", default=None, metavar="JSONL", help="plot a run's results instead of running")
+    ap.add_argument("--out")
     ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes, G = 1")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--shapes", default="", help="indices into SHAPES, comma-separated (default: all)")
     a = ap.parse_args()
+    if a.plot:
+        return plot(a.plot, [v for v in a.variants.split(",") if v])
+    if not a.out:
+        ap.error("--out is required to run the probe")
     global SHAPES, DEV
     if a.dry:
         SHAPES = [((6, 8, 3, 5), "cl"), ((4, 8, 3, 5), "nchw"), ((40, 24), "cl"), ((3, 4, 2, 3, 5), "cl")]

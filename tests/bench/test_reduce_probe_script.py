@@ -18,6 +18,11 @@ def test_probe_dry_run_and_plot(tmp_path):
     # every reference and both directions of the default reduction
     for want in [("cl", "stream"), ("nchw", "torch_sum"), ("cl", "nk:fwd:default"), ("nchw", "nk:bwd:default")]:
         assert want in impls
+    # the TMA reductions (channels_last only) are timed only after their sums matched float64
+    assert "WRONG" not in run.stdout
+    for want in [("cl", "tma:fwd:tma16k_s3"), ("cl", "tma:bwd:tma16k_s4p264")]:
+        assert want in impls
+    assert all(r["err"] < 1e-4 for r in rows if r["impl"].startswith("tma:"))
     assert all(r["ms"] > 0 and r["copy_gbps"] > 0 for r in rows)
     plot = subprocess.run([sys.executable, PROBE, "--plot", str(tmp_path / "bn_reduce_probe.jsonl"),
                            "--impls", "stream,nk:fwd:default"], capture_output=True, text=True, timeout=120, env=env)
