@@ -52,6 +52,10 @@ VARIANTS = {
     "w4": ({"red_warps_rows_min_bytes": 0, "red_warps": 4}, ("fwd", "bwd")),
     "ncs1k": ({"target_programs_ncs_fwd_16bit": 1024}, ("fwd",)),
     "tpb330": ({"target_programs_rows_bwd": 330, "target_programs": 512}, ("bwd",)),
+    # rows view: wider channel blocks (512-byte row segments instead of 128 at 2048 channels) with the partials cap
+    # raised so the program count stays (session 27)
+    "pfr02m64": ({"partial_frac_rows": 0.02, "min_rows": 64}, ("fwd", "bwd")),
+    "pfr05m64": ({"partial_frac_rows": 0.05, "min_rows": 64}, ("fwd", "bwd")),
 }
 
 
