@@ -45,6 +45,10 @@
 #          in reverse from L2; prediction in NOTES-batch_norm.md, session 27), then PART=75's routes_ab host cost.
 #          PART=77: the split reduction with TMA tiles (bn_reduce_probe.py tma:*) on every channels_last row, then the
 #          CUDA tests PART=75 was to run (the layer-norm kernels whole, the routes).
+#          Both ran (results/h200-2026-12-04-s27), with probe calls outside this script (persistent-forward phases, TMA at
+#          one wave, wider rows channel blocks, bn_breakdown.py, conformance and randomized cases on CUDA): nothing is
+#          left prepared. Next steps are in NOTES-batch_norm.md, session 27 (the forward reductions and the flat NCHW
+#          7x7 pass are where the gap is).
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
