@@ -130,12 +130,16 @@ def tma_reduce(x, g, ref, bwd, tile_bytes, stages, warps, programs):
     return part
 
 
+def _rows64(t):
+    """t as float64 (M, C) rows: channels last."""
+    return t.double().movedim(1, -1).reshape(-1, t.shape[1])
+
+
 def tma_check(x, g, ref, bwd, part):
     """The partials' per-channel totals against float64 (relative to the largest)."""
-    C = x.shape[1]
-    xf = x.double().permute(*([0] + list(range(2, x.dim())) + [1])).reshape(-1, C) if x.dim() > 2 else x.double()
+    xf = _rows64(x)
     if bwd:
-        gf = g.double().permute(*([0] + list(range(2, g.dim())) + [1])).reshape(-1, C) if g.dim() > 2 else g.double()
+        gf = _rows64(g)
         want = torch.stack([gf.sum(0), (gf * (xf - ref.double())).sum(0)])
     else:
         d = xf - xf[0]
