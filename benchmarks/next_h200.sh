@@ -49,6 +49,8 @@
 #          one wave, wider rows channel blocks, bn_breakdown.py, conformance and randomized cases on CUDA): nothing is
 #          left prepared. Next steps are in NOTES-batch_norm.md, session 27 (the forward reductions and the flat NCHW
 #          7x7 pass are where the gap is).
+# Session 28: PART=78: short NCHW planes as the (N, C*S) rows view (spread_*; prediction in NOTES-batch_norm.md,
+#          session 28): its CUDA tests, then bn_kernels.py default (spread) against nospread and the tile variants.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -736,6 +738,14 @@ elif [ "$PART" = 76 ]; then
     grep -vE "Warning|warn" "$W/bn_persist_probe.log" | cut -c1-260 | tail -70
     stamp "host cost per call, with the fast routes off against on alternating within rounds (routes_ab)"
     host_cost 200 "routes off|fast routes"
+elif [ "$PART" = 78 ]; then
+    stamp "pytest -m cuda: the spread rows view's tests, then the batch-norm kernel tests"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_batch_norm_kernels.py -k "spread or large or pdl"
+    stamp "batch norm A/B: short NCHW planes as the (N, C*S) rows view against the ncs / flat paths (bn_kernels.py)"
+    timeout ${BN_S:-300} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-300} - 40 )) \
+        --only-variants ${BN_VARIANTS:-nospread,nospreadred,nospreadew,sprc64,sprc256,sprc512,spew128,spew512,spew1k,spread256} \
+        --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7,256x1024x14x14,256x256x14x14} --layouts contig \
+        > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -80 "$W/bn_kernels.log" | cut -c1-200
 elif [ "$PART" = 77 ]; then
     stamp "batch norm: the split reduction with TMA tiles against today's (bn_reduce_probe.py tma:*, --big)"
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --big --nk-variants default \

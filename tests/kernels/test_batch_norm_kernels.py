@@ -705,8 +705,10 @@ def _cuda_train_step(shape, layout, dtype):
 @pytest.mark.parametrize("shape,layout,dtype", [
     ((64, 256, 28, 28), "cl", torch.bfloat16),     # rows view
     ((64, 256, 28, 28), "contig", torch.float32),  # ncs, S a multiple of 16
-    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs, S compiled in, flat elementwise pass (x loaded
-    ((64, 512, 7, 7), "contig", torch.float32),    # before the PDL wait)
+    ((64, 512, 7, 7), "contig", torch.bfloat16),   # ncs 7x7 as the spread rows view
+    ((64, 512, 7, 7), "contig", torch.float32),
+    ((64, 36, 7, 7), "contig", torch.bfloat16),    # ncs, S compiled in, flat elementwise pass (x loaded before
+                                                   # the PDL wait): 36 x 49 elements a sample, not spread
     ((64, 128, 14, 14), "contig", torch.float16),  # ncs, 14x14
     ((4096, 96), "contig", torch.float32),          # 2-D
 ])
@@ -718,6 +720,22 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     x, run = _cuda_train_step(shape, layout, dtype)
     assert_pdl_same_bits(monkeypatch, run, B._TUNE, "pdl", 1)
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,dtype", [((128, 576, 7, 7), torch.bfloat16), ((64, 64, 3, 3), torch.float32),
+                                         ((512, 32, 49), torch.float16), ((256, 2048, 7, 7), torch.float32)])
+def test_cuda_spread(shape, dtype, monkeypatch):
+    """The spread rows view on the GPU: against float64 (forward, backward, eval), and its elementwise pass with
+    the same bits as the flat pass's in every mode."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype) + 3
+    assert B._spread(B._View(x)) == B._spread(B._View(x), ew=True) == x[0, 0].numel()
+    _cuda_check(x, 1e-5 if dtype == torch.float32 else 1.2e-2)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    _same_bits_either_way(monkeypatch, {"spread_max_plane_ew": 0}, {"spread_max_plane_ew": 64}, x, torch.randn_like(x),
+                          w, b)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -822,6 +840,64 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
     yr = ref_fwd(x, w, b, 1e-5)[0]
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     assert (got[0].double() - yr).abs().max().item() <= tol * (1 + yr.abs().max().item())
+
+
+def test_spread_choice():
+    """Short unaligned ncs planes (S % 16 != 0, S <= spread_max_plane) whose (N, C*S) rows are 16-element
+    multiples take the spread rows view; aligned planes, channels_last, long planes and ragged rows do not."""
+    def spread(shape, cl=False, ew=False):
+        x = torch.empty(shape)
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return B._spread(B._View(x), ew)
+
+    for ew in (False, True):
+        assert spread((2, 16, 7, 7), ew=ew) == 49 and spread((4, 32, 5, 5), ew=ew) == 25
+        assert spread((3, 16, 3), ew=ew) == 3  # (N, C, L)
+        assert spread((2, 3, 7, 7), ew=ew) == 0  # 3 x 49 elements a row: rows off 16-element boundaries
+        assert spread((2, 16, 7, 7), cl=True, ew=ew) == 0 and spread((2, 16, 4, 4), ew=ew) == 0
+        assert spread((2, 16, 14, 14), ew=ew) == 0  # 196 > 64
+    v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
+    assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
+
+
+# tiny spread tiles: several column blocks, several programs down the rows (P > 1), ragged edges
+SPREAD_TINY = {"spread_red_cols": 16, "spread_ew_cols": 16, "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
+               "ew_tile_bytes": 256, "target_programs_rows_fwd": 4096, "target_programs_rows_fwd_fp32": 4096,
+               "target_programs_rows_bwd": 4096, "partial_frac": 4.0, "combine_elems": 64, "combine_elems_bwd": 64, "fused_max_rows": 0}
+SPREAD_SHAPES = [(9, 16, 7, 7), (9, 32, 5, 5), (21, 16, 3), (10, 48, 3, 3)]
+
+
+@interp
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", SPREAD_SHAPES, ids=["7x7", "5x5", "L3", "3x3"])
+def test_spread_rows_view(shape, dtype, monkeypatch, poison):
+    """The spread rows view (_spread): training forward / backward and eval against float64, the reduction split
+    over several programs down the rows (S partials each) and over column blocks that cut planes."""
+    for k, v in SPREAD_TINY.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    v = B._View(torch.empty(shape, dtype=dtype))
+    assert B._spread(v) == B._spread(v, ew=True) == v.S
+    cfg = B._reduce_cfg_uncached(B._SpreadView(v), torch.empty((), dtype=dtype).element_size())
+    assert cfg["P"] > 1 and cfg["NCB"] > 1 and cfg["BC"] % v.S != 0
+    test_train_forward_backward(shape, "contig", dtype, "spread", poison)
+    test_eval_forward_backward(shape, "contig", dtype, "spread", poison)
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", SPREAD_SHAPES[:2], ids=["7x7", "5x5"])
+def test_spread_ew_same_bits(shape, dtype, monkeypatch):
+    """The spread elementwise pass does _bn_ew_apply's arithmetic with the same coefficients as the flat and
+    [planes, S] passes: the same bits in every mode (the reduction kept on one path)."""
+    for k, v in SPREAD_TINY.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    x, dy = make_x(shape, dtype, "contig"), make_x(shape, dtype, "contig")
+    C = shape[1]
+    w, b = torch.rand(C) + 0.5, torch.randn(C)
+    got = _same_bits_either_way(monkeypatch, {"spread_max_plane_ew": 0}, {"spread_max_plane_ew": 64}, x, dy, w, b)
+    yr = ref_fwd(x, w, b, 1e-5)[0]
+    assert relerr(got[0], yr) < TOL[dtype]
 
 
 @interp

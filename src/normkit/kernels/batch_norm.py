@@ -142,6 +142,14 @@ _TUNE = {
     # layer with few channel blocks (C / 16 programs) and many rows would take far longer than the split path
     "fused_max_tiles": 4,
     "fused_min_programs": 128,  # rows view: channel blocks shrink (to 16 channels) to reach this many programs
+    # short unaligned ncs planes (S % 16 != 0, S <= these) as the (N, C*S) rows view, column j = element j % S
+    # of channel j // S (_spread): the rows kernels' 16-byte accesses and per-column coefficients where the ncs
+    # kernels load 2-byte scalars (reduction) or spread per-element coefficients with tl.gather (flat pass).
+    # The reduction writes S partials a program and channel. 0: off. Needs C * S % 16 == 0 (aligned rows).
+    "spread_max_plane": 64,
+    "spread_max_plane_ew": 64,
+    "spread_red_cols": 128,  # columns of a spread reduction program (its row segment)
+    "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -234,15 +242,18 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 @triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    M, C, P, NCB, n_iter,
+    M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
     sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
-    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums)."""
+    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums).
+    SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
+    j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
+    channel, so the combine sees P*S partials per channel in the usual [P, C] layout)."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -250,7 +261,13 @@ def _bn_reduce_rows_kernel(
     p = pid // NCB
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
-    if BWD:
+    if SMAP:
+        ch = cols // SMAP
+        if BWD:
+            ref = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        else:  # the channel's shift, its first element x[0, c, 0]: the combine's
+            ref = tl.load(x_ptr + ch * SMAP, mask=cmask, other=0.0).to(ACC)
+    elif BWD:
         ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)
     else:
         ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(ACC)
@@ -268,8 +285,13 @@ def _bn_reduce_rows_kernel(
                                        ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
-    tl.store(part_ptr + p * C + cols, s1, mask=cmask)
-    tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
+    if SMAP:
+        dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
+        tl.store(part_ptr + dst, s1, mask=cmask)
+        tl.store(part_ptr + P.to(tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
+    else:
+        tl.store(part_ptr + p * C + cols, s1, mask=cmask)
+        tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
 
 
 @triton.jit
@@ -573,14 +595,15 @@ def _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE: tl.constexpr, ACC: tl.constexpr)
 @triton.jit
 def _bn_ew_rows_kernel(
     x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
-    M, C, NCB, NT, e0, e1, e2,
+    M, C, NCB, NT, CCH, e0, e1, e2,
     BM: tl.constexpr, BC: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    PDL: tl.constexpr = False,
+    SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     """Elementwise pass over a row-major (M, C) view, tile [BM, BC], tiles walked from the end of
     memory to the start (L2 reuse after the reduction). PDL: launched while the combine runs; the
-    tile's x (and dy) are loaded before waiting for the coefficients."""
+    tile's x (and dy) are loaded before waiting for the coefficients. SMAP > 0: the (N, C*S) rows view
+    of short ncs planes (S = SMAP, CCH channels): column j takes channel j // S's coefficients."""
     pid = NT - 1 - tl.program_id(0)
     mb = pid // NCB
     cb = pid - mb * NCB
@@ -592,8 +615,12 @@ def _bn_ew_rows_kernel(
     if PDL:  # the tile first, the combine's coefficients after the wait
         x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
         gdc_wait()
-    k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
-                                  MODE, HAS_W, HAS_B, F64, ACC)
+    if SMAP:
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols // SMAP, cmask, CCH, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+    else:
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
     if not PDL:
         x, g = _bn_ew_load(x_ptr, g_ptr, offs, mask, MODE, ACC)
     out = _bn_ew_apply(x, g, k0[None, :], k1[None, :], k2[None, :], k3[None, :], MODE)
@@ -1042,13 +1069,16 @@ _CFG_CACHE = {}
 
 def _reduce_cfg_uncached(v, esize, bwd=False):
     """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
-    NCB (channel blocks), n_iter (grid-stride steps)."""
-    wide_fwd = v.kind == "rows" and not bwd and esize >= 4
-    if v.kind == "rows":
+    NCB (channel blocks), n_iter (grid-stride steps). v may be a _spread_view (kind "spread")."""
+    rows_like = v.kind in ("rows", "spread")
+    wide_fwd = rows_like and not bwd and esize >= 4
+    if rows_like:
         tile = _tile(esize, "red_tile_bytes_fwd_fp32" if wide_fwd else "red_tile_bytes")
         target = _TUNE["target_programs_rows_bwd" if bwd else
                        "target_programs_rows_fwd_fp32" if wide_fwd else "target_programs_rows_fwd"]
-        frac = _TUNE["partial_frac_rows"]
+        # (a spread input is an ncs one: its partials may take the ncs share, so that a few hundred rows still
+        # split into several programs a column block)
+        frac = _TUNE["partial_frac" if v.kind == "spread" else "partial_frac_rows"]
     else:
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
         target = _TUNE["target_programs"]
@@ -1056,7 +1086,13 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
             target = _TUNE["target_programs_ncs_fwd_16bit"]
         frac = _TUNE["partial_frac"]
     C = v.C
-    if v.kind == "rows":
+    if v.kind == "spread":  # few, very long rows: a fixed row segment (the partials are S per channel anyway)
+        BC = min(next_pow2(C), tile, _TUNE["spread_red_cols"])
+        BM = max(1, tile // BC)
+        ncb = cdiv(C, BC)
+        units = cdiv(v.M, BM)
+        cfg = dict(BM=BM, BC=BC)
+    elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
         # enough rows per program that the partials stay a small fraction of the input
         while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
@@ -1087,15 +1123,17 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     P = max(1, min(units, target // ncb, max(cap, 1)))
     # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
     unroll_key = "red_unroll_rows_fwd_fp32" if wide_fwd else "red_unroll_rows_fwd"
-    unroll = 4 if (v.kind == "rows" and not bwd and _TUNE[unroll_key] >= 4) else 2
+    unroll = 4 if (rows_like and not bwd and _TUNE[unroll_key] >= 4) else 2
     cfg.update(P=P, NCB=ncb, n_iter=cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
 
 
 def _ew_cfg_uncached(v, esize):
-    tile = _tile(esize, "ew_tile_bytes" if v.kind == "rows" else "ew_tile_bytes_ncs")
-    if v.kind == "rows":
-        BC = min(next_pow2(v.C), tile)
+    rows_like = v.kind in ("rows", "spread")
+    tile = _tile(esize, "ew_tile_bytes" if rows_like else "ew_tile_bytes_ncs")
+    if rows_like:
+        # spread rows: a narrow tile of many rows, so a thread's per-column coefficients serve several rows
+        BC = min(next_pow2(v.C), tile, _TUNE["spread_ew_cols"] if v.kind == "spread" else tile)
         BM = max(1, tile // BC)
         ncb = cdiv(v.C, BC)
         nt = cdiv(v.M, BM) * ncb
@@ -1141,6 +1179,24 @@ def _const_s(v):
     """Compile S in (one kernel per plane length) for short unaligned planes, so the compiler sees
     the alignment S does have (196 = 4 x 49: 16-byte fp32 / 8-byte bf16 accesses)."""
     return _unaligned(v) and v.S <= 1024
+
+
+def _spread(v, ew=False):
+    """S where the short unaligned ncs planes of v are taken as the (N, C*S) rows view (column j = element
+    j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``_ew`` for the elementwise pass)
+    elements and rows of a multiple of 16 elements (16-byte aligned rows)."""
+    if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
+        return 0
+    return v.S if (v.C * v.S) % 16 == 0 else 0
+
+
+class _SpreadView:
+    """The (N, C*S) rows view of a spread ncs input, as the grid heuristics see it."""
+
+    __slots__ = ("kind", "N", "C", "S", "M")
+
+    def __init__(self, v):
+        self.kind, self.N, self.C, self.S, self.M = "spread", v.N, v.C * v.S, 1, v.N
 
 
 def _flat_planes(v, mode):
@@ -1205,26 +1261,28 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     """Launch the split reduction; returns (partials [2, P, C], P). pdl: its dependent (the combine)
     is launched with programmatic dependent launch."""
     x = v.x
-    cfg = _reduce_cfg(v, x.element_size(), bwd)
+    sp = _spread(v)
+    rv = _SpreadView(v) if sp else v
+    cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    part = alloc(torch.empty((2, P, v.C), device=x.device, dtype=acc_t))
+    part = alloc(torch.empty((2, P * max(sp, 1), v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
-    if v.kind == "rows":
+    if rv.kind != "ncs":
         launch(_bn_reduce_rows_kernel, grid,
-            x, gg, rr, part, v.M, v.C, P, ncb, cfg["n_iter"],
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], **pdl_trigger(pdl),
+            x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
-    else:
-        kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
-        nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
-        launch(kern, grid,
-            x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
-            CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
-            num_warps=nw,
-        )
+        return part, P * max(sp, 1)
+    kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
+    nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
+    launch(kern, grid,
+        x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
+        CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
+        num_warps=nw,
+    )
     return part, P
 
 
@@ -1245,12 +1303,14 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
     kw = pdl_follow(pdl)
     p0, p1, p2, p3 = params
     f64 = acc_tl == tl.float64
-    cfg = _ew_cfg(v, out.element_size())
+    sp = _spread(v, ew=True)
+    rv = _SpreadView(v) if sp else v
+    cfg = _ew_cfg(rv, out.element_size())
     grid = (cfg["NT"],)
-    if v.kind == "rows":
+    if rv.kind != "ncs":
         launch(_bn_ew_rows_kernel, grid,
-            x, g, out, p0, p1, p2, p3, v.M, v.C, cfg["NCB"], cfg["NT"], e0, e1, e2,
-            BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
+            x, g, out, p0, p1, p2, p3, rv.M, rv.C, cfg["NCB"], cfg["NT"], v.C, e0, e1, e2,
+            BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, SMAP=sp,
             num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
     elif _flat_planes(v, mode):
