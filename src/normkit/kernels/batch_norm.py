@@ -288,7 +288,7 @@ def _bn_reduce_rows_kernel(
     if SMAP:
         dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
-        tl.store(part_ptr + P.to(tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
+        tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
     else:
         tl.store(part_ptr + p * C + cols, s1, mask=cmask)
         tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
