@@ -144,13 +144,11 @@ VARIANTS = {
     "nospread": {"spread_max_plane": 0, "spread_max_plane_ew": 0},
     "nospreadred": {"spread_max_plane": 0},
     "nospreadew": {"spread_max_plane_ew": 0},
-    "sprc64": {"spread_red_cols": 64},
-    "sprc256": {"spread_red_cols": 256},
-    "sprc512": {"spread_red_cols": 512},
-    "spew128": {"spread_ew_cols": 128},
-    "spew512": {"spread_ew_cols": 512},
+    "sptp256": {"target_programs_spread": 256},
+    "sptp1k": {"target_programs_spread": 1024},
     "spew1k": {"spread_ew_cols": 1024},
     "spread256": {"spread_max_plane": 256, "spread_max_plane_ew": 256},
+    "spread32": {"spread_max_esize": 4},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -178,17 +176,15 @@ VARIANT_SCOPE = {
     "nospread": ("ncs", ("fwd", "bwd", "eval")),
     "nospreadred": ("ncs", ("fwd", "bwd")),
     "nospreadew": ("ncs", ("fwd", "bwd", "eval")),
-    "sprc64": ("ncs", ("fwd", "bwd")),
-    "sprc256": ("ncs", ("fwd", "bwd")),
-    "sprc512": ("ncs", ("fwd", "bwd")),
-    "spew128": ("ncs", ("fwd", "bwd", "eval")),
-    "spew512": ("ncs", ("fwd", "bwd", "eval")),
+    "sptp256": ("ncs", ("fwd", "bwd")),
+    "sptp1k": ("ncs", ("fwd", "bwd")),
     "spew1k": ("ncs", ("fwd", "bwd", "eval")),
     "spread256": ("ncs", ("fwd", "bwd", "eval")),
+    "spread32": ("ncs", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "nospreadred", "nospreadew", "spread256")
+                 "nospread", "spread32")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

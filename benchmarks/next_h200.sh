@@ -51,6 +51,7 @@
 #          7x7 pass are where the gap is).
 # Session 28: PART=78: short NCHW planes as the (N, C*S) rows view (spread_*; prediction in NOTES-batch_norm.md,
 #          session 28): its CUDA tests, then bn_kernels.py default (spread) against nospread and the tile variants.
+#          PART=79: PART=78 (its logs under a-b/), then the batch-norm suite bench (every dtype) and resnet50 steps.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -743,9 +744,20 @@ elif [ "$PART" = 78 ]; then
     cuda_tests ${PYTEST_S:-200} tests/kernels/test_batch_norm_kernels.py -k "spread or large or pdl"
     stamp "batch norm A/B: short NCHW planes as the (N, C*S) rows view against the ncs / flat paths (bn_kernels.py)"
     timeout ${BN_S:-300} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-300} - 40 )) \
-        --only-variants ${BN_VARIANTS:-nospread,nospreadred,nospreadew,sprc64,sprc256,sprc512,spew128,spew512,spew1k,spread256} \
-        --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7,256x1024x14x14,256x256x14x14} --layouts contig \
+        --only-variants ${BN_VARIANTS:-nospread,nospreadred,nospreadew,sptp256,sptp1k,spew1k,spread32} \
+        --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7} --layouts contig \
         > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"; tail -80 "$W/bn_kernels.log" | cut -c1-200
+elif [ "$PART" = 79 ]; then
+    PART=78 BN_S=${BN_S:-150} bash "$0" > /dev/null 2>&1; cp -r "$OUT/next78" "$W/a-b" 2>/dev/null
+    grep -E "pytest rc|passed|failed|^FAILED|^E  " "$W/a-b/pytest_cuda.log" | head -8
+    sed -n '/variants, graph ms/,$p' "$W/a-b/bn_kernels.log" | cut -c1-170
+    stamp "bench: batch norm, every dtype (eager cuDNN / native peers)"
+    timeout 230 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native \
+        --budget 210 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 150 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 77 ]; then
     stamp "batch norm: the split reduction with TMA tiles against today's (bn_reduce_probe.py tma:*, --big)"
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --big --nk-variants default \

@@ -724,11 +724,13 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape,dtype", [((128, 576, 7, 7), torch.bfloat16), ((64, 64, 3, 3), torch.float32),
-                                         ((512, 32, 49), torch.float16), ((256, 2048, 7, 7), torch.float32)])
+                                         ((512, 32, 49), torch.float16), ((256, 2048, 7, 7), torch.float32),
+                                         ((256, 512, 7, 7), torch.bfloat16)])
 def test_cuda_spread(shape, dtype, monkeypatch):
-    """The spread rows view on the GPU: against float64 (forward, backward, eval), and its elementwise pass with
-    the same bits as the flat pass's in every mode."""
+    """The spread rows view on the GPU (fp32 too, off by default there): against float64 (forward, backward,
+    eval), and its elementwise pass with the same bits as the flat pass's in every mode."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    monkeypatch.setitem(B._TUNE, "spread_max_esize", 4)
     x = torch.randn(shape, device="cuda", dtype=dtype) + 3
     assert B._spread(B._View(x)) == B._spread(B._View(x), ew=True) == x[0, 0].numel()
     _cuda_check(x, 1e-5 if dtype == torch.float32 else 1.2e-2)
@@ -788,7 +790,7 @@ def _same_bits_either_way(monkeypatch, off: dict, on: dict, x, dy, w, b):
     """Every mode's outputs under the ``off`` and the ``on`` knob settings: asserted bit-identical;
     returns the ``on`` ones."""
     C = x.shape[1]
-    rm, rv = torch.randn(C) * 0.1, torch.rand(C) + 0.5
+    rm, rv = torch.randn(C, device=x.device) * 0.1, torch.rand(C, device=x.device) + 0.5
     outs = []
     for knobs in (off, on):
         for k, val in knobs.items():
@@ -845,8 +847,8 @@ def test_ew_flat_short_planes_same_bits(shape, dtype, monkeypatch):
 def test_spread_choice():
     """Short unaligned ncs planes (S % 16 != 0, S <= spread_max_plane) whose (N, C*S) rows are 16-element
     multiples take the spread rows view; aligned planes, channels_last, long planes and ragged rows do not."""
-    def spread(shape, cl=False, ew=False):
-        x = torch.empty(shape)
+    def spread(shape, cl=False, ew=False, dtype=torch.bfloat16):
+        x = torch.empty(shape, dtype=dtype)
         if cl:
             x = x.contiguous(memory_format=torch.channels_last)
         return B._spread(B._View(x), ew)
@@ -857,12 +859,14 @@ def test_spread_choice():
         assert spread((2, 3, 7, 7), ew=ew) == 0  # 3 x 49 elements a row: rows off 16-element boundaries
         assert spread((2, 16, 7, 7), cl=True, ew=ew) == 0 and spread((2, 16, 4, 4), ew=ew) == 0
         assert spread((2, 16, 14, 14), ew=ew) == 0  # 196 > 64
+        assert spread((2, 16, 7, 7), ew=ew, dtype=torch.float16) == 49
+        assert spread((2, 16, 7, 7), ew=ew, dtype=torch.float32) == 0  # 4-byte accesses already: slower spread
     v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
     assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
 
 
 # tiny spread tiles: several column blocks, several programs down the rows (P > 1), ragged edges
-SPREAD_TINY = {"spread_red_cols": 16, "spread_ew_cols": 16, "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
+SPREAD_TINY = {"spread_red_min_cols": 16, "target_programs_spread": 4096, "spread_max_esize": 8, "spread_ew_cols": 16, "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
                "ew_tile_bytes": 256, "target_programs_rows_fwd": 4096, "target_programs_rows_fwd_fp32": 4096,
                "target_programs_rows_bwd": 4096, "partial_frac": 4.0, "combine_elems": 64, "combine_elems_bwd": 64, "fused_max_rows": 0}
 SPREAD_SHAPES = [(9, 16, 7, 7), (9, 32, 5, 5), (21, 16, 3), (10, 48, 3, 3)]

@@ -145,10 +145,20 @@ _TUNE = {
     # short unaligned ncs planes (S % 16 != 0, S <= these) as the (N, C*S) rows view, column j = element j % S
     # of channel j // S (_spread): the rows kernels' 16-byte accesses and per-column coefficients where the ncs
     # kernels load 2-byte scalars (reduction) or spread per-element coefficients with tl.gather (flat pass).
-    # The reduction writes S partials a program and channel. 0: off. Needs C * S % 16 == 0 (aligned rows).
+    # The reduction writes S partials a program and channel. 0: off. Needs C * S % 16 == 0 (aligned rows), and
+    # 16-bit inputs: H200 session 28 (bn_kernels.py, results/h200-2026-12-04-s28/call2), bf16 / fp32 params, graph
+    # ms, ncs / flat -> spread: 256x2048x7x7 fwd 0.0591 -> 0.0539, bwd 0.0842 -> 0.0795, eval 0.0305 -> 0.0271;
+    # 256x512x7x7 fwd 0.0215 -> 0.0184, eval 0.0088 -> 0.0076; but fp32 (4-byte accesses already) 256x512x7x7
+    # fwd 0.0253 -> 0.0297, 256x2048x7x7 fwd +4 %. 14x14 planes (spread256) lost 3-13 % in training
     "spread_max_plane": 64,
     "spread_max_plane_ew": 64,
-    "spread_red_cols": 128,  # columns of a spread reduction program (its row segment)
+    "spread_max_esize": 2,
+    # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
+    # keeps them within target_programs_spread programs, so that a program sweeps all N rows (P = 1). Same call:
+    # 256x2048x7x7 bwd 784 programs of 128 columns 0.0795 ms, 392 of 256 0.0756; 256x512x7x7 bwd 588 programs
+    # (128 columns, P = 3) 0.0274, 392 of 64 columns 0.0227
+    "spread_red_min_cols": 64,
+    "target_programs_spread": 512,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -1086,8 +1096,9 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
             target = _TUNE["target_programs_ncs_fwd_16bit"]
         frac = _TUNE["partial_frac"]
     C = v.C
-    if v.kind == "spread":  # few, very long rows: a fixed row segment (the partials are S per channel anyway)
-        BC = min(next_pow2(C), tile, _TUNE["spread_red_cols"])
+    if v.kind == "spread":  # few, very long rows: spread_red_min_cols (above)
+        target = _TUNE["target_programs_spread"]
+        BC = min(next_pow2(C), tile, max(_TUNE["spread_red_min_cols"], next_pow2(cdiv(C, target))))
         BM = max(1, tile // BC)
         ncb = cdiv(C, BC)
         units = cdiv(v.M, BM)
@@ -1184,8 +1195,11 @@ def _const_s(v):
 def _spread(v, ew=False):
     """S where the short unaligned ncs planes of v are taken as the (N, C*S) rows view (column j = element
     j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``_ew`` for the elementwise pass)
-    elements and rows of a multiple of 16 elements (16-byte aligned rows)."""
+    elements and rows of a multiple of 16 elements (16-byte aligned rows), inputs of at most ``spread_max_esize``
+    bytes an element."""
     if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
+        return 0
+    if v.x.element_size() > _TUNE["spread_max_esize"]:
         return 0
     return v.S if (v.C * v.S) % 16 == 0 else 0
 
