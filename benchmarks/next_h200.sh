@@ -52,6 +52,7 @@
 # Session 28: PART=78: short NCHW planes as the (N, C*S) rows view (spread_*; prediction in NOTES-batch_norm.md,
 #          session 28): its CUDA tests, then bn_kernels.py default (spread) against nospread and the tile variants.
 #          PART=79: PART=78 (its logs under a-b/), then the batch-norm suite bench (every dtype) and resnet50 steps.
+#          PART=80: every batch-norm kernel CUDA test, conformance on CUDA, randomized batch-norm cases on CUDA.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -758,6 +759,10 @@ elif [ "$PART" = 79 ]; then
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 150 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+elif [ "$PART" = 80 ]; then
+    PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
+    stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
+    random_cuda_tests 20261228 ${RANDOM_S:-120} -k "batch_norm or module or instance_norm"
 elif [ "$PART" = 77 ]; then
     stamp "batch norm: the split reduction with TMA tiles against today's (bn_reduce_probe.py tma:*, --big)"
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --big --nk-variants default \

@@ -6,7 +6,9 @@ Layouts. Every input is seen as one of two canonical views, both handled nativel
   channels_last_3d (NDHWC), 2-D ``(N, C)`` input, and contiguous input whose spatial size is 1.
   A channel is a column.
 * ``ncs``: contiguous ``(N, C, S)`` with ``S = prod(spatial) > 1`` (NCL, NCHW, NCDHW). A channel is
-  ``N`` planes of ``S`` contiguous elements.
+  ``N`` planes of ``S`` contiguous elements. Short unaligned planes of 16-bit inputs (7x7, 5x5, 3x3) are
+  taken as the row-major ``(N, C*S)`` matrix instead ("spread", ``_spread``): the rows kernels with column
+  j mapped to channel j // S, so their accesses are 16-byte vectors.
 
 The output (and grad_input) keeps a dense input's layout (contiguous, channels_last, channels_last_3d:
 ``normkit.reference.dense_memory_format``); any other strides are copied once to
