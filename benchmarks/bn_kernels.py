@@ -149,6 +149,10 @@ VARIANTS = {
     "spew1k": {"spread_ew_cols": 1024},
     "spread256": {"spread_max_plane": 256, "spread_max_plane_ew": 256},
     "spread32": {"spread_max_esize": 4},
+    "spt8k": {"red_tile_bytes": 8192},  # (on contiguous inputs only the spread reduction reads these two)
+    "spw8": {"red_warps_rows_wide": 8},
+    "spmin128": {"spread_red_min_cols": 128},
+    "spr256": {"spread_max_plane": 256},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -181,6 +185,10 @@ VARIANT_SCOPE = {
     "spew1k": ("ncs", ("fwd", "bwd", "eval")),
     "spread256": ("ncs", ("fwd", "bwd", "eval")),
     "spread32": ("ncs", ("fwd", "bwd", "eval")),
+    "spt8k": ("ncs", ("fwd", "bwd")),
+    "spw8": ("ncs", ("fwd", "bwd")),
+    "spmin128": ("ncs", ("fwd", "bwd")),
+    "spr256": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
