@@ -863,10 +863,16 @@ def test_spread_choice():
         assert spread((2, 16, 7, 7), ew=ew, dtype=torch.float32) == 0  # 4-byte accesses already: slower spread
     v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
     assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
+    # the reduction's column blocks: the narrowest (>= spread_red_min_cols) within target_programs_spread programs
+    for C, BC, P in ((2048, 256, 1), (512, 128, 2)):
+        for bwd in (False, True):
+            cfg = B._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(256, C, 7, 7))), 2, bwd)
+            assert (cfg["BC"], cfg["P"]) == (BC, P) and cfg["P"] * cfg["NCB"] <= B._TUNE["target_programs_spread"]
 
 
 # tiny spread tiles: several column blocks, several programs down the rows (P > 1), ragged edges
-SPREAD_TINY = {"spread_red_min_cols": 16, "target_programs_spread": 4096, "spread_max_esize": 8, "spread_ew_cols": 16, "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
+SPREAD_TINY = {"spread_red_min_cols": 16, "target_programs_spread": 4096, "spread_max_esize": 8, "spread_ew_cols": 16,
+               "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
                "ew_tile_bytes": 256, "target_programs_rows_fwd": 4096, "target_programs_rows_fwd_fp32": 4096,
                "target_programs_rows_bwd": 4096, "partial_frac": 4.0, "combine_elems": 64, "combine_elems_bwd": 64, "fused_max_rows": 0}
 SPREAD_SHAPES = [(9, 16, 7, 7), (9, 32, 5, 5), (21, 16, 3), (10, 48, 3, 3)]

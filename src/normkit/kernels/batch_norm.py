@@ -156,10 +156,10 @@ _TUNE = {
     "spread_max_plane_ew": 64,
     "spread_max_esize": 2,
     # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
-    # keeps them within target_programs_spread programs, so that a program sweeps all N rows (P = 1). Same call:
-    # 256x2048x7x7 bwd 784 programs of 128 columns 0.0795 ms, 392 of 256 0.0756; 256x512x7x7 bwd 588 programs
-    # (128 columns, P = 3) 0.0274, 392 of 64 columns 0.0227
-    "spread_red_min_cols": 64,
+    # keeps them within target_programs_spread programs, so that a program sweeps most of the N rows. Call 2:
+    # 256x2048x7x7 bwd 784 programs of 128 columns 0.0795 ms, 392 of 256 0.0756; call 6 (s28/call6-spread-tiles):
+    # 256x512x7x7 at 64 / 128 columns (392 programs, P = 1 / 2) fwd 0.0196 / 0.0185, bwd 0.0230 / 0.0233
+    "spread_red_min_cols": 128,
     "target_programs_spread": 512,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
