@@ -153,9 +153,6 @@ VARIANTS = {
     "spw8": {"red_warps_rows_wide": 8},
     "spmin128": {"spread_red_min_cols": 128},
     "spr256": {"spread_max_plane": 256},
-    "spk4": {"spread_kstep_fwd": 4, "spread_kstep_bwd": 2},
-    "spk8": {"spread_kstep_fwd": 8, "spread_kstep_bwd": 4},
-    "spk8f2": {"spread_kstep_fwd": 8, "spread_kstep_bwd": 2},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -192,9 +189,6 @@ VARIANT_SCOPE = {
     "spw8": ("ncs", ("fwd", "bwd")),
     "spmin128": ("ncs", ("fwd", "bwd")),
     "spr256": ("ncs", ("fwd", "bwd")),
-    "spk4": ("ncs", ("fwd", "bwd")),
-    "spk8": ("ncs", ("fwd", "bwd")),
-    "spk8f2": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",

@@ -740,17 +740,6 @@ def test_cuda_spread(shape, dtype, monkeypatch):
                           w, b)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("kstep", [(4, 2), (8, 4)])
-@pytest.mark.parametrize("shape", [(256, 512, 7, 7), (256, 2048, 7, 7), (96, 48, 5, 5)])
-def test_cuda_spread_tile_steps(shape, kstep, monkeypatch):
-    """The spread reduction's loop steps as one tile of several row chunks (spread_kstep_*): against float64."""
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    monkeypatch.setitem(B._TUNE, "spread_kstep_fwd", kstep[0])
-    monkeypatch.setitem(B._TUNE, "spread_kstep_bwd", kstep[1])
-    _cuda_check(torch.randn(shape, device="cuda", dtype=torch.bfloat16) + 3, 1.2e-2)
-
-
 # ------------------------------------------------------------------------------------------------
 # rows-view reduction knobs: forward row chunks in flight per loop step (red_unroll_rows_fwd, 4 by
 # default, 2 still supported; backward always 2) and the backward grid target
@@ -890,14 +879,12 @@ SPREAD_SHAPES = [(9, 16, 7, 7), (9, 32, 5, 5), (21, 16, 3), (10, 48, 3, 3)]
 
 
 @interp
-@pytest.mark.parametrize("kstep", [0, 2], ids=["chunks", "tile-steps"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape", SPREAD_SHAPES, ids=["7x7", "5x5", "L3", "3x3"])
-def test_spread_rows_view(shape, dtype, kstep, monkeypatch, poison):
+def test_spread_rows_view(shape, dtype, monkeypatch, poison):
     """The spread rows view (_spread): training forward / backward and eval against float64, the reduction split
-    over several programs down the rows (S partials each) and over column blocks that cut planes; its loop steps
-    as named row chunks or as one tile of ``kstep`` chunks."""
-    for k, v in dict(SPREAD_TINY, spread_kstep_fwd=kstep, spread_kstep_bwd=kstep).items():
+    over several programs down the rows (S partials each) and over column blocks that cut planes."""
+    for k, v in SPREAD_TINY.items():
         monkeypatch.setitem(B._TUNE, k, v)
     v = B._View(torch.empty(shape, dtype=dtype))
     assert B._spread(v) == B._spread(v, ew=True) == v.S

@@ -162,9 +162,6 @@ _TUNE = {
     "spread_red_min_cols": 128,
     "target_programs_spread": 512,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
-    # a spread reduction step as one tile of this many row chunks (0: the UNROLL named chunks)
-    "spread_kstep_fwd": 0,
-    "spread_kstep_bwd": 0,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -255,38 +252,11 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 
 
 @triton.jit
-def _bn_rows_tile_load(x_ptr, g_ptr, p, i, P, M, C, rk, cols, cmask,
-                       BM: tl.constexpr, K: tl.constexpr, BWD: tl.constexpr):
-    """Loop step i of the rows reduction as one [K*BM, BC] tile: row chunks p + (K*i + j)*P, j < K (a step past
-    the last one is masked off entirely). Returns x, g and the mask."""
-    rows = (p + (K * i + rk // BM) * P).to(tl.int64) * BM + rk % BM
-    m = (rows < M)[:, None] & cmask[None, :]
-    x, g = _bn_load_raw(x_ptr, g_ptr, rows[:, None] * C + cols[None, :], m, BWD)
-    return x, g, m
-
-
-@triton.jit
-def _bn_rows_tile_acc(acc1, acc2, x, g, m, ref2, BM: tl.constexpr, BC: tl.constexpr, K: tl.constexpr,
-                      BWD: tl.constexpr, ACC: tl.constexpr):
-    """A [K*BM, BC] tile's terms summed over its K chunks (within a thread: chunk j's row r and chunk j + 1's row
-    r share a thread) into the [BM, BC] accumulators."""
-    if BWD:  # _bn_acc_loaded's terms
-        t1 = g.to(ACC)
-        t2 = t1 * (x.to(ACC) - ref2)
-    else:
-        t1 = tl.where(m, x.to(ACC) - ref2, 0.0)
-        t2 = t1 * t1
-    acc1 += tl.sum(tl.reshape(t1, [K, BM, BC]), axis=0)
-    acc2 += tl.sum(tl.reshape(t2, [K, BM, BC]), axis=0)
-    return acc1, acc2
-
-
-@triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, KSTEP: tl.constexpr = 0, PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -316,23 +286,15 @@ def _bn_reduce_rows_kernel(
     ref2 = ref[None, :]
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
-    if KSTEP > 0:  # a step is one [KSTEP*BM, BC] tile (n_iter counts KSTEP chunks a step)
-        rk = tl.arange(0, KSTEP * BM)
-        xn, gn, mn = _bn_rows_tile_load(x_ptr, g_ptr, p, 0, P, M, C, rk, cols, cmask, BM, KSTEP, BWD)
-        for i in range(0, n_iter):
-            xc, gc, mc = xn, gn, mn
-            xn, gn, mn = _bn_rows_tile_load(x_ptr, g_ptr, p, i + 1, P, M, C, rk, cols, cmask, BM, KSTEP, BWD)
-            acc1, acc2 = _bn_rows_tile_acc(acc1, acc2, xc, gc, mc, ref2, BM, BC, KSTEP, BWD, ACC)
-    else:
-        rr = tl.arange(0, BM)
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
-        for i in range(0, n_iter):
-            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
+    rr = tl.arange(0, BM)
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                        BM, UNROLL, BWD)
+    for i in range(0, n_iter):
+        c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+                                                            cmask, BM, UNROLL, BWD)
+        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+                                       ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     if SMAP:
@@ -1175,8 +1137,7 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
     unroll_key = "red_unroll_rows_fwd_fp32" if wide_fwd else "red_unroll_rows_fwd"
     unroll = 4 if (rows_like and not bwd and _TUNE[unroll_key] >= 4) else 2
-    kstep = _TUNE["spread_kstep_bwd" if bwd else "spread_kstep_fwd"] if v.kind == "spread" else 0
-    cfg.update(P=P, NCB=ncb, n_iter=cdiv(units, (kstep or unroll) * P), UNROLL=unroll, KSTEP=kstep)
+    cfg.update(P=P, NCB=ncb, n_iter=cdiv(units, unroll * P), UNROLL=unroll)
     return cfg
 
 
@@ -1327,8 +1288,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     if rv.kind != "ncs":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, KSTEP=cfg["KSTEP"],
-            **pdl_trigger(pdl),
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, P * max(sp, 1)
