@@ -53,7 +53,8 @@
 #          session 28): its CUDA tests, then bn_kernels.py default (spread) against nospread and the tile variants.
 #          PART=79: PART=78 (its logs under a-b/), then the batch-norm suite bench (every dtype) and resnet50 steps.
 #          PART=80: every batch-norm kernel CUDA test, conformance on CUDA, randomized batch-norm cases on CUDA.
-#          PART=81: the spread reduction's loop steps as one [K*BM, BC] tile (spread_kstep_*): CUDA tests, A/B.
+#          PART=81 (ran at 84a6e94; its kernel branch and variants are deleted since): the spread reduction's loop
+#          steps as one [K*BM, BC] tile (spread_kstep_*), CUDA tests and A/B.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -764,14 +765,6 @@ elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
     random_cuda_tests 20261228 ${RANDOM_S:-120} -k "batch_norm or module or instance_norm"
-elif [ "$PART" = 81 ]; then
-    stamp "pytest -m cuda: the spread tests (tile steps too)"
-    cuda_tests ${PYTEST_S:-120} tests/kernels/test_batch_norm_kernels.py -k "spread"
-    stamp "batch norm A/B: the spread reduction's loop steps as one tile of 4 / 8 row chunks (bn_kernels.py)"
-    timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 40 )) \
-        --only-variants ${BN_VARIANTS:-spk4,spk8,spk8f2,nospread} --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7} \
-        --layouts contig --dtypes bf16 --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
-    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170
 elif [ "$PART" = 77 ]; then
     stamp "batch norm: the split reduction with TMA tiles against today's (bn_reduce_probe.py tma:*, --big)"
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --big --nk-variants default \
