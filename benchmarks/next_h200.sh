@@ -234,7 +234,7 @@ ln_bench() {
 # the suite bench of batch norm (every dtype, with the peers) and resnet50 training steps
 bn_bench_and_resnet() {
     stamp "bench: batch norm, every dtype"
-    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
+    timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers ${BN_PEERS:-aten aten-native flaggems} \
         --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
@@ -754,13 +754,7 @@ elif [ "$PART" = 79 ]; then
     PART=78 BN_S=${BN_S:-150} bash "$0" > /dev/null 2>&1; cp -r "$OUT/next78" "$W/a-b" 2>/dev/null
     grep -E "pytest rc|passed|failed|^FAILED|^E  " "$W/a-b/pytest_cuda.log" | head -8
     sed -n '/variants, graph ms/,$p' "$W/a-b/bn_kernels.log" | cut -c1-170
-    stamp "bench: batch norm, every dtype (eager cuDNN / native peers)"
-    timeout 230 python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native \
-        --budget 210 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
-    stamp "resnet50 training steps (both layouts), with and without enable()"
-    timeout 150 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
-        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    BN_PEERS="aten aten-native" bn_bench_and_resnet  # (call 3 ran this with budgets 210 / 150 s)
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
