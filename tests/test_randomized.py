@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
+from normkit.kernels import batch_norm as KB
 
 F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 EPS32 = torch.finfo(F32).eps
@@ -298,6 +299,9 @@ def draw_bn_shape(r, training):
         sp = [r.choice([1, 1, 2, 3, 5, 7, 9]) for _ in range(nd - 2)]
         if r.random() < 0.15:  # N·HW = 2, the smallest training batch
             N, sp = r.choice([(2, [1] * (nd - 2)), (1, [2] + [1] * (nd - 3))]) if nd > 2 else (2, [])
+        elif r.random() < 0.15:  # short unaligned planes in rows of 16-element multiples (batch norm's spread view)
+            C, sp = r.choice([16, 32]), r.choice([[3, 3], [5, 5], [7, 7], [9], [25]])
+            N, nd = r.choice([1, 2, 3, 5]), 2 + len(sp)
         shape = (N, C, *sp)
         n = N * math.prod(sp)
         if training and n < 2:
@@ -314,6 +318,16 @@ def _layouts(nd):
 
 
 def run_batch_norm(case_id, device):
+    """One random batch-norm case; half of them through the split path (reduction, combine, elementwise pass) that
+    the one-launch kernels would otherwise take for every shape this small (``fused_max_rows``)."""
+    saved = KB._TUNE["fused_max_rows"]
+    try:
+        _run_batch_norm(case_id, device)
+    finally:
+        KB._TUNE["fused_max_rows"] = saved
+
+
+def _run_batch_norm(case_id, device):
     r = random.Random(_seed(case_id))
     g = torch.Generator().manual_seed(_seed(case_id))
     dtype = r.choice([F32, BF16, F16])
@@ -330,9 +344,13 @@ def run_batch_norm(case_id, device):
     momentum = r.choice([0.1, 0.1, 0.0, 0.5, 1.0, 1.3, -0.4])
     eps = r.choice([1e-5, 1e-5, 1e-3, 0.1, 1e-8] + ([0.0] if not training else []))
     grad_layout = r.choice(["same", "contig"])
+    split = r.random() < 0.5
     desc = dict(shape=shape, dtype=dtype, pdt=pdt, affine=affine, training=training, stats=stats,
-                momentum=momentum, eps=eps, layout=layout, grad_layout=grad_layout, scale=scale, offset=offset)
+                momentum=momentum, eps=eps, layout=layout, grad_layout=grad_layout, scale=scale, offset=offset,
+                path="split" if split else "default")
     ctx = Ctx(case_id, desc, device)
+    if split:
+        KB._TUNE["fused_max_rows"] = 0
 
     x = make_input(g, shape, dtype, layout, scale, offset)
     if stats:
