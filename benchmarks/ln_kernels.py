@@ -262,6 +262,13 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for ept in (4, 8, 16):
                 for op in ("ln", "rms"):
                     add("fwdsmall", f"t{te}_e{ept}", {"tile_elems": te, "fwd_ept": ept}, op, M, N, "fwd")
+    # session 28: the same knobs for fp32 rows alone (fwdsmall swept bf16; fp32 LN 16384x1024 trailed Liger's 4-warp
+    # programs by 3.4 %, 32768x768 by 0.9 %, RMS 1048576x64 by 0.6 % in session 19's bench)
+    for M, N in ((16384, 1024), (32768, 768), (1048576, 64), (262144, 256)):
+        for te, ept in ((1024, 16), (1024, 8), (2048, 8), (1024, 4)):
+            for op in ("ln", "rms"):
+                add("fwdsmall32", f"t{te}_e{ept}", {"tile_elems": te, "fwd_ept": ept}, op, M, N, "fwd",
+                    torch.float32, torch.float32)
     # one-row programs at 4096 / 8192: elements per thread (-> warps), bf16 and fp32 input (fp32 LN at
     # these widths was 0.69-0.75x FlagGems in the full run)
     for M, N in ((16384, 4096), (8192, 8192)):
