@@ -53,6 +53,8 @@
 #          session 28): its CUDA tests, then bn_kernels.py default (spread) against nospread and the tile variants.
 #          PART=79: PART=78 (its logs under a-b/), then the batch-norm suite bench (every dtype) and resnet50 steps.
 #          PART=80: every batch-norm kernel CUDA test, conformance on CUDA, randomized batch-norm cases on CUDA.
+#          PART=82 (prepared): fp32 layer / RMS forward rows up to 1024 wide at 8 elements a thread (fwd_ept_4byte;
+#          sweep fwdsmall32 measured -1..-2 % at 768 / 1024, session 28 call 10): set it to 8, then run this part.
 #          PART=81 (ran at 84a6e94; its kernel branch and variants are deleted since): the spread reduction's loop
 #          steps as one [K*BM, BC] tile (spread_kstep_*), CUDA tests and A/B.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
@@ -755,6 +757,11 @@ elif [ "$PART" = 79 ]; then
     grep -E "pytest rc|passed|failed|^FAILED|^E  " "$W/a-b/pytest_cuda.log" | head -8
     sed -n '/variants, graph ms/,$p' "$W/a-b/bn_kernels.log" | cut -c1-170
     BN_PEERS="aten aten-native" bn_bench_and_resnet  # (call 3 ran this with budgets 210 / 150 s)
+elif [ "$PART" = 82 ]; then  # after fwd_ept_4byte is set to 8 in layer_norm.py's _CFG
+    stamp "pytest -m cuda: every layer-norm kernel test (fp32 narrow forward at 8 elements a thread)"
+    ln_cuda_tests ${PYTEST_S:-300}
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261230)"
+    random_cuda_tests 20261230 ${RANDOM_S:-150} -k "layer_norm or rms_norm"
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

@@ -126,6 +126,11 @@ _CFG = {
     "tile_elems": 1024,  # target BLOCK_M * BLOCK_N for narrow rows, forward
     "tile_elems_wide_params": 2048,  # the same when weight/bias are wider than x
     "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= multi_row_max (several rows a program)
+    # ... for 4-byte x (fwdsmall chose 16 on bf16). H200 session 28 sweep fwdsmall32 (s28/call10-fwdsmall32), fp32,
+    # 16 -> 8: LN / RMS 16384x1024 0.0364 / 0.0355 -> 0.0356 / 0.0352 ms, 32768x768 0.0524 / 0.0511 -> 0.0514 /
+    # 0.0508; 1048576x64 and 262144x256 within 0.3 %; 4 elements lost everywhere (LN 32768x768 0.0616). Still 16
+    # (unchanged launches): 8 is to be adopted once the layer-norm CUDA tests have run on it (next_h200.sh PART=82)
+    "fwd_ept_4byte": 16,
     # the same, multi_row_max < BLOCK_N < 8192 (one row a program): 32 measured -1 % in the sweep but
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
     "fwd_ept_mid": 16,
@@ -1361,8 +1366,9 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
-        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, rows=rows,
-                                width=NA + NB)
+        ept = _CFG["fwd_ept_4byte"] if x.element_size() == 4 and BLOCK_N <= _CFG["multi_row_max"] else None
+        BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, ept=ept,
+                                rows=rows, width=NA + NB)
         cap = _two_part_warps(NB, x.element_size()) if NB and _CFG["fwd_two_part_cap_warps"] else nw
         # a persistent program holds w/b too: capped only while the first part keeps <= fwd_ept_wide elements
         # a thread (bf16 x / fp32 w at 9216 on 4 warps: 255 registers and a 240-byte stack, offline sm_90)
