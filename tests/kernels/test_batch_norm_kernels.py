@@ -861,6 +861,8 @@ def test_spread_choice():
         assert spread((2, 16, 14, 14), ew=ew) == 0  # 196 > 64
         assert spread((2, 16, 7, 7), ew=ew, dtype=torch.float16) == 49
         assert spread((2, 16, 7, 7), ew=ew, dtype=torch.float32) == 0  # 4-byte accesses already: slower spread
+    big = B._View(torch.empty((1, 2**26, 49), dtype=torch.bfloat16, device="meta"))  # rows past int32 columns
+    assert B._spread(big) == 0
     v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
     assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
     # the reduction's column blocks: the narrowest (>= spread_red_min_cols) within target_programs_spread programs

@@ -1201,7 +1201,7 @@ def _spread(v, ew=False):
     bytes an element."""
     if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
         return 0
-    if v.x.element_size() > _TUNE["spread_max_esize"]:
+    if v.x.element_size() > _TUNE["spread_max_esize"] or v.C * v.S >= 2**31 - 2**16:  # (int32 column indices)
         return 0
     return v.S if (v.C * v.S) % 16 == 0 else 0
 
