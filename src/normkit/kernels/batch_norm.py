@@ -1081,7 +1081,7 @@ _CFG_CACHE = {}
 
 def _reduce_cfg_uncached(v, esize, bwd=False):
     """Split-reduction grid. Returns a dict with the block sizes, P (programs per channel block),
-    NCB (channel blocks), n_iter (grid-stride steps). v may be a _spread_view (kind "spread")."""
+    NCB (channel blocks), n_iter (grid-stride steps). v may be a _SpreadView (kind "spread")."""
     rows_like = v.kind in ("rows", "spread")
     wide_fwd = rows_like and not bwd and esize >= 4
     if rows_like:
@@ -1196,7 +1196,8 @@ def _const_s(v):
 
 def _spread(v, ew=False):
     """S where the short unaligned ncs planes of v are taken as the (N, C*S) rows view (column j = element
-    j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``_ew`` for the elementwise pass)
+    j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``spread_max_plane_ew`` for the
+    elementwise pass)
     elements and rows of a multiple of 16 elements (16-byte aligned rows), inputs of at most ``spread_max_esize``
     bytes an element."""
     if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
@@ -1274,8 +1275,9 @@ def _combine_cfg(C, P, bwd=False):
 
 
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
-    """Launch the split reduction; returns (partials [2, P, C], P). pdl: its dependent (the combine)
-    is launched with programmatic dependent launch."""
+    """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
+    partials a program and channel). pdl: its dependent (the combine) is launched with programmatic dependent
+    launch."""
     x = v.x
     sp = _spread(v)
     rv = _SpreadView(v) if sp else v
