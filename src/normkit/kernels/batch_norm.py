@@ -1197,9 +1197,8 @@ def _const_s(v):
 def _spread(v, ew=False):
     """S where the short unaligned ncs planes of v are taken as the (N, C*S) rows view (column j = element
     j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``spread_max_plane_ew`` for the
-    elementwise pass)
-    elements and rows of a multiple of 16 elements (16-byte aligned rows), inputs of at most ``spread_max_esize``
-    bytes an element."""
+    elementwise pass) elements, rows of a multiple of 16 elements (16-byte aligned rows), inputs of at most
+    ``spread_max_esize`` bytes an element."""
     if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
         return 0
     if v.x.element_size() > _TUNE["spread_max_esize"] or v.C * v.S >= 2**31 - 2**16:  # (int32 column indices)
