@@ -238,7 +238,7 @@ bn_bench_and_resnet() {
     stamp "bench: batch norm, every dtype"
     timeout 200 python3 -m normkit bench --ops batch_norm --all-dtypes --peers ${BN_PEERS:-aten aten-native flaggems} \
         --budget 180 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
@@ -247,7 +247,7 @@ bn_bench_and_resnet() {
 ln_suite_bench() {
     timeout $(( $1 + 20 )) python3 -m normkit bench --ops layer_norm rms_norm --all-dtypes --peers aten liger flaggems \
         --budget "$1" --json "$W/$2/bench.json" --out "$W/$2" --no-progress \
-        > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/$2/summary.md" | head -30
+        > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/$2/summary.md" | head -30
 }
 # the randomized differential test on CUDA, seed $1, within $2 s (SIGINT, so pytest still reports), more pytest args after
 random_cuda_tests() {
@@ -419,12 +419,12 @@ elif [ "$PART" = 17 ]; then
     timeout 200 python3 -m normkit bench --ops layer_norm rms_norm --shapes 131072x320 32768x1600 32768x2048 16384x3072 \
         16384x5120 8192x6144 8192x12288 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems \
         --budget 180 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
-        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench-ln/summary.md" | head -30
     stamp "bench: batch norm on shapes outside the suite"
     timeout 120 python3 -m normkit bench --ops batch_norm --shapes 256x96x56x56 128x160x17x17 128x768x17x17 64x32x112x112 \
         32x3x224x224 128x40x28x28 8x256x128x128 2x512x64x64 4096x512 16x64x16x16x16 --dtypes bf16:fp32 fp32 \
         --peers aten aten-native --budget 100 --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
-        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
+        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench-bn/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
@@ -445,7 +445,7 @@ elif [ "$PART" = 19 ]; then
     timeout 150 python3 -m normkit bench --ops layer_norm rms_norm --shapes 131072x320 65536x512 32768x1600 32768x2048 \
         16384x3072 16384x5120 8192x6144 8192x12288 4096x20480 --dtypes bf16 fp32 bf16:fp32 --peers aten liger flaggems \
         --budget 140 --json "$W/bench-ln/bench.json" --out "$W/bench-ln" --no-progress \
-        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-ln/summary.md" | head -30
+        > "$W/bench-ln.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench-ln/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -E "^\| resnet" "$W/models/summary.md" | head -20
@@ -603,7 +603,7 @@ elif [ "$PART" = 37 ]; then
     stamp "bench: batch norm, every dtype, peers"
     timeout ${BN_S:-220} python3 -m normkit bench --ops batch_norm --all-dtypes --peers aten aten-native flaggems \
         --budget $(( ${BN_S:-220} - 20 )) --json "$W/bench-bn/bench.json" --out "$W/bench-bn" --no-progress \
-        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-bn/summary.md" | head -30
+        > "$W/bench-bn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench-bn/summary.md" | head -30
 elif [ "$PART" = 38 ]; then
     stamp "pytest -m cuda: instance norm's running variance, SyncBatchNorm (gloo, CUDA tensors)"
     cuda_tests ${PYTEST_S:-250} tests/test_functional.py::test_instance_norm_running_var_small_variance tests/test_distributed.py \
@@ -922,11 +922,11 @@ else
     stamp "bench: batch, layer, RMS norm, every dtype"
     timeout 330 python3 -m normkit bench --ops batch_norm layer_norm rms_norm --all-dtypes \
         --peers aten aten-native liger flaggems --budget 300 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench/summary.md" | head -30
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -30
     stamp "bench: group and instance norm"
     timeout 150 python3 -m normkit bench --ops group_norm instance_norm --all-dtypes --peers aten liger flaggems \
         --budget 130 --json "$W/bench-gn/bench.json" --out "$W/bench-gn" --no-progress \
-        > "$W/bench-gn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^$/p' "$W/bench-gn/summary.md" | head -30
+        > "$W/bench-gn.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench-gn/summary.md" | head -30
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 130 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet|speedup|step" "$W/models/summary.md" | head -20
