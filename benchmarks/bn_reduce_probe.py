@@ -39,7 +39,7 @@ from normkit.kernels import batch_norm as B
 
 SHAPES = [((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"), ((256, 2048, 7, 7), "cl"),
           ((256, 512, 28, 28), "cl"), ((65536, 1024), "cl"), ((256, 64, 56, 56), "nchw"),
-          ((256, 1024, 14, 14), "nchw"), ((256, 2048, 7, 7), "nchw")]
+          ((256, 1024, 14, 14), "nchw"), ((256, 2048, 7, 7), "nchw"), ((256, 512, 7, 7), "nchw")]
 
 # _TUNE overrides and the directions they touch (the forward's statistics, the backward's sums over x and dy);
 # the partial cap is lifted where the program count is what a variant changes
@@ -56,6 +56,10 @@ VARIANTS = {
     # raised so the program count stays (session 27)
     "pfr02m64": ({"partial_frac_rows": 0.02, "min_rows": 64}, ("fwd", "bwd")),
     "pfr05m64": ({"partial_frac_rows": 0.05, "min_rows": 64}, ("fwd", "bwd")),
+    # NCHW short planes: the ncs reduction instead of the (N, C*S) rows view (session 28), and the view with more
+    # programs (two row ranges a column block)
+    "nospread": ({"spread_max_plane": 0}, ("fwd", "bwd")),
+    "sptp1k": ({"target_programs_spread": 1024}, ("fwd", "bwd")),
 }
 
 

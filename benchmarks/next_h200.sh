@@ -55,6 +55,8 @@
 #          PART=80: every batch-norm kernel CUDA test, conformance on CUDA, randomized batch-norm cases on CUDA.
 #          PART=82 (prepared): fp32 layer / RMS forward rows up to 1024 wide at 8 elements a thread (fwd_ept_4byte;
 #          sweep fwdsmall32 measured -1..-2 % at 768 / 1024, session 28 call 10): set it to 8, then run this part.
+#          PART=83 (prepared): the reductions alone (bn_reduce_probe.py), NCHW 7x7 spread view against the ncs one and
+#          a streaming read, to see how far the spread reduction (0.32-0.46 of copy in call 5's breakdown) is from a read.
 #          PART=81 (ran at 84a6e94; its kernel branch and variants are deleted since): the spread reduction's loop
 #          steps as one [K*BM, BC] tile (spread_kstep_*), CUDA tests and A/B.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
@@ -762,6 +764,11 @@ elif [ "$PART" = 82 ]; then  # after fwd_ept_4byte is set to 8 in layer_norm.py'
     ln_cuda_tests ${PYTEST_S:-300}
     stamp "randomized test on CUDA: layer / RMS norm (seed 20261230)"
     random_cuda_tests 20261230 ${RANDOM_S:-150} -k "layer_norm or rms_norm"
+elif [ "$PART" = 83 ]; then
+    stamp "batch norm's reductions alone against a streaming read: the NCHW 7x7 spread view against the ncs one"
+    timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --nk-variants default,nospread,sptp1k \
+        > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+    grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -60
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
