@@ -1086,7 +1086,7 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
     wide_fwd = rows_like and not bwd and esize >= 4
     if rows_like:
         tile = _tile(esize, "red_tile_bytes_fwd_fp32" if wide_fwd else "red_tile_bytes")
-        target = _TUNE["target_programs_rows_bwd" if bwd else
+        target = _TUNE["target_programs_spread" if v.kind == "spread" else "target_programs_rows_bwd" if bwd else
                        "target_programs_rows_fwd_fp32" if wide_fwd else "target_programs_rows_fwd"]
         # (a spread input is an ncs one: its partials may take the ncs share, so that a few hundred rows still
         # split into several programs a column block)
@@ -1099,7 +1099,6 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "spread":  # few, very long rows: spread_red_min_cols (above)
-        target = _TUNE["target_programs_spread"]
         BC = min(next_pow2(C), tile, max(_TUNE["spread_red_min_cols"], next_pow2(cdiv(C, target))))
         BM = max(1, tile // BC)
         ncb = cdiv(C, BC)
@@ -1282,7 +1281,8 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     rv = _SpreadView(v) if sp else v
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    part = alloc(torch.empty((2, P * max(sp, 1), v.C), device=x.device, dtype=acc_t))
+    n_part = P * max(sp, 1)  # partials a channel
+    part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
@@ -1292,7 +1292,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
-        return part, P * max(sp, 1)
+        return part, n_part
     kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
     nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
     launch(kern, grid,
