@@ -153,6 +153,10 @@ VARIANTS = {
     "spw8": {"red_warps_rows_wide": 8},
     "spmin128": {"spread_red_min_cols": 128},
     "spr256": {"spread_max_plane": 256},
+    # session 29: spread reductions with wider column blocks (1-4 KB row segments), P > 1 programs a block
+    "spc512": {"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25},
+    "spc1k": {"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25},
+    "spc2k": {"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -189,6 +193,9 @@ VARIANT_SCOPE = {
     "spw8": ("ncs", ("fwd", "bwd")),
     "spmin128": ("ncs", ("fwd", "bwd")),
     "spr256": ("ncs", ("fwd", "bwd")),
+    "spc512": ("ncs", ("fwd", "bwd")),
+    "spc1k": ("ncs", ("fwd", "bwd")),
+    "spc2k": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",

@@ -60,6 +60,10 @@ VARIANTS = {
     # programs (two row ranges a column block)
     "nospread": ({"spread_max_plane": 0}, ("fwd", "bwd")),
     "sptp1k": ({"target_programs_spread": 1024}, ("fwd", "bwd")),
+    # session 29: wider column blocks (1-4 KB row segments), P > 1 programs a block, ~392 programs (one wave)
+    "spc512": ({"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
+    "spc1k": ({"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
+    "spc2k": ({"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5}, ("fwd", "bwd")),
 }
 
 
@@ -202,6 +206,7 @@ def main():
     ap.add_argument("--dry", action="store_true", help="CPU, Triton interpreter, tiny shapes")
     ap.add_argument("--nk-variants", default=",".join(VARIANTS), help="the _TUNE variants of normkit's reduction to time")
     ap.add_argument("--big", action="store_true", help="also the 268-411 MB channels_last rows")
+    ap.add_argument("--shapes", default="", help="comma list of SHAPE:LAYOUT to keep (e.g. 256x2048x7x7:nchw)")
     a = ap.parse_args()
     if a.plot:
         return plot(a.plot, [i for i in a.impls.split(",") if i])
@@ -210,6 +215,9 @@ def main():
     global SHAPES, DEV
     if a.big:
         SHAPES = SHAPES + [((256, 256, 56, 56), "cl"), ((16, 64, 32, 64, 64), "cl")]
+    if a.shapes:
+        keep = set(a.shapes.split(","))
+        SHAPES = [(s, lay) for s, lay in SHAPES if f"{'x'.join(map(str, s))}:{lay}" in keep]
     if a.dry:
         SHAPES = [((4, 8, 4, 4), "cl"), ((4, 8, 4, 4), "nchw")]
         DEV = "cpu"
@@ -259,7 +267,8 @@ def main():
                     B._TUNE.update(over)
                     views = [B._View(x) for x in xs]
                     bwd = direction == "bwd"
-                    cfg = B._reduce_cfg(views[0], 2, bwd)
+                    v0 = views[0]
+                    cfg = B._reduce_cfg(B._SpreadView(v0) if B._spread(v0) else v0, 2, bwd)
                     fns = [lambda v=v, g=g: B._reduce(v, g if bwd else None, mean if bwd else None, bwd,
                                                       tl.float32, torch.float32) for v, g in zip(views, gs)]
                     record(f"nk:{direction}:{vname}", fns, read_bytes=nbytes * (2 if bwd else 1),

@@ -59,6 +59,10 @@
 #          a streaming read, to see how far the spread reduction (0.32-0.46 of copy in call 5's breakdown) is from a read.
 #          PART=81 (ran at 84a6e94; its kernel branch and variants are deleted since): the spread reduction's loop
 #          steps as one [K*BM, BC] tile (spread_kstep_*), CUDA tests and A/B.
+# Session 29: PART=84: fp32 narrow LN / RMS forward at 8 elements a thread (fwd_ept_4byte now 8): its CUDA tests
+#          (the subset a forward launch change touches) and the randomized LN / RMS cases on CUDA; the spread reduction
+#          with wider column blocks (spc512 / spc1k / spc2k: 1-4 KB row segments, P > 1, the same ~392 programs and
+#          16 KB a step) alone (bn_reduce_probe.py) and in whole forwards / backwards (bn_kernels.py).
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -769,6 +773,21 @@ elif [ "$PART" = 83 ]; then
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 --nk-variants default,nospread,sptp1k \
         > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
     grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -60
+elif [ "$PART" = 84 ]; then  # session 29, call 1
+    stamp "pytest -m cuda: layer-norm kernel tests on the widths / [B, S, H] / PDL / plans (fwd_ept_4byte now 8)"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan"
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261230)"
+    random_cuda_tests 20261230 ${RANDOM_S:-100} -k "layer_norm or rms_norm"
+    stamp "batch norm's reductions alone: the NCHW 7x7 spread view with 256-2048-column blocks (bn_reduce_probe.py)"
+    timeout 150 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 120 \
+        --shapes 256x2048x7x7:nchw,256x512x7x7:nchw,256x2048x7x7:cl --nk-variants default,nospread,sptp1k,spc512,spc1k,spc2k \
+        > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+    grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -40
+    stamp "batch norm A/B: the spread column-block variants, whole forward / backward (bn_kernels.py)"
+    timeout ${BN_S:-170} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-170} - 30 )) \
+        --only-variants ${BN_VARIANTS:-spc512,spc1k,spc2k} --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7} \
+        --layouts contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -30
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

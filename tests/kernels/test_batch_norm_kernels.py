@@ -876,7 +876,7 @@ def test_spread_choice():
 SPREAD_TINY = {"spread_red_min_cols": 16, "target_programs_spread": 4096, "spread_max_esize": 8, "spread_ew_cols": 16,
                "red_tile_bytes": 256, "red_tile_bytes_fwd_fp32": 256,
                "ew_tile_bytes": 256, "target_programs_rows_fwd": 4096, "target_programs_rows_fwd_fp32": 4096,
-               "target_programs_rows_bwd": 4096, "partial_frac": 4.0, "combine_elems": 64, "combine_elems_bwd": 64,
+               "target_programs_rows_bwd": 4096, "partial_frac_spread": 4.0, "combine_elems": 64, "combine_elems_bwd": 64,
                "fused_max_rows": 0}
 SPREAD_SHAPES = [(9, 16, 7, 7), (9, 32, 5, 5), (21, 16, 3), (10, 48, 3, 3)]
 

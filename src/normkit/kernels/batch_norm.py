@@ -161,6 +161,7 @@ _TUNE = {
     # 256x512x7x7 at 64 / 128 columns (392 programs, P = 1 / 2) fwd 0.0196 / 0.0185, bwd 0.0230 / 0.0233
     "spread_red_min_cols": 128,
     "target_programs_spread": 512,
+    "partial_frac_spread": 0.05,  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -1088,9 +1089,9 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         tile = _tile(esize, "red_tile_bytes_fwd_fp32" if wide_fwd else "red_tile_bytes")
         target = _TUNE["target_programs_spread" if v.kind == "spread" else "target_programs_rows_bwd" if bwd else
                        "target_programs_rows_fwd_fp32" if wide_fwd else "target_programs_rows_fwd"]
-        # (a spread input is an ncs one: its partials may take the ncs share, so that a few hundred rows still
+        # (a spread input's N rows are few: its partials may take the ncs share, so that a few hundred rows still
         # split into several programs a column block)
-        frac = _TUNE["partial_frac" if v.kind == "spread" else "partial_frac_rows"]
+        frac = _TUNE["partial_frac_spread" if v.kind == "spread" else "partial_frac_rows"]
     else:
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
         target = _TUNE["target_programs"]

@@ -128,9 +128,8 @@ _CFG = {
     "fwd_ept": 16,  # elements per thread, forward, BLOCK_N <= multi_row_max (several rows a program)
     # ... for 4-byte x (fwdsmall chose 16 on bf16). H200 session 28 sweep fwdsmall32 (s28/call10-fwdsmall32), fp32,
     # 16 -> 8: LN / RMS 16384x1024 0.0364 / 0.0355 -> 0.0356 / 0.0352 ms, 32768x768 0.0524 / 0.0511 -> 0.0514 /
-    # 0.0508; 1048576x64 and 262144x256 within 0.3 %; 4 elements lost everywhere (LN 32768x768 0.0616). Still 16
-    # (unchanged launches): 8 is to be adopted once the layer-norm CUDA tests have run on it (next_h200.sh PART=82)
-    "fwd_ept_4byte": 16,
+    # 0.0508; 1048576x64 and 262144x256 within 0.3 %; 4 elements lost everywhere (LN 32768x768 0.0616)
+    "fwd_ept_4byte": 8,
     # the same, multi_row_max < BLOCK_N < 8192 (one row a program): 32 measured -1 % in the sweep but
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
     "fwd_ept_mid": 16,
