@@ -63,6 +63,8 @@
 #          (the subset a forward launch change touches) and the randomized LN / RMS cases on CUDA; the spread reduction
 #          with wider column blocks (spc512 / spc1k / spc2k: 1-4 KB row segments, P > 1, the same ~392 programs and
 #          16 KB a step) alone (bn_reduce_probe.py) and in whole forwards / backwards (bn_kernels.py).
+#          PART=85 (carry .whl): the wide layer / RMS forward run in L2-sized row groups (ln_group_probe.py: two
+#          launches a group), then the layer / RMS suite bench with the peers at the session's code.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -788,6 +790,13 @@ elif [ "$PART" = 84 ]; then  # session 29, call 1
         --only-variants ${BN_VARIANTS:-spc512,spc1k,spc2k} --shapes ${BN_SHAPES:-256x2048x7x7,256x512x7x7} \
         --layouts contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -30
+elif [ "$PART" = 85 ]; then  # session 29, call 2 (carry .whl)
+    use_wheels
+    stamp "layer / RMS wide forward in L2-sized row groups (ln_group_probe.py)"
+    timeout ${GRP_S:-200} python3 benchmarks/ln_group_probe.py --out "$W" --budget $(( ${GRP_S:-200} - 40 )) \
+        > "$W/ln_group_probe.log" 2>&1; echo "probe rc=$?"; grep -E "copy|SOL|budget|Error" "$W/ln_group_probe.log" | tail -60
+    stamp "bench: layer / RMS norm, every dtype, with the peers"
+    ln_suite_bench ${LNB_S:-240} bench-ln
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
