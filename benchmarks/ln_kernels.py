@@ -276,6 +276,12 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for op in ("ln", "rms"):
                 for dt in (torch.bfloat16, torch.float32):
                     add("fwdmid", f"e{ept}", {"fwd_ept_mid": ept, "fwd_ept_wide": ept}, op, M, N, "fwd", dt, dt)
+    # session 29: the 16384-wide one-row forward (Liger's 16 warps, as ours) with and without the 64-register cap
+    # that gives it 2 programs a SM (Liger 1.03-1.04x faster on RMS bf16 / LN fp32 here in s29 call 2's bench)
+    for op in ("ln", "rms"):
+        for dt in (torch.bfloat16, torch.float32):
+            for lab, cfg in (("cap64", {}), ("nocap", {"fwd_maxnreg_min_block": 1 << 30})):
+                add("fwdmid16k", lab, cfg, op, 4096, 16384, "fwd", dt, dt)
     # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the
     # statistics lost at every width (LN 8192x8192 bf16 0.0693 -> 0.0966 ms), knob deleted
     # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight);

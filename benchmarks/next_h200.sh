@@ -65,6 +65,8 @@
 #          16 KB a step) alone (bn_reduce_probe.py) and in whole forwards / backwards (bn_kernels.py).
 #          PART=85 (carry .whl): the wide layer / RMS forward run in L2-sized row groups (ln_group_probe.py: two
 #          launches a group), then the layer / RMS suite bench with the peers at the session's code.
+#          PART=86: the one-row forward's elements a thread at 4096 / 8192 and its register cap at 16384 (sweeps
+#          fwdmid, fwdmid16k: Liger leads there by 1-4 %), batch norm's fp32 channels_last 7x7 backward grid variants.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -797,6 +799,13 @@ elif [ "$PART" = 85 ]; then  # session 29, call 2 (carry .whl)
         > "$W/ln_group_probe.log" 2>&1; echo "probe rc=$?"; grep -E "copy|SOL|budget|Error" "$W/ln_group_probe.log" | tail -60
     stamp "bench: layer / RMS norm, every dtype, with the peers"
     ln_suite_bench ${LNB_S:-240} bench-ln
+elif [ "$PART" = 86 ]; then  # session 29, call 3
+    stamp "layer / RMS forward, one-row widths 4096-16384 (sweeps fwdmid, fwdmid16k), where Liger leads by 1-4 %"
+    SWEEP_LINES="sweep fwdmid" ln_sweep fwdmid,fwdmid16k ${SWEEP_S:-200}
+    stamp "batch norm: fp32 channels_last 256x2048x7x7 backward (0.5 % behind cuDNN in s28's bench): grid variants"
+    timeout 120 python3 benchmarks/bn_kernels.py --out "$W" --budget 90 --only-variants rowsw8,rowstp396,rowsr4ktp660,comb4kbwd,nopdl \
+        --shapes 256x2048x7x7 --layouts cl --dtypes fp32 --modes bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-190 | tail -8
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
