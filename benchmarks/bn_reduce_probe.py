@@ -182,9 +182,10 @@ def plot(path, impls):
     val = {(("x".join(map(str, r["shape"])), r["layout"]), r["impl"]): r["of_copy"] for r in rows}
     fig, ax = plt.subplots(figsize=(9, 0.5 + 0.3 * len(cases) * len(impls) / 2))
     h = 0.8 / len(impls)
+    colors = plt.get_cmap("tab20" if len(impls) > 10 else "tab10").colors  # one color an implementation
     for j, impl in enumerate(impls):
         ys = [i + j * h for i in range(len(cases))]
-        ax.barh(ys, [val.get((c, impl), 0.0) for c in cases], height=h, label=impl)
+        ax.barh(ys, [val.get((c, impl), 0.0) for c in cases], height=h, label=impl, color=colors[j % len(colors)])
     ax.set_yticks([i + 0.4 - h / 2 for i in range(len(cases))], [f"{s} {l}" for s, l in cases])
     ax.invert_yaxis()
     ax.axvline(1.0, color="k", lw=0.8)

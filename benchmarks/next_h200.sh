@@ -67,6 +67,9 @@
 #          launches a group), then the layer / RMS suite bench with the peers at the session's code.
 #          PART=86: the one-row forward's elements a thread at 4096 / 8192 and its register cap at 16384 (sweeps
 #          fwdmid, fwdmid16k: Liger leads there by 1-4 %), batch norm's fp32 channels_last 7x7 backward grid variants.
+#          PART=87 (carry .whl): RMS forward rows of 4097-8192 at 16 elements a thread (fwd_ept_wide_rms): the CUDA
+#          tests a forward launch change touches, randomized RMS cases on CUDA, the 4096 / 8192 rows with the peers,
+#          conformance on CUDA (every op) at the session's final kernels.
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -806,6 +809,17 @@ elif [ "$PART" = 86 ]; then  # session 29, call 3
     timeout 120 python3 benchmarks/bn_kernels.py --out "$W" --budget 90 --only-variants rowsw8,rowstp396,rowsr4ktp660,comb4kbwd,nopdl \
         --shapes 256x2048x7x7 --layouts cl --dtypes fp32 --modes bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-190 | tail -8
+elif [ "$PART" = 87 ]; then  # session 29, call 4 (carry .whl): RMS forward at 8192 wide on 16 elements a thread
+    use_wheels
+    stamp "pytest -m cuda: layer-norm kernel tests on the widths / [B, S, H] / PDL / plans (fwd_ept_wide_rms 16)"
+    cuda_tests ${PYTEST_S:-170} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan"
+    stamp "randomized test on CUDA: RMS norm (seed 20261231)"
+    random_cuda_tests 20261231 ${RANDOM_S:-80} -k "rms_norm"
+    stamp "bench: RMS norm 4096-8192 wide forward rows with the peers"
+    timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
+        --peers aten liger flaggems --budget 90 --json "$W/bench-rms/bench.json" --out "$W/bench-rms" --no-progress \
+        > "$W/bench-rms.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-rms/summary.md" | head -24
+    cuda_check ${CHECK_S:-170}
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

@@ -134,6 +134,10 @@ _CFG = {
     # RMS 16384x4096 bf16 0.0691 -> 0.0756 ms in the bench (L2-rotated inputs): 16
     "fwd_ept_mid": 16,
     "fwd_ept_wide": 32,  # elements per thread, forward, BLOCK_N >= 8192
+    # ... RMS norm with weights of x's dtype (no mean, no bias: fewer live registers a row). H200 session 29 sweep
+    # fwdmid (s29/call3-part86), 8192x8192, 32 -> 16: RMS bf16 0.0700 -> 0.0683 ms, fp32 0.1337 -> 0.1329 (layer
+    # norm bf16 0.0697 -> 0.0759: it keeps 32). At 16384 both give max_warps
+    "fwd_ept_wide_rms": 16,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
@@ -1365,7 +1369,11 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         persist = lo <= BLOCK_N <= _CFG["fwd_persist_max_block"]
         one_row = BLOCK_N > _CFG["multi_row_max"]
         rows = _CFG["fwd_rows_wide_params"] if wide_params and one_row and not persist else None
-        ept = _CFG["fwd_ept_4byte"] if x.element_size() == 4 and BLOCK_N <= _CFG["multi_row_max"] else None
+        ept = None
+        if x.element_size() == 4 and BLOCK_N <= _CFG["multi_row_max"]:
+            ept = _CFG["fwd_ept_4byte"]
+        elif is_rms and not wide_params and not NB and BLOCK_N >= 8192:
+            ept = _CFG["fwd_ept_wide_rms"]
         BLOCK_M, nw = _rows_cfg(BLOCK_N, tile=_CFG["tile_elems_wide_params"] if wide_params else None, ept=ept,
                                 rows=rows, width=NA + NB)
         cap = _two_part_warps(NB, x.element_size()) if NB and _CFG["fwd_two_part_cap_warps"] else nw
