@@ -711,6 +711,30 @@ def test_forward_register_cap_routing(monkeypatch):
 
 
 @interp
+def test_forward_elements_per_thread_routing(monkeypatch):
+    # the one-row forward's warps follow its elements a thread: fp32 rows up to 1024 wide at fwd_ept_4byte, RMS
+    # rows of the 8192 class with weights of x's dtype at fwd_ept_wide_rms, layer norm and mixed-dtype RMS there
+    # at fwd_ept_wide
+    seen = _record_launches(monkeypatch)
+    cases = (("rms", 8192, torch.bfloat16, "same", 8192 // L._CFG["fwd_ept_wide_rms"]),
+             ("rms", 5000, torch.float32, "same", 8192 // L._CFG["fwd_ept_wide_rms"]),
+             ("ln", 8192, torch.bfloat16, "same", 8192 // L._CFG["fwd_ept_wide"]),
+             ("rms", 1024, torch.float32, "same", 1024 // L._CFG["fwd_ept_4byte"]),
+             ("ln", 1024, torch.bfloat16, "same", 1024 // L._CFG["fwd_ept"]))
+    for op, N, dtype, pk, threads in cases:
+        seen.clear()
+        x, _ = _inputs(2, N, dtype)
+        w, b = _params(N, dtype, pk)
+        if op == "rms":
+            assert rel(L.rms_forward(x, w, 1e-6)[0], ref_rms(x, w, 1e-6)[0]) <= TOL[dtype]
+        else:
+            assert rel(L.ln_forward(x, w, b, 1e-5)[0], ref_ln(x, w, b, 1e-5)[0]) <= TOL[dtype]
+        want = min(L._CFG["max_warps"], threads // 32)
+        assert [kw["num_warps"] for n, kw in seen if n == "_fwd_rows_kernel"] == [want], (op, N, dtype)
+    assert L._CFG["fwd_ept_wide_rms"] != L._CFG["fwd_ept_wide"]  # (else the cases above tell nothing apart)
+
+
+@interp
 def test_split_forward_heavy_params_routing(monkeypatch):
     # layer norm with 16-bit x and fp32 w and b (more parameter bytes per column than twice x's) takes the two
     # launches at every split width, several rows per program, capped so the grid keeps 2 programs per SM;
