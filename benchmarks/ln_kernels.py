@@ -282,6 +282,14 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
         for dt in (torch.bfloat16, torch.float32):
             for lab, cfg in (("cap64", {}), ("nocap", {"fwd_maxnreg_min_block": 1 << 30})):
                 add("fwdmid16k", lab, cfg, op, 4096, 16384, "fwd", dt, dt)
+    # session 29: w/b loaded with x (Liger's order; fwd_wb_early_min_block) in one-row programs at 4096 / 8192.
+    # Offline sm_90: LN fp32 4096 40 -> 64 registers, 8192 80 -> 127; bf16 40 -> 48, 63 -> 80; RMS 32-42 -> 37-40
+    # (fp32 16384 spills with its register cap: not swept)
+    for M, N in ((16384, 4096), (8192, 8192)):
+        for op in ("ln", "rms"):
+            for dt in (torch.bfloat16, torch.float32):
+                for lab, cfg in (("late", {}), ("early", {"fwd_wb_early_min_block": 4096})):
+                    add("fwdwbearly", lab, cfg, op, M, N, "fwd", dt, dt)
     # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the
     # statistics lost at every width (LN 8192x8192 bf16 0.0693 -> 0.0966 ms), knob deleted
     # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight);
@@ -736,7 +744,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
                      "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
-                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg", "fwdwbearly"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

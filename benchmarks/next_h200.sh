@@ -70,6 +70,7 @@
 #          PART=87 (carry .whl): RMS forward rows of 4097-8192 at 16 elements a thread (fwd_ept_wide_rms): the CUDA
 #          tests a forward launch change touches, randomized RMS cases on CUDA, the 4096 / 8192 rows with the peers,
 #          conformance on CUDA (every op) at the session's final kernels.
+#          PART=88: the one-row forward loading w/b with x, Liger's order (sweep fwdwbearly, knob fwd_wb_early_min_block).
 # For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -820,6 +821,9 @@ elif [ "$PART" = 87 ]; then  # session 29, call 4 (carry .whl): RMS forward at 8
         --peers aten liger flaggems --budget 90 --json "$W/bench-rms/bench.json" --out "$W/bench-rms" --no-progress \
         > "$W/bench-rms.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-rms/summary.md" | head -24
     cuda_check ${CHECK_S:-170}
+elif [ "$PART" = 88 ]; then  # session 29, call 6
+    stamp "layer / RMS one-row forward: w/b loaded with x (sweep fwdwbearly)"
+    SWEEP_LINES="sweep fwdwbearly" ln_sweep fwdwbearly ${SWEEP_S:-150}
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

@@ -735,6 +735,23 @@ def test_forward_elements_per_thread_routing(monkeypatch):
 
 
 @interp
+@pytest.mark.parametrize("op,N,dtype,pk", [("ln", 3000, torch.float32, "same"), ("ln", 2500, torch.bfloat16, "fp32"),
+                                           ("rms", 5000, torch.bfloat16, "same"), ("ln", 4096, torch.float16, "none")])
+def test_forward_early_wb_same_bits(op, N, dtype, pk, monkeypatch):
+    # w/b loaded with x (fwd_wb_early_min_block) instead of after the statistics: the same products, the same bits
+    x, _ = _inputs(5, N, dtype)
+    w, b = _params(N, dtype, pk)
+    run = (lambda: L.rms_forward(x, w, 1e-6)) if op == "rms" else (lambda: L.ln_forward(x, w, b, 1e-5))
+    late = run()
+    seen = _record_launches(monkeypatch)
+    monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 2048)
+    early = run()
+    assert [kw.get("EARLY_WB") for n, kw in seen if n == "_fwd_rows_kernel"] == [True]
+    for a, c in zip(late, early):
+        assert (a is None and c is None) or torch.equal(a, c)
+
+
+@interp
 def test_split_forward_heavy_params_routing(monkeypatch):
     # layer norm with 16-bit x and fp32 w and b (more parameter bytes per column than twice x's) takes the two
     # launches at every split width, several rows per program, capped so the grid keeps 2 programs per SM;

@@ -138,6 +138,9 @@ _CFG = {
     # fwdmid (s29/call3-part86), 8192x8192, 32 -> 16: RMS bf16 0.0700 -> 0.0683 ms, fp32 0.1337 -> 0.1329 (layer
     # norm bf16 0.0697 -> 0.0759: it keeps 32). At 16384 both give max_warps
     "fwd_ept_wide_rms": 16,
+    # one-row programs from this width load w/b with x (Liger's order) instead of after the statistics (off: session
+    # 4's sweep fwdwb lost at every width then, LN 8192x8192 bf16 0.0693 -> 0.0966 ms; session 29 measures it again)
+    "fwd_wb_early_min_block": 1 << 30,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
@@ -465,7 +468,7 @@ def _fwd_rows_kernel(
     M, N, stride_x, stride_r, stride_y, stride_s, eps, blocks_per_prog,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, EARLY_WB: tl.constexpr = False,
 ):
     """[BLOCK_M, BLOCK_N] tiles (and, NB > 0, [BLOCK_M, NB] tiles of columns BLOCK_N ..), whole rows in
     registers. HBM: read x (+residual), write y (+sum).
@@ -474,6 +477,7 @@ def _fwd_rows_kernel(
     statistics (loaded with x, as Liger does, measured 2-40 % slower on the H200: more live registers).
     PERSIST=True: ``blocks_per_prog`` consecutive tiles per program, w/b loaded once and held, the next
     tile's x (and residual) loaded before this tile's reductions.
+    EARLY_WB (one tile per program): w/b loaded first, with x (``fwd_wb_early_min_block``; a variant).
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -487,7 +491,7 @@ def _fwd_rows_kernel(
         b2 = tl.zeros([NB], dtype=ACC)
     else:  # unused stand-ins
         cols2, cmask2, w2, b2 = cols, cmask, w, b
-    if PERSIST:
+    if PERSIST or EARLY_WB:
         if HAS_W:
             w = tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
             if NB > 0:
@@ -515,7 +519,7 @@ def _fwd_rows_kernel(
     else:
         _fwd_rows_tile(X, R, W, B, Y, S, MEAN, RSTD, w, b, w2, b2, pid.to(tl.int64) * BLOCK_M,
                        cols, cmask, cols2, cmask2, M, N, stride_x, stride_r, stride_y, stride_s, eps,
-                       BLOCK_M, NB, True, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, w, w, False)
+                       BLOCK_M, NB, not EARLY_WB, HAS_W, HAS_B, HAS_RES, IS_RMS, ACC, w, w, w, w, False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1394,6 +1398,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=NA, NB=NB, PERSIST=persist, num_warps=nw, **flags,
+            **({"EARLY_WB": True} if not persist and BLOCK_N >= _CFG["fwd_wb_early_min_block"] else {}),
             **({"maxnreg": cap_regs} if cap_regs else {}),
         )
     else:
