@@ -735,20 +735,25 @@ def test_forward_elements_per_thread_routing(monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("op,N,dtype,pk", [("ln", 3000, torch.float32, "same"), ("ln", 2500, torch.bfloat16, "fp32"),
-                                           ("rms", 5000, torch.bfloat16, "same"), ("ln", 4096, torch.float16, "none")])
-def test_forward_early_wb_same_bits(op, N, dtype, pk, monkeypatch):
-    # w/b loaded with x (fwd_wb_early_min_block) instead of after the statistics: the same products, the same bits
+@pytest.mark.parametrize("op,N,dtype,pk,early", [
+    ("ln", 5000, torch.float32, "same", True), ("ln", 3000, torch.bfloat16, "same", False),
+    ("ln", 3000, torch.bfloat16, "fp32", False), ("rms", 5000, torch.bfloat16, "same", True),
+    ("rms", 8192, torch.float16, "none", True), ("rms", 2048, torch.float32, "same", False)])
+def test_forward_early_wb_same_bits(op, N, dtype, pk, early, monkeypatch):
+    # w/b loaded with x (fwd_wb_early_*: RMS norm and 4-byte layer norm at 4096 / 8192, weights of x's dtype) where
+    # the rule says so, and then the same bits as with them loaded after the statistics (the same products)
     x, _ = _inputs(5, N, dtype)
     w, b = _params(N, dtype, pk)
     run = (lambda: L.rms_forward(x, w, 1e-6)) if op == "rms" else (lambda: L.ln_forward(x, w, b, 1e-5))
-    late = run()
     seen = _record_launches(monkeypatch)
-    monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 2048)
-    early = run()
-    assert [kw.get("EARLY_WB") for n, kw in seen if n == "_fwd_rows_kernel"] == [True]
-    for a, c in zip(late, early):
-        assert (a is None and c is None) or torch.equal(a, c)
+    got = run()
+    assert [kw.get("EARLY_WB", False) for n, kw in seen if n == "_fwd_rows_kernel"] == [early]
+    if early:
+        monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 1 << 30)
+        late = run()
+        assert [kw.get("EARLY_WB", False) for n, kw in seen if n == "_fwd_rows_kernel"] == [True, False]
+        for a, c in zip(got, late):
+            assert (a is None and c is None) or torch.equal(a, c)
 
 
 @interp

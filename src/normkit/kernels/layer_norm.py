@@ -138,9 +138,13 @@ _CFG = {
     # fwdmid (s29/call3-part86), 8192x8192, 32 -> 16: RMS bf16 0.0700 -> 0.0683 ms, fp32 0.1337 -> 0.1329 (layer
     # norm bf16 0.0697 -> 0.0759: it keeps 32). At 16384 both give max_warps
     "fwd_ept_wide_rms": 16,
-    # one-row programs from this width load w/b with x (Liger's order) instead of after the statistics (off: session
-    # 4's sweep fwdwb lost at every width then, LN 8192x8192 bf16 0.0693 -> 0.0966 ms; session 29 measures it again)
-    "fwd_wb_early_min_block": 1 << 30,
+    # one-row programs of these widths load w/b with x (Liger's order) instead of after the statistics: RMS norm, and
+    # layer norm of 4-byte x. H200 session 29 sweep fwdwbearly (s29/call6-part88), ms, late -> early: LN fp32 4096
+    # 0.1352 -> 0.1328, 8192 0.1361 -> 0.1312; RMS bf16 0.0688 -> 0.0681, 0.0689 -> 0.0678; RMS fp32 0.1339 ->
+    # 0.1338, 0.1331 -> 0.1321; but LN bf16 0.0730 -> 0.0745, 8192 0.0698 -> 0.0971 (80 registers against 63). Not
+    # at 16384: LN fp32 spills under its register cap there (offline sm_90), and nothing was measured
+    "fwd_wb_early_min_block": 4096,
+    "fwd_wb_early_max_block": 8192,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
     "multi_row_max": 1024,  # widest BLOCK_N that still packs several rows per program
@@ -1394,11 +1398,13 @@ def _forward(x, residual, weight, bias, eps, is_rms):
             per = cdiv(nblocks, P)
             nblocks = cdiv(nblocks, per)
         capped = not (is_rms or persist or NB) and x.element_size() == 4 and BLOCK_N >= _CFG["fwd_maxnreg_min_block"]
+        early_wb = (not (persist or wide_params or NB) and (is_rms or x.element_size() == 4)
+                    and _CFG["fwd_wb_early_min_block"] <= BLOCK_N <= _CFG["fwd_wb_early_max_block"])
         cap_regs = _CFG["fwd_maxnreg"] if capped else 0
         launch(_fwd_rows_kernel, (nblocks,),
             *args, M, N, *strides, float(eps), per,
             BLOCK_M=BLOCK_M, BLOCK_N=NA, NB=NB, PERSIST=persist, num_warps=nw, **flags,
-            **({"EARLY_WB": True} if not persist and BLOCK_N >= _CFG["fwd_wb_early_min_block"] else {}),
+            **({"EARLY_WB": True} if early_wb else {}),
             **({"maxnreg": cap_regs} if cap_regs else {}),
         )
     else:
