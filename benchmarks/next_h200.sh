@@ -71,7 +71,10 @@
 #          tests a forward launch change touches, randomized RMS cases on CUDA, the 4096 / 8192 rows with the peers,
 #          conformance on CUDA (every op) at the session's final kernels.
 #          PART=88: the one-row forward loading w/b with x, Liger's order (sweep fwdwbearly, knob fwd_wb_early_min_block).
-# For the next session: PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
+#          Ran (results/h200-2026-12-04-s29/call6-part88): early loads won for RMS and fp32 layer norm at 4096 / 8192.
+# For the next session: PART=89: set fwd_wb_early_min_block to 4096 (layer_norm.py _CFG), then run this part: the CUDA
+#          tests of that launch change and the randomized layer / RMS cases on CUDA; land it if they pass.
+#          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
 # PART=64: a batch-norm call's host time by piece in loops with and without cache-evicting work between calls and in
@@ -824,6 +827,11 @@ elif [ "$PART" = 87 ]; then  # session 29, call 4 (carry .whl): RMS forward at 8
 elif [ "$PART" = 88 ]; then  # session 29, call 6
     stamp "layer / RMS one-row forward: w/b loaded with x (sweep fwdwbearly)"
     SWEEP_LINES="sweep fwdwbearly" ln_sweep fwdwbearly ${SWEEP_S:-150}
+elif [ "$PART" = 89 ]; then  # after fwd_wb_early_min_block is set to 4096 in layer_norm.py's _CFG
+    stamp "pytest -m cuda: layer-norm kernel tests a forward launch change touches (w/b loaded with x at 4096 / 8192)"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan"
+    stamp "randomized test on CUDA: layer / RMS norm (seed 20261232)"
+    random_cuda_tests 20261232 ${RANDOM_S:-120} -k "layer_norm or rms_norm"
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
