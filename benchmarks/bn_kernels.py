@@ -157,6 +157,10 @@ VARIANTS = {
     "spc512": {"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25},
     "spc1k": {"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25},
     "spc2k": {"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5},
+    # session 29 (prepared): each rows-reduction program sums consecutive row chunks (red_rows_contig)
+    "contig": {"red_rows_contig": 1},
+    "contig512": {"red_rows_contig": 1, "spread_red_min_cols": 512, "target_programs_spread": 400,
+                  "partial_frac_spread": 0.25},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -196,10 +200,12 @@ VARIANT_SCOPE = {
     "spc512": ("ncs", ("fwd", "bwd")),
     "spc1k": ("ncs", ("fwd", "bwd")),
     "spc2k": ("ncs", ("fwd", "bwd")),
+    "contig": ("any", ("fwd", "bwd")),
+    "contig512": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "contig")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -64,6 +64,13 @@ VARIANTS = {
     "spc512": ({"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
     "spc1k": ({"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
     "spc2k": ({"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5}, ("fwd", "bwd")),
+    # each program's row chunks consecutive (red_rows_contig) instead of every P-th: on today's grids, and with the
+    # spread's 512 / 1024-column blocks
+    "contig": ({"red_rows_contig": 1}, ("fwd", "bwd")),
+    "contig512": ({"red_rows_contig": 1, "spread_red_min_cols": 512, "target_programs_spread": 400,
+                   "partial_frac_spread": 0.25}, ("fwd", "bwd")),
+    "contig1k": ({"red_rows_contig": 1, "spread_red_min_cols": 1024, "target_programs_spread": 400,
+                  "partial_frac_spread": 0.25}, ("fwd", "bwd")),
 }
 
 

@@ -74,6 +74,9 @@
 #          Ran (results/h200-2026-12-04-s29/call6-part88): early loads won for RMS and fp32 layer norm at 4096 / 8192.
 # For the next session: PART=89: set fwd_wb_early_min_block to 4096 (layer_norm.py _CFG), then run this part: the CUDA
 #          tests of that launch change and the randomized layer / RMS cases on CUDA; land it if they pass.
+#          PART=90 (prepared in session 29): the rows / spread reductions with each program's row chunks consecutive
+#          (red_rows_contig): its CUDA tests, the probe, the A/B on whole forwards / backwards (prediction in
+#          NOTES-batch_norm.md, session 29).
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -832,6 +835,17 @@ elif [ "$PART" = 89 ]; then  # after fwd_wb_early_min_block is set to 4096 in la
     cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan"
     stamp "randomized test on CUDA: layer / RMS norm (seed 20261232)"
     random_cuda_tests 20261232 ${RANDOM_S:-120} -k "layer_norm or rms_norm"
+elif [ "$PART" = 90 ]; then  # prepared in session 29: consecutive row chunks in the rows / spread reductions
+    stamp "pytest -m cuda: the rows reduction's knob paths (red_rows_contig among them)"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py -k "knob_paths or spread"
+    stamp "batch norm's reductions alone: consecutive row chunks a program (bn_reduce_probe.py contig*)"
+    timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 \
+        --nk-variants default,contig,contig512,contig1k,spc512 > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+    grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -60
+    stamp "batch norm A/B: consecutive row chunks, whole forwards / backwards (bn_kernels.py)"
+    timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
+        --only-variants contig,contig512 --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

@@ -750,7 +750,10 @@ ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, targe
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
 KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY,
          "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2, "fused_max_rows": 0},
-         "rows2_tiny": ROWS2_TINY}
+         "rows2_tiny": ROWS2_TINY,
+         # each program's row chunks consecutive instead of every P-th (red_rows_contig, off by default)
+         "contig4": dict(ROWS4, red_rows_contig=1), "contig4_tiny": dict(ROWS4_TINY, red_rows_contig=1),
+         "contig2_tiny": dict(ROWS2_TINY, red_rows_contig=1)}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
     ((2, 3, 2, 3, 4), "cl"),
@@ -899,6 +902,14 @@ def test_spread_rows_view(shape, dtype, monkeypatch, poison):
 
 @interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+def test_spread_rows_view_contig(dtype, monkeypatch, poison):
+    """The spread reduction with each program's row chunks consecutive (red_rows_contig): against float64."""
+    monkeypatch.setitem(B._TUNE, "red_rows_contig", 1)
+    test_spread_rows_view(SPREAD_SHAPES[0], dtype, monkeypatch, poison)
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape", SPREAD_SHAPES[:2], ids=["7x7", "5x5"])
 def test_spread_ew_same_bits(shape, dtype, monkeypatch):
     """The spread elementwise pass does _bn_ew_apply's arithmetic with the same coefficients as the flat and
@@ -914,7 +925,7 @@ def test_spread_ew_same_bits(shape, dtype, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
+@pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny", "contig4_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 def test_knob_paths_deterministic(layout, knob, monkeypatch):
     for k, v in KNOBS[knob].items():
@@ -972,6 +983,8 @@ def test_fp64_eps_exact(layout):
     ("rows4", (256, 512, 28, 28), "cl", torch.bfloat16),
     ("rows4", (65536, 1024), "contig", torch.bfloat16),
     ("rows2", (256, 512, 28, 28), "cl", torch.bfloat16),
+    ("contig4", (256, 512, 28, 28), "cl", torch.bfloat16),
+    ("contig4", (256, 512, 7, 7), "contig", torch.bfloat16),  # the spread rows view
 ])
 def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
     for k, v in KNOBS[knob].items():

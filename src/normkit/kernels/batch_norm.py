@@ -161,7 +161,8 @@ _TUNE = {
     # 256x512x7x7 at 64 / 128 columns (392 programs, P = 1 / 2) fwd 0.0196 / 0.0185, bwd 0.0230 / 0.0233
     "spread_red_min_cols": 128,
     "target_programs_spread": 512,
-    "partial_frac_spread": 0.05,  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
+    "partial_frac_spread": 0.05,
+    "red_rows_contig": 0,  # rows reduction: 1 = each program sums consecutive row chunks (CONTIG), 0 = every P-th  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -209,7 +210,8 @@ def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr,
 @triton.jit
 def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr):
     """Offsets' rows and masks of loop step i of the rows reduction: row chunks p + (UNROLL*i + j)*P,
-    j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first."""
+    j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first.
+    (With the kernel's CONTIG, p is the program's first chunk and P is 1.)"""
     chunk = (p + (UNROLL * i) * P).to(tl.int64)
     rows0 = chunk * BM + rr
     rows1 = rows0 + P * BM
@@ -257,7 +259,7 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, CONTIG: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -266,12 +268,18 @@ def _bn_reduce_rows_kernel(
     part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums).
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
-    channel, so the combine sees P*S partials per channel in the usual [P, C] layout)."""
+    channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
+    CONTIG (``red_rows_contig``, a measured variant): program p sums the consecutive chunks p*K .. p*K + K - 1
+    (K = n_iter * UNROLL) instead of every P-th."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
+    if CONTIG:
+        first, step = p * (n_iter * UNROLL), 1
+    else:
+        first, step = p, P
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
     if SMAP:
@@ -288,13 +296,16 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, 0, step, M, C, rr, cols, cmask,
                                                         BM, UNROLL, BWD)
     for i in range(0, n_iter):
         c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols,
+        nm = M
+        if CONTIG:  # the step after the last is the next program's first: not loaded
+            nm = tl.where(i + 1 < n_iter, M, 0)
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 1, step, nm, C, rr, cols,
                                                             cmask, BM, UNROLL, BWD)
-        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
+        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, first, i, step, M, rr, cmask,
                                        ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
@@ -1291,6 +1302,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
+            **({"CONTIG": True} if _TUNE["red_rows_contig"] else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
