@@ -161,6 +161,9 @@ VARIANTS = {
     "contig": {"red_rows_contig": 1},
     "contig512": {"red_rows_contig": 1, "spread_red_min_cols": 512, "target_programs_spread": 400,
                   "partial_frac_spread": 0.25},
+    # session 29 (prepared): two steps' loads in two register sets in the rows reduction (red_rows_two_buf)
+    "twobuf": {"red_rows_two_buf": 1},
+    "twobuf196": {"red_rows_two_buf": 1, "target_programs_spread": 256},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -202,10 +205,12 @@ VARIANT_SCOPE = {
     "spc2k": ("ncs", ("fwd", "bwd")),
     "contig": ("any", ("fwd", "bwd")),
     "contig512": ("ncs", ("fwd", "bwd")),
+    "twobuf": ("any", ("fwd", "bwd")),
+    "twobuf196": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "contig")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "contig", "twobuf")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

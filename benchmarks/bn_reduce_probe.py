@@ -61,8 +61,10 @@ VARIANTS = {
     "nospread": ({"spread_max_plane": 0}, ("fwd", "bwd")),
     "sptp1k": ({"target_programs_spread": 1024}, ("fwd", "bwd")),
     # session 29: wider column blocks (1-4 KB row segments), P > 1 programs a block, ~392 programs (one wave)
-    "spc512": ({"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
-    "spc1k": ({"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25}, ("fwd", "bwd")),
+    "spc512": ({"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25},
+               ("fwd", "bwd")),
+    "spc1k": ({"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25},
+              ("fwd", "bwd")),
     "spc2k": ({"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5}, ("fwd", "bwd")),
     # each program's row chunks consecutive (red_rows_contig) instead of every P-th: on today's grids, and with the
     # spread's 512 / 1024-column blocks
@@ -71,6 +73,10 @@ VARIANTS = {
                    "partial_frac_spread": 0.25}, ("fwd", "bwd")),
     "contig1k": ({"red_rows_contig": 1, "spread_red_min_cols": 1024, "target_programs_spread": 400,
                   "partial_frac_spread": 0.25}, ("fwd", "bwd")),
+    # two steps' loads in two register sets (red_rows_two_buf): on today's grids, and the spread with 196 programs
+    # (its 186 registers fit 2 a SM: one wave)
+    "twobuf": ({"red_rows_two_buf": 1}, ("fwd", "bwd")),
+    "twobuf196": ({"red_rows_two_buf": 1, "target_programs_spread": 256}, ("fwd", "bwd")),
 }
 
 

@@ -75,8 +75,8 @@
 # For the next session: PART=89: set fwd_wb_early_min_block to 4096 (layer_norm.py _CFG), then run this part: the CUDA
 #          tests of that launch change and the randomized layer / RMS cases on CUDA; land it if they pass.
 #          PART=90 (prepared in session 29): the rows / spread reductions with each program's row chunks consecutive
-#          (red_rows_contig): its CUDA tests, the probe, the A/B on whole forwards / backwards (prediction in
-#          NOTES-batch_norm.md, session 29).
+#          (red_rows_contig) and with two steps' loads in two register sets (red_rows_two_buf): their CUDA tests, the
+#          probe, the A/B on whole forwards / backwards (predictions in NOTES-batch_norm.md, session 29).
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -840,11 +840,12 @@ elif [ "$PART" = 90 ]; then  # prepared in session 29: consecutive row chunks in
     cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py -k "knob_paths or spread"
     stamp "batch norm's reductions alone: consecutive row chunks a program (bn_reduce_probe.py contig*)"
     timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 \
-        --nk-variants default,contig,contig512,contig1k,spc512 > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+        --nk-variants default,contig,contig512,contig1k,spc512,twobuf,twobuf196 > "$W/bn_reduce_probe.log" 2>&1
+    echo "probe rc=$?"
     grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -60
     stamp "batch norm A/B: consecutive row chunks, whole forwards / backwards (bn_kernels.py)"
     timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
-        --only-variants contig,contig512 --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+        --only-variants contig,contig512,twobuf,twobuf196 --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200

@@ -901,6 +901,31 @@ def test_spread_rows_view(shape, dtype, monkeypatch, poison):
 
 
 @interp
+@pytest.mark.parametrize("case", ["rows4", "rows2", "spread", "rows4_contig", "spread_contig"])
+def test_rows_two_buf_same_bits(case, monkeypatch):
+    """The rows reduction's two register sets (red_rows_two_buf) sum the same steps in the same order: every mode's
+    outputs have the same bits as with one set, on the rows and spread views, with odd and even step counts."""
+    # (the spread case with few programs, so each sweeps 5 / 10 steps, forward / backward)
+    knobs = (dict(SPREAD_TINY, target_programs_spread=16) if case.startswith("spread")
+             else dict(KNOBS[case.split("_")[0] + "_tiny"]))
+    if case.endswith("contig"):
+        knobs["red_rows_contig"] = 1
+    for k, v in knobs.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    shape = (40, 16, 7, 7) if case.startswith("spread") else (9, 6, 5, 3)
+    layout = "contig" if case.startswith("spread") else "cl"
+    x, dy = make_x(shape, torch.bfloat16, layout), make_x(shape, torch.bfloat16, layout)
+    v = B._View(x)
+    rv = B._SpreadView(v) if B._spread(v) else v
+    n_iter = {B._reduce_cfg_uncached(rv, 2, bwd)["n_iter"] for bwd in (False, True)}
+    assert max(n_iter) > 2  # several steps, so both register sets hold data
+    C = shape[1]
+    w, b = torch.rand(C) + 0.5, torch.randn(C)
+    got = _same_bits_either_way(monkeypatch, {"red_rows_two_buf": 0}, {"red_rows_two_buf": 1}, x, dy, w, b)
+    assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[torch.bfloat16]
+
+
+@interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
 def test_spread_rows_view_contig(dtype, monkeypatch, poison):
     """The spread reduction with each program's row chunks consecutive (red_rows_contig): against float64."""
@@ -976,6 +1001,20 @@ def test_fp64_eps_exact(layout):
     rm, rv = torch.zeros(3, dtype=torch.float64), torch.full((3,), 1e-6, dtype=torch.float64)
     y = B.bn_forward_eval(x, None, None, rm, rv, eps)
     assert relerr(y, x / torch.sqrt(torch.tensor(1e-6 + eps, dtype=torch.float64))) < 1e-14
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,layout", [((256, 512, 7, 7), "contig"), ((256, 512, 28, 28), "cl"),
+                                          ((65536, 96), "contig")])
+def test_cuda_knob_paths_two_buf(shape, layout, monkeypatch):
+    """The rows reduction's two register sets (red_rows_two_buf): the same bits as one set, in every mode."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    if layout == "cl":
+        x = x.contiguous(memory_format=torch.channels_last)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    _same_bits_either_way(monkeypatch, {"red_rows_two_buf": 0}, {"red_rows_two_buf": 1}, x, torch.randn_like(x), w, b)
 
 
 @pytest.mark.cuda

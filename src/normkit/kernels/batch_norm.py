@@ -162,7 +162,8 @@ _TUNE = {
     "spread_red_min_cols": 128,
     "target_programs_spread": 512,
     "partial_frac_spread": 0.05,
-    "red_rows_contig": 0,  # rows reduction: 1 = each program sums consecutive row chunks (CONTIG), 0 = every P-th  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
+    "red_rows_contig": 0,  # rows reduction: 1 = each program sums consecutive row chunks (CONTIG), 0 = every P-th
+    "red_rows_two_buf": 0,  # rows reduction: 1 = two steps' loads in two register sets (TWO_BUF)  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -260,6 +261,7 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, CONTIG: tl.constexpr = False,
+    TWO_BUF: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -269,8 +271,11 @@ def _bn_reduce_rows_kernel(
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
     channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
-    CONTIG (``red_rows_contig``, a measured variant): program p sums the consecutive chunks p*K .. p*K + K - 1
-    (K = n_iter * UNROLL) instead of every P-th."""
+    CONTIG (``red_rows_contig``, a variant): program p sums the consecutive chunks p*K .. p*K + K - 1
+    (K = n_iter * UNROLL) instead of every P-th.
+    TWO_BUF (``red_rows_two_buf``, a variant): two steps' loads held in two sets of registers, each set reloaded
+    right after its own sums, so one step stays in flight while the other is summed (with one set, ptxas reloads
+    it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -298,15 +303,33 @@ def _bn_reduce_rows_kernel(
     rr = tl.arange(0, BM)
     x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, 0, step, M, C, rr, cols, cmask,
                                                         BM, UNROLL, BWD)
-    for i in range(0, n_iter):
-        c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-        nm = M
-        if CONTIG:  # the step after the last is the next program's first: not loaded
-            nm = tl.where(i + 1 < n_iter, M, 0)
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 1, step, nm, C, rr, cols,
-                                                            cmask, BM, UNROLL, BWD)
-        acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, first, i, step, M, rr, cmask,
-                                       ref2, BM, UNROLL, BWD, ACC)
+    if TWO_BUF:
+        # steps past the program's n_iter are masked off by their row limit (CONTIG: they are the next program's)
+        y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, first, 1, step,
+                                                            tl.where(1 < n_iter, M, 0), C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
+        for i in range(0, n_iter, 2):
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, first, i, step, M, rr,
+                                           cmask, ref2, BM, UNROLL, BWD, ACC)
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 2, step,
+                                                                tl.where(i + 2 < n_iter, M, 0), C, rr, cols,
+                                                                cmask, BM, UNROLL, BWD)
+            lim = tl.where(i + 1 < n_iter, M, 0)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, first, i + 1, step, lim,
+                                           rr, cmask, ref2, BM, UNROLL, BWD, ACC)
+            y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 3, step,
+                                                                tl.where(i + 3 < n_iter, M, 0), C, rr, cols,
+                                                                cmask, BM, UNROLL, BWD)
+    else:
+        for i in range(0, n_iter):
+            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+            nm = M
+            if CONTIG:  # the step after the last is the next program's first: not loaded
+                nm = tl.where(i + 1 < n_iter, M, 0)
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 1, step, nm, C, rr, cols,
+                                                                cmask, BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, first, i, step, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     if SMAP:
@@ -1303,6 +1326,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"CONTIG": True} if _TUNE["red_rows_contig"] else {}),
+            **({"TWO_BUF": True} if _TUNE["red_rows_two_buf"] else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
