@@ -161,9 +161,9 @@ _TUNE = {
     # 256x512x7x7 at 64 / 128 columns (392 programs, P = 1 / 2) fwd 0.0196 / 0.0185, bwd 0.0230 / 0.0233
     "spread_red_min_cols": 128,
     "target_programs_spread": 512,
-    "partial_frac_spread": 0.05,
+    "partial_frac_spread": 0.05,  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
     "red_rows_contig": 0,  # rows reduction: 1 = each program sums consecutive row chunks (CONTIG), 0 = every P-th
-    "red_rows_two_buf": 0,  # rows reduction: 1 = two steps' loads in two register sets (TWO_BUF)  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
+    "red_rows_two_buf": 0,  # rows reduction: 1 = two steps' loads in two register sets (TWO_BUF)
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
