@@ -830,11 +830,16 @@ elif [ "$PART" = 87 ]; then  # session 29, call 4 (carry .whl): RMS forward at 8
 elif [ "$PART" = 88 ]; then  # session 29, call 6
     stamp "layer / RMS one-row forward: w/b loaded with x (sweep fwdwbearly)"
     SWEEP_LINES="sweep fwdwbearly" ln_sweep fwdwbearly ${SWEEP_S:-150}
-elif [ "$PART" = 89 ]; then  # after fwd_wb_early_min_block is set to 4096 in layer_norm.py's _CFG
+elif [ "$PART" = 89 ]; then  # session 30, call 1 (carry .whl): fwd_wb_early_min_block now 4096
+    use_wheels
     stamp "pytest -m cuda: layer-norm kernel tests a forward launch change touches (w/b loaded with x at 4096 / 8192)"
-    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_layer_norm_kernels.py -k "widths or bsh or pdl or plan or early"
     stamp "randomized test on CUDA: layer / RMS norm (seed 20261232)"
-    random_cuda_tests 20261232 ${RANDOM_S:-120} -k "layer_norm or rms_norm"
+    random_cuda_tests 20261232 ${RANDOM_S:-110} -k "layer_norm or rms_norm"
+    stamp "bench: layer / RMS norm 4096-8192 wide forward rows with the peers (w/b loaded with x)"
+    timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
+        --peers aten liger flaggems --budget 90 --json "$W/bench-early/bench.json" --out "$W/bench-early" --no-progress \
+        > "$W/bench-early.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-early/summary.md" | head -24
 elif [ "$PART" = 90 ]; then  # prepared in session 29: consecutive row chunks in the rows / spread reductions
     stamp "pytest -m cuda: the rows reduction's knob paths (red_rows_contig among them)"
     cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py -k "knob_paths or spread"

@@ -408,15 +408,30 @@ def test_cpu_checks_in_subprocess():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("N", [64, 256, 320, 1600, 5120, 16385, 20480, 65537, 262144])
+@pytest.mark.parametrize("N", [64, 256, 320, 1600, 4000, 5120, 8192, 16385, 20480, 65537, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_cuda_widths(N, dtype):
-    # 256 / 320 / 1600: the prefetching backward at 256 (fp32) / 512 / 2048 wide; 16385 / 20480: two-part
-    # forward rows (a one-lane second part at 16385)
+    # 256 / 320 / 1600: the prefetching backward at 256 (fp32) / 512 / 2048 wide; 4000 / 5120 / 8192: w/b loaded with
+    # x (fwd_wb_early_*); 16385 / 20480: two-part forward rows (a one-lane second part at 16385)
     M = max(4, min(4096, 2 ** 22 // N))
     check_ln(M, N, dtype, "same", offset=1000.0 if dtype == torch.float32 else 0.0, device="cuda")
     check_ln(M, N, dtype, "fp32", device="cuda")
     check_rms(M, N, dtype, "same", device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op,N,dtype", [("ln", 4000, torch.float32), ("ln", 8192, torch.float32),
+                                        ("rms", 4096, torch.bfloat16), ("rms", 5120, torch.float16)])
+def test_cuda_forward_early_wb_same_bits(op, N, dtype, monkeypatch):
+    # compiled, w/b loaded with x (the default at these widths) gives the bits of the late loads
+    x, _ = _inputs(300, N, dtype, device="cuda")
+    w, b = _params(N, dtype, "same", device="cuda")
+    run = (lambda: L.rms_forward(x, w, 1e-6)) if op == "rms" else (lambda: L.ln_forward(x, w, b, 1e-5))
+    early = run()
+    monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 1 << 30)
+    late = run()
+    for a, c in zip(early, late):
+        assert (a is None and c is None) or torch.equal(a, c)
 
 
 @pytest.mark.cuda
@@ -742,7 +757,6 @@ def test_forward_elements_per_thread_routing(monkeypatch):
 def test_forward_early_wb_same_bits(op, N, dtype, pk, early, monkeypatch):
     # w/b loaded with x (fwd_wb_early_*: RMS norm and 4-byte layer norm at 4096 / 8192, weights of x's dtype) where
     # the rule says so, and then the same bits as with them loaded after the statistics (the same products)
-    monkeypatch.setitem(L._CFG, "fwd_wb_early_min_block", 4096)  # (off by default until its CUDA tests have run)
     x, _ = _inputs(5, N, dtype)
     w, b = _params(N, dtype, pk)
     run = (lambda: L.rms_forward(x, w, 1e-6)) if op == "rms" else (lambda: L.ln_forward(x, w, b, 1e-5))

@@ -142,9 +142,9 @@ _CFG = {
     # layer norm of 4-byte x. H200 session 29 sweep fwdwbearly (s29/call6-part88), ms, late -> early: LN fp32 4096
     # 0.1352 -> 0.1328, 8192 0.1361 -> 0.1312; RMS bf16 0.0688 -> 0.0681, 0.0689 -> 0.0678; RMS fp32 0.1339 ->
     # 0.1338, 0.1331 -> 0.1321; but LN bf16 0.0730 -> 0.0745, 8192 0.0698 -> 0.0971 (80 registers against 63). Not
-    # at 16384: LN fp32 spills under its register cap there (offline sm_90), and nothing was measured. Off (1 << 30)
-    # until its CUDA tests have run (next_h200.sh PART=89, then 4096): no device time was left in session 29
-    "fwd_wb_early_min_block": 1 << 30,
+    # at 16384: LN fp32 spills under its register cap there (offline sm_90), and nothing was measured. On since its
+    # CUDA tests passed (session 30, next_h200.sh PART=89)
+    "fwd_wb_early_min_block": 4096,
     "fwd_wb_early_max_block": 8192,
     "bwd_tile_elems": 4096,  # same for backward
     "bwd_ept": 8,
