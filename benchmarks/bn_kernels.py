@@ -157,13 +157,8 @@ VARIANTS = {
     "spc512": {"spread_red_min_cols": 512, "target_programs_spread": 400, "partial_frac_spread": 0.25},
     "spc1k": {"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25},
     "spc2k": {"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5},
-    # session 29 (prepared): each rows-reduction program sums consecutive row chunks (red_rows_contig)
-    "contig": {"red_rows_contig": 1},
-    "contig512": {"red_rows_contig": 1, "spread_red_min_cols": 512, "target_programs_spread": 400,
-                  "partial_frac_spread": 0.25},
-    # session 29 (prepared): two steps' loads in two register sets in the rows reduction (red_rows_two_buf)
-    "twobuf": {"red_rows_two_buf": 1},
-    "twobuf196": {"red_rows_two_buf": 1, "target_programs_spread": 256},
+    # session 30: the spread reduction before red_two_buf_spread (one register set, 512 programs)
+    "onebuf": {"red_two_buf_spread": 0, "target_programs_spread": 512},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -203,14 +198,11 @@ VARIANT_SCOPE = {
     "spc512": ("ncs", ("fwd", "bwd")),
     "spc1k": ("ncs", ("fwd", "bwd")),
     "spc2k": ("ncs", ("fwd", "bwd")),
-    "contig": ("any", ("fwd", "bwd")),
-    "contig512": ("ncs", ("fwd", "bwd")),
-    "twobuf": ("any", ("fwd", "bwd")),
-    "twobuf196": ("ncs", ("fwd", "bwd")),
+    "onebuf": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "contig", "twobuf")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

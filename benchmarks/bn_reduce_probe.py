@@ -66,17 +66,8 @@ VARIANTS = {
     "spc1k": ({"spread_red_min_cols": 1024, "target_programs_spread": 400, "partial_frac_spread": 0.25},
               ("fwd", "bwd")),
     "spc2k": ({"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5}, ("fwd", "bwd")),
-    # each program's row chunks consecutive (red_rows_contig) instead of every P-th: on today's grids, and with the
-    # spread's 512 / 1024-column blocks
-    "contig": ({"red_rows_contig": 1}, ("fwd", "bwd")),
-    "contig512": ({"red_rows_contig": 1, "spread_red_min_cols": 512, "target_programs_spread": 400,
-                   "partial_frac_spread": 0.25}, ("fwd", "bwd")),
-    "contig1k": ({"red_rows_contig": 1, "spread_red_min_cols": 1024, "target_programs_spread": 400,
-                  "partial_frac_spread": 0.25}, ("fwd", "bwd")),
-    # two steps' loads in two register sets (red_rows_two_buf): on today's grids, and the spread with 196 programs
-    # (its 186 registers fit 2 a SM: one wave)
-    "twobuf": ({"red_rows_two_buf": 1}, ("fwd", "bwd")),
-    "twobuf196": ({"red_rows_two_buf": 1, "target_programs_spread": 256}, ("fwd", "bwd")),
+    # the spread reduction before red_two_buf_spread (session 30): one register set, 512 programs
+    "onebuf": ({"red_two_buf_spread": 0, "target_programs_spread": 512}, ("fwd", "bwd")),
 }
 
 

@@ -72,11 +72,13 @@
 #          conformance on CUDA (every op) at the session's final kernels.
 #          PART=88: the one-row forward loading w/b with x, Liger's order (sweep fwdwbearly, knob fwd_wb_early_min_block).
 #          Ran (results/h200-2026-12-04-s29/call6-part88): early loads won for RMS and fp32 layer norm at 4096 / 8192.
-# For the next session: PART=89: set fwd_wb_early_min_block to 4096 (layer_norm.py _CFG), then run this part: the CUDA
-#          tests of that launch change and the randomized layer / RMS cases on CUDA; land it if they pass.
-#          PART=90 (prepared in session 29): the rows / spread reductions with each program's row chunks consecutive
-#          (red_rows_contig) and with two steps' loads in two register sets (red_rows_two_buf): their CUDA tests, the
-#          probe, the A/B on whole forwards / backwards (predictions in NOTES-batch_norm.md, session 29).
+# Session 30: PART=89 (carry .whl): fwd_wb_early_min_block 4096 (w/b loaded with x): its CUDA tests, randomized
+#          layer / RMS cases on CUDA, the 4096 / 8192 rows with the peers. PART=90 (ran at ffb2e9d; its contig*
+#          variants and red_rows_contig are deleted since): consecutive row chunks (no change) and two register sets
+#          (twobuf196 won on the spread view, adopted as red_two_buf_spread with target_programs_spread 256).
+#          PART=91: the CUDA tests at those defaults (every batch-norm kernel test, conformance, randomized batch-norm
+#          cases) and bn_kernels.py against the old spread reduction (variant onebuf). PART=92: the batch-norm suite
+#          bench (every dtype, cuDNN / FlagGems) and resnet50 steps.
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -840,18 +842,20 @@ elif [ "$PART" = 89 ]; then  # session 30, call 1 (carry .whl): fwd_wb_early_min
     timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
         --peers aten liger flaggems --budget 90 --json "$W/bench-early/bench.json" --out "$W/bench-early" --no-progress \
         > "$W/bench-early.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-early/summary.md" | head -24
-elif [ "$PART" = 90 ]; then  # prepared in session 29: consecutive row chunks in the rows / spread reductions
-    stamp "pytest -m cuda: the rows reduction's knob paths (red_rows_contig among them)"
-    cuda_tests ${PYTEST_S:-150} tests/kernels/test_batch_norm_kernels.py -k "knob_paths or spread"
-    stamp "batch norm's reductions alone: consecutive row chunks a program (bn_reduce_probe.py contig*)"
-    timeout 200 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 160 \
-        --nk-variants default,contig,contig512,contig1k,spc512,twobuf,twobuf196 > "$W/bn_reduce_probe.log" 2>&1
-    echo "probe rc=$?"
-    grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -60
-    stamp "batch norm A/B: consecutive row chunks, whole forwards / backwards (bn_kernels.py)"
-    timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
-        --only-variants contig,contig512,twobuf,twobuf196 --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
-    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
+elif [ "$PART" = 91 ]; then  # session 30, call 3: the spread reduction with two register sets, 256 programs
+    PYTEST_S=${PYTEST_S:-150} bn_tests_and_check 170
+    stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261233)"
+    random_cuda_tests 20261233 ${RANDOM_S:-90} -k "batch_norm or module or instance_norm"
+    stamp "batch norm A/B: the spread reduction before (onebuf) and now (bn_kernels.py)"
+    timeout 80 python3 benchmarks/bn_kernels.py --out "$W" --budget 55 --only-variants onebuf \
+        --shapes 256x2048x7x7,256x512x7x7 --layouts contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -8
+    mkdir -p "$W/small"
+    timeout 80 python3 benchmarks/bn_kernels.py --out "$W/small" --budget 55 --small --only-variants onebuf \
+        --shapes 8x512x7x7,32x512x7x7,128x576x7x7 --layouts contig --modes fwd,bwd > "$W/small/bn_kernels.log" 2>&1
+    echo "bn small rc=$?"; sed -n '/variants, graph ms/,$p' "$W/small/bn_kernels.log" | cut -c1-170 | tail -10
+elif [ "$PART" = 92 ]; then  # session 30, call 4
+    bn_bench_and_resnet
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

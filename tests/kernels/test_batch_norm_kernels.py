@@ -750,10 +750,7 @@ ROWS4_TINY = dict(TINY, red_unroll_rows_fwd=4, red_unroll_rows_fwd_fp32=4, targe
 ROWS2_TINY = dict(TINY, red_unroll_rows_fwd=2, red_unroll_rows_fwd_fp32=2, target_programs_rows_bwd=5)
 KNOBS = {"rows4": ROWS4, "rows4_tiny": ROWS4_TINY,
          "rows2": {"red_unroll_rows_fwd": 2, "red_unroll_rows_fwd_fp32": 2, "fused_max_rows": 0},
-         "rows2_tiny": ROWS2_TINY,
-         # each program's row chunks consecutive instead of every P-th (red_rows_contig, off by default)
-         "contig4": dict(ROWS4, red_rows_contig=1), "contig4_tiny": dict(ROWS4_TINY, red_rows_contig=1),
-         "contig2_tiny": dict(ROWS2_TINY, red_rows_contig=1)}
+         "rows2_tiny": ROWS2_TINY}
 ROWS_CASES = [
     ((3, 5, 4, 3), "cl"),  # rows view
     ((2, 3, 2, 3, 4), "cl"),
@@ -869,7 +866,7 @@ def test_spread_choice():
     v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
     assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
     # the reduction's column blocks: the narrowest (>= spread_red_min_cols) within target_programs_spread programs
-    for C, BC, P in ((2048, 256, 1), (512, 128, 2)):
+    for C, BC, P in ((2048, 512, 1), (512, 128, 1)):
         for bwd in (False, True):
             cfg = B._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(256, C, 7, 7))), 2, bwd)
             assert (cfg["BC"], cfg["P"]) == (BC, P) and cfg["P"] * cfg["NCB"] <= B._TUNE["target_programs_spread"]
@@ -901,36 +898,22 @@ def test_spread_rows_view(shape, dtype, monkeypatch, poison):
 
 
 @interp
-@pytest.mark.parametrize("case", ["rows4", "rows2", "spread", "rows4_contig", "spread_contig"])
-def test_rows_two_buf_same_bits(case, monkeypatch):
-    """The rows reduction's two register sets (red_rows_two_buf) sum the same steps in the same order: every mode's
-    outputs have the same bits as with one set, on the rows and spread views, with odd and even step counts."""
-    # (the spread case with few programs, so each sweeps 5 / 10 steps, forward / backward)
-    knobs = (dict(SPREAD_TINY, target_programs_spread=16) if case.startswith("spread")
-             else dict(KNOBS[case.split("_")[0] + "_tiny"]))
-    if case.endswith("contig"):
-        knobs["red_rows_contig"] = 1
-    for k, v in knobs.items():
+@pytest.mark.parametrize("programs", [16, 24])
+def test_spread_two_buf_same_bits(programs, monkeypatch):
+    """The spread reduction's two register sets (red_two_buf_spread) sum the same steps in the same order: every
+    mode's outputs have the same bits as with one set, with odd and even step counts."""
+    for k, v in dict(SPREAD_TINY, target_programs_spread=programs).items():
         monkeypatch.setitem(B._TUNE, k, v)
-    shape = (40, 16, 7, 7) if case.startswith("spread") else (9, 6, 5, 3)
-    layout = "contig" if case.startswith("spread") else "cl"
-    x, dy = make_x(shape, torch.bfloat16, layout), make_x(shape, torch.bfloat16, layout)
+    shape = (40, 16, 7, 7)
+    x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
     v = B._View(x)
-    rv = B._SpreadView(v) if B._spread(v) else v
-    n_iter = {B._reduce_cfg_uncached(rv, 2, bwd)["n_iter"] for bwd in (False, True)}
-    assert max(n_iter) > 2  # several steps, so both register sets hold data
+    assert B._spread(v)
+    n_iter = {B._reduce_cfg_uncached(B._SpreadView(v), 2, bwd)["n_iter"] for bwd in (False, True)}
+    assert max(n_iter) > 2 and {n % 2 for n in n_iter} == {0, 1}  # both register sets used, both parities
     C = shape[1]
     w, b = torch.rand(C) + 0.5, torch.randn(C)
-    got = _same_bits_either_way(monkeypatch, {"red_rows_two_buf": 0}, {"red_rows_two_buf": 1}, x, dy, w, b)
+    got = _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_two_buf_spread": 1}, x, dy, w, b)
     assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[torch.bfloat16]
-
-
-@interp
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
-def test_spread_rows_view_contig(dtype, monkeypatch, poison):
-    """The spread reduction with each program's row chunks consecutive (red_rows_contig): against float64."""
-    monkeypatch.setitem(B._TUNE, "red_rows_contig", 1)
-    test_spread_rows_view(SPREAD_SHAPES[0], dtype, monkeypatch, poison)
 
 
 @interp
@@ -950,7 +933,7 @@ def test_spread_ew_same_bits(shape, dtype, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny", "contig4_tiny"])
+@pytest.mark.parametrize("knob", ["rows4_tiny", "rows2_tiny"])
 @pytest.mark.parametrize("layout", ["contig", "cl"])
 def test_knob_paths_deterministic(layout, knob, monkeypatch):
     for k, v in KNOBS[knob].items():
@@ -1004,17 +987,18 @@ def test_fp64_eps_exact(layout):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape,layout", [((256, 512, 7, 7), "contig"), ((256, 512, 28, 28), "cl"),
-                                          ((65536, 96), "contig")])
-def test_cuda_knob_paths_two_buf(shape, layout, monkeypatch):
-    """The rows reduction's two register sets (red_rows_two_buf): the same bits as one set, in every mode."""
+@pytest.mark.parametrize("shape,dtype", [((256, 512, 7, 7), torch.bfloat16), ((256, 2048, 7, 7), torch.bfloat16),
+                                         ((96, 160, 5, 5), torch.float16), ((7, 48, 3, 3), torch.bfloat16)])
+def test_cuda_spread_two_buf(shape, dtype, monkeypatch):
+    """The spread reduction's two register sets (red_two_buf_spread, the default): the same bits as one set in every
+    mode, and the outputs against float64."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    if layout == "cl":
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    assert B._spread(B._View(x))
+    _cuda_check(x, 1.2e-2)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {"red_rows_two_buf": 0}, {"red_rows_two_buf": 1}, x, torch.randn_like(x), w, b)
+    _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_two_buf_spread": 1}, x, torch.randn_like(x), w, b)
 
 
 @pytest.mark.cuda
@@ -1022,8 +1006,6 @@ def test_cuda_knob_paths_two_buf(shape, layout, monkeypatch):
     ("rows4", (256, 512, 28, 28), "cl", torch.bfloat16),
     ("rows4", (65536, 1024), "contig", torch.bfloat16),
     ("rows2", (256, 512, 28, 28), "cl", torch.bfloat16),
-    ("contig4", (256, 512, 28, 28), "cl", torch.bfloat16),
-    ("contig4", (256, 512, 7, 7), "contig", torch.bfloat16),  # the spread rows view
 ])
 def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
     for k, v in KNOBS[knob].items():

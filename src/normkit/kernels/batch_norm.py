@@ -160,10 +160,16 @@ _TUNE = {
     # 256x2048x7x7 bwd 784 programs of 128 columns 0.0795 ms, 392 of 256 0.0756; call 6 (s28/call6-spread-tiles):
     # 256x512x7x7 at 64 / 128 columns (392 programs, P = 1 / 2) fwd 0.0196 / 0.0185, bwd 0.0230 / 0.0233
     "spread_red_min_cols": 128,
-    "target_programs_spread": 512,
     "partial_frac_spread": 0.05,  # partials (2 x P x S x C fp32) at most this fraction of the input bytes
-    "red_rows_contig": 0,  # rows reduction: 1 = each program sums consecutive row chunks (CONTIG), 0 = every P-th
-    "red_rows_two_buf": 0,  # rows reduction: 1 = two steps' loads in two register sets (TWO_BUF)
+    # the spread reduction holds two steps' loads in two register sets (TWO_BUF), so one stays in flight while the
+    # other is summed. Its registers fit 2 programs a SM, so the spread grid targets 256 programs (one wave on 132
+    # SMs; 512 before). H200 session 30 (s30/call2-part90, bn_kernels.py twobuf196), bf16 graph ms, default ->
+    # both: 256x2048x7x7 fwd 0.0531 -> 0.0506, bwd 0.0749 -> 0.0728; 256x512x7x7 fwd 0.0184 -> 0.0179, bwd 0.0233
+    # -> 0.0231. Either alone is slower: two sets at 392 programs (two waves) fwd 0.0583; 256 programs with one set
+    # (session 28's sptp256) fwd +1.5 %, bwd +3.7 %. Not on the channels_last / 2-D rows view: two sets were
+    # slower on every such row (65536x1024 bf16 fwd 0.1104 -> 0.1215)
+    "red_two_buf_spread": 1,
+    "target_programs_spread": 256,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -211,8 +217,7 @@ def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr,
 @triton.jit
 def _bn_rows_masks(p, i, P, M, rr, cmask, BM: tl.constexpr, UNROLL: tl.constexpr):
     """Offsets' rows and masks of loop step i of the rows reduction: row chunks p + (UNROLL*i + j)*P,
-    j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first.
-    (With the kernel's CONTIG, p is the program's first chunk and P is 1.)"""
+    j < UNROLL (a step past the last one is masked off entirely). Unused entries repeat the first."""
     chunk = (p + (UNROLL * i) * P).to(tl.int64)
     rows0 = chunk * BM + rr
     rows1 = rows0 + P * BM
@@ -260,8 +265,7 @@ def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
-    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, CONTIG: tl.constexpr = False,
-    TWO_BUF: tl.constexpr = False,
+    UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -271,20 +275,14 @@ def _bn_reduce_rows_kernel(
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
     channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
-    CONTIG (``red_rows_contig``, a variant): program p sums the consecutive chunks p*K .. p*K + K - 1
-    (K = n_iter * UNROLL) instead of every P-th.
-    TWO_BUF (``red_rows_two_buf``, a variant): two steps' loads held in two sets of registers, each set reloaded
-    right after its own sums, so one step stays in flight while the other is summed (with one set, ptxas reloads
-    it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits."""
+    TWO_BUF (the spread view, ``red_two_buf_spread``): two steps' loads held in two sets of registers, each set
+    reloaded right after its own sums, so one step stays in flight while the other is summed (with one set, ptxas
+    reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
-    if CONTIG:
-        first, step = p * (n_iter * UNROLL), 1
-    else:
-        first, step = p, P
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
     if SMAP:
@@ -301,34 +299,26 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, 0, step, M, C, rr, cols, cmask,
-                                                        BM, UNROLL, BWD)
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask, BM, UNROLL, BWD)
     if TWO_BUF:
-        # steps past the program's n_iter are masked off by their row limit (CONTIG: they are the next program's)
-        y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, first, 1, step,
-                                                            tl.where(1 < n_iter, M, 0), C, rr, cols, cmask,
+        # (a step past the program's n_iter reads row chunks past the last: masked off by their row limit)
+        y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                             BM, UNROLL, BWD)
         for i in range(0, n_iter, 2):
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, first, i, step, M, rr,
-                                           cmask, ref2, BM, UNROLL, BWD, ACC)
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 2, step,
-                                                                tl.where(i + 2 < n_iter, M, 0), C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            lim = tl.where(i + 1 < n_iter, M, 0)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, first, i + 1, step, lim,
-                                           rr, cmask, ref2, BM, UNROLL, BWD, ACC)
-            y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 3, step,
-                                                                tl.where(i + 3 < n_iter, M, 0), C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask, ref2,
+                                           BM, UNROLL, BWD, ACC)
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i + 1, P, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
+            y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
     else:
         for i in range(0, n_iter):
             c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
-            nm = M
-            if CONTIG:  # the step after the last is the next program's first: not loaded
-                nm = tl.where(i + 1 < n_iter, M, 0)
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, first, i + 1, step, nm, C, rr, cols,
-                                                                cmask, BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, first, i, step, M, rr, cmask,
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, i, P, M, rr, cmask,
                                            ref2, BM, UNROLL, BWD, ACC)
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
@@ -1325,8 +1315,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
-            **({"CONTIG": True} if _TUNE["red_rows_contig"] else {}),
-            **({"TWO_BUF": True} if _TUNE["red_rows_two_buf"] else {}),
+            **({"TWO_BUF": True} if sp and _TUNE["red_two_buf_spread"] else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
