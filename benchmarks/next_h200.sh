@@ -77,8 +77,9 @@
 #          variants and red_rows_contig are deleted since): consecutive row chunks (no change) and two register sets
 #          (twobuf196 won on the spread view, adopted as red_two_buf_spread with target_programs_spread 256).
 #          PART=91: the CUDA tests at those defaults (every batch-norm kernel test, conformance, randomized batch-norm
-#          cases) and bn_kernels.py against the old spread reduction (variant onebuf). PART=92: the batch-norm suite
-#          bench (every dtype, cuDNN / FlagGems) and resnet50 steps.
+#          cases) and bn_kernels.py against the old spread reduction (variant onebuf). PART=92: two sets only where a
+#          program sums >= 16 row chunks (small layers lost 3-8 % in PART=91): the spread CUDA tests, the small A/B,
+#          the batch-norm suite bench (every dtype, cuDNN / FlagGems) and resnet50 steps.
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -854,7 +855,14 @@ elif [ "$PART" = 91 ]; then  # session 30, call 3: the spread reduction with two
     timeout 80 python3 benchmarks/bn_kernels.py --out "$W/small" --budget 55 --small --only-variants onebuf \
         --shapes 8x512x7x7,32x512x7x7,128x576x7x7 --layouts contig --modes fwd,bwd > "$W/small/bn_kernels.log" 2>&1
     echo "bn small rc=$?"; sed -n '/variants, graph ms/,$p' "$W/small/bn_kernels.log" | cut -c1-170 | tail -10
-elif [ "$PART" = 92 ]; then  # session 30, call 4
+elif [ "$PART" = 92 ]; then  # session 30, call 4: two sets only where a program sums >= 16 row chunks
+    stamp "pytest -m cuda: the spread / knob-path batch-norm tests (red_two_buf_min_chunks)"
+    cuda_tests ${PYTEST_S:-100} tests/kernels/test_batch_norm_kernels.py -k "spread or knob or two_buf"
+    stamp "batch norm A/B: small spread layers, before (onebuf) and now"
+    mkdir -p "$W/small"
+    timeout 80 python3 benchmarks/bn_kernels.py --out "$W/small" --budget 55 --small --only-variants onebuf \
+        --shapes 8x512x7x7,32x512x7x7,128x576x7x7 --layouts contig --modes fwd,bwd > "$W/small.log" 2>&1
+    echo "bn small rc=$?"; sed -n '/variants, graph ms/,$p' "$W/small.log" | cut -c1-170 | tail -10
     bn_bench_and_resnet
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200

@@ -865,11 +865,14 @@ def test_spread_choice():
     assert B._spread(big) == 0
     v = B._SpreadView(B._View(torch.empty(256, 2048, 7, 7)))
     assert (v.kind, v.N, v.C, v.M) == ("spread", 256, 2048 * 49, 256)
-    # the reduction's column blocks: the narrowest (>= spread_red_min_cols) within target_programs_spread programs
-    for C, BC, P in ((2048, 512, 1), (512, 128, 1)):
+    # the reduction's column blocks: the narrowest (>= spread_red_min_cols) within the target programs; two register
+    # sets and 256 programs where a program sums >= red_two_buf_min_chunks row chunks, else one set and 512
+    for N, C, BC, P, two in ((256, 2048, 512, 1, True), (256, 512, 128, 1, True), (32, 512, 128, 1, False)):
         for bwd in (False, True):
-            cfg = B._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(256, C, 7, 7))), 2, bwd)
-            assert (cfg["BC"], cfg["P"]) == (BC, P) and cfg["P"] * cfg["NCB"] <= B._TUNE["target_programs_spread"]
+            cfg = B._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(N, C, 7, 7))), 2, bwd)
+            target = B._TUNE["target_programs_spread_two_buf" if two else "target_programs_spread"]
+            assert (cfg["BC"], cfg["P"], cfg.get("TWO_BUF", False)) == (BC, P, two)
+            assert cfg["P"] * cfg["NCB"] <= target
 
 
 # tiny spread tiles: several column blocks, several programs down the rows (P > 1), ragged edges
@@ -902,17 +905,21 @@ def test_spread_rows_view(shape, dtype, monkeypatch, poison):
 def test_spread_two_buf_same_bits(programs, monkeypatch):
     """The spread reduction's two register sets (red_two_buf_spread) sum the same steps in the same order: every
     mode's outputs have the same bits as with one set, with odd and even step counts."""
-    for k, v in dict(SPREAD_TINY, target_programs_spread=programs).items():
+    for k, v in dict(SPREAD_TINY, target_programs_spread_two_buf=programs, red_two_buf_min_chunks=2).items():
         monkeypatch.setitem(B._TUNE, k, v)
     shape = (40, 16, 7, 7)
     x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
     v = B._View(x)
     assert B._spread(v)
-    n_iter = {B._reduce_cfg_uncached(B._SpreadView(v), 2, bwd)["n_iter"] for bwd in (False, True)}
+    cfgs = [B._reduce_cfg_uncached(B._SpreadView(v), 2, bwd) for bwd in (False, True)]
+    assert all(c.get("TWO_BUF") for c in cfgs)
+    n_iter = {c["n_iter"] for c in cfgs}
     assert max(n_iter) > 2 and {n % 2 for n in n_iter} == {0, 1}  # both register sets used, both parities
     C = shape[1]
     w, b = torch.rand(C) + 0.5, torch.randn(C)
-    got = _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_two_buf_spread": 1}, x, dy, w, b)
+    # (one set on the same grid: the two-set grid's program target)
+    got = _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0, "target_programs_spread": programs},
+                                {"red_two_buf_spread": 1}, x, dy, w, b)
     assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[torch.bfloat16]
 
 
@@ -990,15 +997,18 @@ def test_fp64_eps_exact(layout):
 @pytest.mark.parametrize("shape,dtype", [((256, 512, 7, 7), torch.bfloat16), ((256, 2048, 7, 7), torch.bfloat16),
                                          ((96, 160, 5, 5), torch.float16), ((7, 48, 3, 3), torch.bfloat16)])
 def test_cuda_spread_two_buf(shape, dtype, monkeypatch):
-    """The spread reduction's two register sets (red_two_buf_spread, the default): the same bits as one set in every
-    mode, and the outputs against float64."""
+    """The spread reduction's two register sets (red_two_buf_spread): the outputs against float64 with the default
+    rule, then two sets on every shape (1-32 steps a program) give the bits of one set on the same grid."""
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
     x = torch.randn(shape, device="cuda", dtype=dtype)
     assert B._spread(B._View(x))
     _cuda_check(x, 1.2e-2)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_two_buf_spread": 1}, x, torch.randn_like(x), w, b)
+    monkeypatch.setitem(B._TUNE, "red_two_buf_min_chunks", 1)
+    same_grid = B._TUNE["target_programs_spread_two_buf"]
+    _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0, "target_programs_spread": same_grid},
+                          {"red_two_buf_spread": 1}, x, torch.randn_like(x), w, b)
 
 
 @pytest.mark.cuda

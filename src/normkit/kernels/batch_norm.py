@@ -168,8 +168,12 @@ _TUNE = {
     # -> 0.0231. Either alone is slower: two sets at 392 programs (two waves) fwd 0.0583; 256 programs with one set
     # (session 28's sptp256) fwd +1.5 %, bwd +3.7 %. Not on the channels_last / 2-D rows view: two sets were
     # slower on every such row (65536x1024 bf16 fwd 0.1104 -> 0.1215)
+    # Only where a program sums >= red_two_buf_min_chunks row chunks at 256 programs: s30/call3-part91, one set ->
+    # two, fwd ms: 32x512x7x7 (2 chunks) 0.0073 -> 0.0076, 8x512x7x7 (1) 0.0039 -> 0.0042; those keep one set, 512
     "red_two_buf_spread": 1,
-    "target_programs_spread": 256,
+    "red_two_buf_min_chunks": 16,
+    "target_programs_spread_two_buf": 256,
+    "target_programs_spread": 512,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -1124,10 +1128,11 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "spread":  # few, very long rows: spread_red_min_cols (above)
-        BC = min(next_pow2(C), tile, max(_TUNE["spread_red_min_cols"], next_pow2(cdiv(C, target))))
-        BM = max(1, tile // BC)
-        ncb = cdiv(C, BC)
-        units = cdiv(v.M, BM)
+        if _TUNE["red_two_buf_spread"]:
+            BC, BM, ncb, units, P = _spread_cols(v, tile, _TUNE["target_programs_spread_two_buf"], frac, esize)
+            if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:  # a program's row chunks
+                return _reduce_cfg_done(dict(BM=BM, BC=BC, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
+        BC, BM, ncb, units, _ = _spread_cols(v, tile, target, frac, esize)
         cfg = dict(BM=BM, BC=BC)
     elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
@@ -1155,9 +1160,26 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         cfg = dict(CB=CB, BS=BS, NSC=nsc, U=units)
         if nw is not None:
             cfg["nw"] = nw
-    # cap P so that the partials (2 x P x C x 4 bytes) stay a small fraction of the input
+    return _reduce_cfg_done(cfg, v, _programs_down(v, units, ncb, target, frac, esize), ncb, units, rows_like, bwd,
+                            wide_fwd)
+
+
+def _programs_down(v, units, ncb, target, frac, esize):
+    """P, the programs a column block: within target programs, the partials (2 x P x C x 4 bytes) a small fraction
+    of the input."""
     cap = int(frac * v.M * esize / 8)
-    P = max(1, min(units, target // ncb, max(cap, 1)))
+    return max(1, min(units, target // ncb, max(cap, 1)))
+
+
+def _spread_cols(v, tile, target, frac, esize):
+    """(BC, BM, column blocks, row chunks, P) of a spread reduction aiming at ``target`` programs."""
+    BC = min(next_pow2(v.C), tile, max(_TUNE["spread_red_min_cols"], next_pow2(cdiv(v.C, target))))
+    BM = max(1, tile // BC)
+    ncb, units = cdiv(v.C, BC), cdiv(v.M, BM)
+    return BC, BM, ncb, units, _programs_down(v, units, ncb, target, frac, esize)
+
+
+def _reduce_cfg_done(cfg, v, P, ncb, units, rows_like, bwd, wide_fwd):
     # (backward: 2; 4 chunks of x and dy in flight measured slower on the H200)
     unroll_key = "red_unroll_rows_fwd_fp32" if wide_fwd else "red_unroll_rows_fwd"
     unroll = 4 if (rows_like and not bwd and _TUNE[unroll_key] >= 4) else 2
@@ -1315,7 +1337,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
-            **({"TWO_BUF": True} if sp and _TUNE["red_two_buf_spread"] else {}),
+            **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
