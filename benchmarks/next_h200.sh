@@ -864,6 +864,10 @@ elif [ "$PART" = 92 ]; then  # session 30, call 4: two sets only where a program
         --shapes 8x512x7x7,32x512x7x7,128x576x7x7 --layouts contig --modes fwd,bwd > "$W/small.log" 2>&1
     echo "bn small rc=$?"; sed -n '/variants, graph ms/,$p' "$W/small.log" | cut -c1-170 | tail -10
     bn_bench_and_resnet
+elif [ "$PART" = 93 ]; then  # session 30, call 5: resnet50 steps again (call 4's channels_last normkit step had 6 ms of host gaps)
+    stamp "resnet50 training steps (both layouts), with and without enable()"
+    timeout 200 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
