@@ -868,6 +868,11 @@ elif [ "$PART" = 93 ]; then  # session 30, call 5: resnet50 steps again (call 4'
     stamp "resnet50 training steps (both layouts), with and without enable()"
     timeout 200 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
         > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+elif [ "$PART" = 94 ]; then  # session 30, call 6: two register sets on the rows view, grids of one wave
+    stamp "batch norm A/B: two register sets on the rows view (rtb132 / rtb264 / rtb396 / rtb396f)"
+    timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
+        --only-variants rtb132,rtb264,rtb396,rtb396f --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

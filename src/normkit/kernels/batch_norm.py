@@ -174,6 +174,10 @@ _TUNE = {
     "red_two_buf_min_chunks": 16,
     "target_programs_spread_two_buf": 256,
     "target_programs_spread": 512,
+    # the rows view (channels_last, 2-D) with two register sets at these program targets (0: off; a variant, session
+    # 30: two sets at today's 480-660 programs lost on every such row, 2 waves at 3 programs a SM)
+    "target_programs_rows_two_buf": 0,
+    "target_programs_rows_two_buf_bwd": 0,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -1143,6 +1147,11 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         ncb = cdiv(C, BC)
         units = cdiv(v.M, BM)
         cfg = dict(BM=BM, BC=BC)
+        two_target = _TUNE["target_programs_rows_two_buf_bwd" if bwd else "target_programs_rows_two_buf"]
+        if two_target:  # (a variant, off: two register sets on the rows view, a grid of one wave)
+            P = _programs_down(v, units, ncb, two_target, frac, esize)
+            if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:
+                return _reduce_cfg_done(dict(cfg, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
     else:
         BS = _pick_bs(v.S, tile)
         if _unaligned(v):
