@@ -159,11 +159,8 @@ VARIANTS = {
     "spc2k": {"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5},
     # session 30: the spread reduction before red_two_buf_spread (one register set, 512 programs)
     "onebuf": {"red_two_buf_spread": 0, "target_programs_spread": 512},
-    # session 30: two register sets on the rows view with a grid of one wave (264 = 2 a SM, 396 = 3 a SM)
-    "rtb264": {"target_programs_rows_two_buf": 264, "target_programs_rows_two_buf_bwd": 264},
-    "rtb396": {"target_programs_rows_two_buf": 396, "target_programs_rows_two_buf_bwd": 396},
-    "rtb396f": {"target_programs_rows_two_buf": 396},
-    "rtb132": {"target_programs_rows_two_buf": 132, "target_programs_rows_two_buf_bwd": 132},
+    # session 30: the rows view before red_two_buf_rows_max_blocks (one register set everywhere)
+    "rowsonebuf": {"red_two_buf_rows_max_blocks": 0},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -204,14 +201,11 @@ VARIANT_SCOPE = {
     "spc1k": ("ncs", ("fwd", "bwd")),
     "spc2k": ("ncs", ("fwd", "bwd")),
     "onebuf": ("ncs", ("fwd", "bwd")),
-    "rtb264": ("rows", ("fwd", "bwd")),
-    "rtb396": ("rows", ("fwd", "bwd")),
-    "rtb396f": ("rows", ("fwd",)),
-    "rtb132": ("rows", ("fwd", "bwd")),
+    "rowsonebuf": ("rows", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rtb264", "rtb396")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -873,6 +873,15 @@ elif [ "$PART" = 94 ]; then  # session 30, call 6: two register sets on the rows
     timeout ${BN_S:-200} python3 benchmarks/bn_kernels.py --out "$W" --budget $(( ${BN_S:-200} - 30 )) \
         --only-variants rtb132,rtb264,rtb396,rtb396f --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
+elif [ "$PART" = 95 ]; then  # session 30, call 7: two register sets on the rows view where columns split into <= 8 blocks
+    stamp "pytest -m cuda: every batch-norm kernel test"
+    cuda_tests ${PYTEST_S:-110} tests/kernels/test_batch_norm_kernels.py
+    stamp "batch norm A/B: the rows view before (rowsonebuf) and now"
+    timeout 75 python3 benchmarks/bn_kernels.py --out "$W" --budget 50 --only-variants rowsonebuf --modes fwd,bwd \
+        > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
+    stamp "randomized test on CUDA: batch norm, modules (seed 20261234)"
+    random_cuda_tests 20261234 ${RANDOM_S:-50} -k "batch_norm or module"
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

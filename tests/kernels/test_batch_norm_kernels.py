@@ -925,6 +925,30 @@ def test_spread_two_buf_same_bits(programs, monkeypatch):
 
 @interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("programs", [5, 7])
+def test_rows_two_buf_same_bits(programs, dtype, monkeypatch):
+    """The rows view's two register sets (red_two_buf_rows_max_blocks): the bits of one set on the same grid, in every
+    mode, with odd and even step counts, 2 and 4 chunks a step."""
+    for k, v in dict(ROWS4_TINY, target_programs_rows_two_buf=programs, red_two_buf_min_chunks=2,
+                     red_two_buf_rows_max_blocks=64).items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    shape = (13, 100, 5, 3)
+    x, dy = make_x(shape, dtype, "cl"), make_x(shape, dtype, "cl")
+    v = B._View(x)
+    cfgs = [B._reduce_cfg_uncached(v, x.element_size(), bwd) for bwd in (False, True)]
+    assert all(c.get("TWO_BUF") and c["NCB"] > 1 for c in cfgs)
+    n_iter = {c["n_iter"] for c in cfgs}
+    assert max(n_iter) > 2
+    C = shape[1]
+    w, b = torch.rand(C) + 0.5, torch.randn(C)
+    same_grid = {"red_two_buf_rows_max_blocks": 0, "target_programs_rows_fwd": programs,
+                 "target_programs_rows_fwd_fp32": programs, "target_programs_rows_bwd": programs}
+    got = _same_bits_either_way(monkeypatch, same_grid, {"red_two_buf_rows_max_blocks": 64}, x, dy, w, b)
+    assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[dtype]
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("shape", SPREAD_SHAPES[:2], ids=["7x7", "5x5"])
 def test_spread_ew_same_bits(shape, dtype, monkeypatch):
     """The spread elementwise pass does _bn_ew_apply's arithmetic with the same coefficients as the flat and
@@ -1009,6 +1033,28 @@ def test_cuda_spread_two_buf(shape, dtype, monkeypatch):
     same_grid = B._TUNE["target_programs_spread_two_buf"]
     _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0, "target_programs_spread": same_grid},
                           {"red_two_buf_spread": 1}, x, torch.randn_like(x), w, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,dtype", [((256, 64, 56, 56), torch.bfloat16), ((256, 256, 14, 14), torch.float32),
+                                         ((65536, 200), torch.bfloat16), ((16, 32, 16, 32, 32), torch.float16)])
+def test_cuda_rows_two_buf(shape, dtype, monkeypatch):
+    """The rows view's two register sets (the default where columns split into <= 8 blocks): the outputs against
+    float64, then the bits of one set on the same grid in every mode."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if x.dim() > 2:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    v = B._View(x)
+    assert v.kind == "rows" and B._reduce_cfg_uncached(v, x.element_size(), False).get("TWO_BUF")
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 4e-3 if dtype == torch.float16 else 1e-5)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    monkeypatch.setitem(B._TUNE, "red_two_buf_min_chunks", 1)
+    P2 = B._TUNE["target_programs_rows_two_buf"]
+    same_grid = {"red_two_buf_rows_max_blocks": 0, "target_programs_rows_fwd": P2,
+                 "target_programs_rows_fwd_fp32": P2, "target_programs_rows_bwd": P2}
+    _same_bits_either_way(monkeypatch, same_grid, {"red_two_buf_rows_max_blocks": 8}, x, torch.randn_like(x), w, b)
 
 
 @pytest.mark.cuda

@@ -174,10 +174,14 @@ _TUNE = {
     "red_two_buf_min_chunks": 16,
     "target_programs_spread_two_buf": 256,
     "target_programs_spread": 512,
-    # the rows view (channels_last, 2-D) with two register sets at these program targets (0: off; a variant, session
-    # 30: two sets at today's 480-660 programs lost on every such row, 2 waves at 3 programs a SM)
-    "target_programs_rows_two_buf": 0,
-    "target_programs_rows_two_buf_bwd": 0,
+    # the rows view (channels_last, 2-D) with two register sets where its columns split into at most
+    # red_two_buf_rows_max_blocks blocks, on 264 programs (one wave: 2 a SM; two sets at today's 480-660 programs
+    # lost everywhere in call 2). H200 session 30 (s30/call6-part94, bn_kernels.py rtb264), graph ms, one set -> two:
+    # 256x256x56x56 CL bf16 bwd 0.5088 -> 0.4735, 256x64x56x56 bwd 0.1261 -> 0.1211, 256x128x28x28 fwd 0.0475 ->
+    # 0.0451, 256x256x14x14 fwd 0.0285 -> 0.0270 (fp32 0.0475 -> 0.0443), 65536x1024 fp32 fwd 0.2086 -> 0.1977; but
+    # 32 column blocks (2048 channels at 7x7, P 15 -> 8) lost: bwd bf16 0.0706 -> 0.0794, fp32 +8.5 %
+    "red_two_buf_rows_max_blocks": 8,
+    "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -1147,9 +1151,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         ncb = cdiv(C, BC)
         units = cdiv(v.M, BM)
         cfg = dict(BM=BM, BC=BC)
-        two_target = _TUNE["target_programs_rows_two_buf_bwd" if bwd else "target_programs_rows_two_buf"]
-        if two_target:  # (a variant, off: two register sets on the rows view, a grid of one wave)
-            P = _programs_down(v, units, ncb, two_target, frac, esize)
+        if ncb <= _TUNE["red_two_buf_rows_max_blocks"]:  # two register sets, a grid of one wave (below)
+            P = _programs_down(v, units, ncb, _TUNE["target_programs_rows_two_buf"], frac, esize)
             if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:
                 return _reduce_cfg_done(dict(cfg, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
     else:
