@@ -179,7 +179,9 @@ _TUNE = {
     # lost everywhere in call 2). H200 session 30 (s30/call6-part94, bn_kernels.py rtb264), graph ms, one set -> two:
     # 256x256x56x56 CL bf16 bwd 0.5088 -> 0.4735, 256x64x56x56 bwd 0.1261 -> 0.1211, 256x128x28x28 fwd 0.0475 ->
     # 0.0451, 256x256x14x14 fwd 0.0285 -> 0.0270 (fp32 0.0475 -> 0.0443), 65536x1024 fp32 fwd 0.2086 -> 0.1977; but
-    # 32 column blocks (2048 channels at 7x7, P 15 -> 8) lost: bwd bf16 0.0706 -> 0.0794, fp32 +8.5 %
+    # 32 column blocks (2048 channels at 7x7, P 15 -> 8) lost: bwd bf16 0.0706 -> 0.0794, fp32 +8.5 %. Call 7
+    # (s30/call7-part95) confirmed the rule, except the fp32 backward: 256x128x28x28 0.1193 -> 0.1224 (+2.6 %; call 6
+    # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
     "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
@@ -1151,7 +1153,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         ncb = cdiv(C, BC)
         units = cdiv(v.M, BM)
         cfg = dict(BM=BM, BC=BC)
-        if ncb <= _TUNE["red_two_buf_rows_max_blocks"]:  # two register sets, a grid of one wave (below)
+        # two register sets, a grid of one wave (below); not the fp32 backward (no gain: s30 call 7)
+        if ncb <= _TUNE["red_two_buf_rows_max_blocks"] and not (bwd and esize >= 4):
             P = _programs_down(v, units, ncb, _TUNE["target_programs_rows_two_buf"], frac, esize)
             if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:
                 return _reduce_cfg_done(dict(cfg, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
