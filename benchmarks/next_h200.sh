@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 8's device calls (carry .whl; each <= ~9.5 min), run as
-#   run(command="PART=<n> bash benchmarks/next_h200.sh", carry=[".whl"], timeout_s=600)
+#   run(command="NORMKIT_GIT_SHA=<this checkout's commit> PART=<n> bash benchmarks/next_h200.sh", carry=[".whl"],
+#       timeout_s=600)
+# (the device's copy of .git is not the checkout's: without the variable the bench JSON's git_sha is wrong)
 # PART=1: `pytest -m cuda`, the group-norm variants prepared in session 7 (adopted / deleted since).
 # PART=2: the CUDA tests of programmatic dependent launch, conformance on CUDA, batch norm's combine tiles
 #         and programmatic dependent launch, the layer / RMS backward's dw/db reduction with it.
