@@ -161,6 +161,9 @@ VARIANTS = {
     "onebuf": {"red_two_buf_spread": 0, "target_programs_spread": 512},
     # session 30: the rows view before red_two_buf_rows_max_blocks (one register set everywhere)
     "rowsonebuf": {"red_two_buf_rows_max_blocks": 0},
+    # session 30 (prepared): channels_last 7x7 at 2048 channels in 8 column blocks of 256 (min_rows 64, partials cap
+    # 5 %), so that they take two register sets at 264 programs (session 27's pfr05m64 was this grid with one set)
+    "rtbwide": {"min_rows": 64, "partial_frac_rows": 0.05},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -202,10 +205,11 @@ VARIANT_SCOPE = {
     "spc2k": ("ncs", ("fwd", "bwd")),
     "onebuf": ("ncs", ("fwd", "bwd")),
     "rowsonebuf": ("rows", ("fwd", "bwd")),
+    "rtbwide": ("rows", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

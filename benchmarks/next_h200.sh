@@ -81,7 +81,12 @@
 #          PART=91: the CUDA tests at those defaults (every batch-norm kernel test, conformance, randomized batch-norm
 #          cases) and bn_kernels.py against the old spread reduction (variant onebuf). PART=92: two sets only where a
 #          program sums >= 16 row chunks (small layers lost 3-8 % in PART=91): the spread CUDA tests, the small A/B,
-#          the batch-norm suite bench (every dtype, cuDNN / FlagGems) and resnet50 steps.
+#          the batch-norm suite bench (every dtype, cuDNN / FlagGems) and resnet50 steps. PART=93: resnet50 again.
+#          PART=94: two sets on the rows view (rtb* variants). PART=95: its CUDA tests and A/B (adopted: <= 8 column
+#          blocks, 264 programs, not the fp32 backward).
+# For the next session: PART=96 (carry .whl): channels_last 7x7 in 8 column blocks with two sets (variant rtbwide),
+#          then the batch-norm suite bench with FlagGems and resnet50 steps at the session's code (prediction in
+#          NOTES-batch_norm.md, session 30).
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -884,6 +889,13 @@ elif [ "$PART" = 95 ]; then  # session 30, call 7: two register sets on the rows
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
     stamp "randomized test on CUDA: batch norm, modules (seed 20261234)"
     random_cuda_tests 20261234 ${RANDOM_S:-50} -k "batch_norm or module"
+elif [ "$PART" = 96 ]; then  # for session 31 (carry .whl): the rows view's two register sets in the suite
+    use_wheels
+    stamp "batch norm A/B: channels_last 7x7 in 8 column blocks with two register sets (rtbwide)"
+    timeout 75 python3 benchmarks/bn_kernels.py --out "$W" --budget 50 --only-variants rtbwide,rowsonebuf \
+        --layouts cl,contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
+    bn_bench_and_resnet
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
