@@ -86,7 +86,9 @@
 #          blocks, 264 programs, not the fp32 backward).
 # For the next session: PART=96 (carry .whl): channels_last 7x7 in 8 column blocks with two sets (variant rtbwide),
 #          then the batch-norm suite bench with FlagGems and resnet50 steps at the session's code (prediction in
-#          NOTES-batch_norm.md, session 30).
+#          NOTES-batch_norm.md, session 30). PART=97: the spread reduction's loop pipelined through shared memory
+#          (red_spread_stages, prepared offline: cp.async on sm_90, default PTX unchanged): its CUDA tests, the probe
+#          and the A/B (prediction in NOTES-batch_norm.md, session 30).
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -896,6 +898,17 @@ elif [ "$PART" = 96 ]; then  # for session 31 (carry .whl): the rows view's two 
         --layouts cl,contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
     bn_bench_and_resnet
+elif [ "$PART" = 97 ]; then  # for session 31: the spread reduction pipelined through shared memory (red_spread_stages)
+    stamp "pytest -m cuda: the spread reduction's stages (same bits as one register set)"
+    cuda_tests ${PYTEST_S:-90} tests/kernels/test_batch_norm_kernels.py -k "spread_stages or spread_two_buf"
+    stamp "batch norm's spread reduction alone: stages 2-4 against two register sets (bn_reduce_probe.py)"
+    timeout 120 python3 benchmarks/bn_reduce_probe.py --out "$W" --budget 90 --shapes 256x2048x7x7:nchw,256x512x7x7:nchw \
+        --nk-variants default,onebuf,spst2,spst3,spst4 > "$W/bn_reduce_probe.log" 2>&1; echo "probe rc=$?"
+    grep -E "copy|nk:|stream|WRONG" "$W/bn_reduce_probe.log" | cut -c1-160 | tail -30
+    stamp "batch norm A/B: the spread reduction's stages, whole forwards / backwards (bn_kernels.py)"
+    timeout 90 python3 benchmarks/bn_kernels.py --out "$W" --budget 60 --only-variants spst2,spst3,spst4,spst3t256 \
+        --shapes 256x2048x7x7,256x512x7x7 --layouts contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -8
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"

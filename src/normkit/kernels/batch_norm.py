@@ -183,6 +183,10 @@ _TUNE = {
     # (s30/call7-part95) confirmed the rule, except the fp32 backward: 256x128x28x28 0.1193 -> 0.1224 (+2.6 %; call 6
     # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
+    # the spread reduction's loop pipelined by Triton through shared memory, this many stages (1: off; a variant, in
+    # place of two register sets): the spread grid is bounded by its few rows, so its programs' bytes in flight are
+    # what bounds it (session 16's pipelined rows / ncs loops lost where occupancy already gave them)
+    "red_spread_stages": 1,
     "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
@@ -280,6 +284,7 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
+    STAGES: tl.constexpr = 1,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -291,7 +296,9 @@ def _bn_reduce_rows_kernel(
     channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
     TWO_BUF (the spread view, ``red_two_buf_spread``): two steps' loads held in two sets of registers, each set
     reloaded right after its own sums, so one step stays in flight while the other is summed (with one set, ptxas
-    reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits."""
+    reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits.
+    STAGES > 1 (``red_spread_stages``, a variant): a plain loop (a step's loads, then its sums) that Triton
+    pipelines through shared memory, STAGES - 1 steps in flight as cp.async copies; again the same bits."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -313,8 +320,15 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask, BM, UNROLL, BWD)
-    if TWO_BUF:
+    if STAGES > 1:
+        for i in tl.range(0, n_iter, num_stages=STAGES):
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
+    elif TWO_BUF:
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
         # (a step past the program's n_iter reads row chunks past the last: masked off by their row limit)
         y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                             BM, UNROLL, BWD)
@@ -328,6 +342,8 @@ def _bn_reduce_rows_kernel(
             y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
     else:
+        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
         for i in range(0, n_iter):
             c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
             x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols, cmask,
@@ -1138,7 +1154,7 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "spread":  # few, very long rows: spread_red_min_cols (above)
-        if _TUNE["red_two_buf_spread"]:
+        if _TUNE["red_two_buf_spread"] and _TUNE["red_spread_stages"] <= 1:
             BC, BM, ncb, units, P = _spread_cols(v, tile, _TUNE["target_programs_spread_two_buf"], frac, esize)
             if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:  # a program's row chunks
                 return _reduce_cfg_done(dict(BM=BM, BC=BC, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
@@ -1353,6 +1369,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
+            **({"STAGES": _TUNE["red_spread_stages"]} if sp and _TUNE["red_spread_stages"] > 1 else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
