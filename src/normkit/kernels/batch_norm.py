@@ -183,11 +183,11 @@ _TUNE = {
     # (s30/call7-part95) confirmed the rule, except the fp32 backward: 256x128x28x28 0.1193 -> 0.1224 (+2.6 %; call 6
     # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
+    "target_programs_rows_two_buf": 264,
     # the spread reduction's loop pipelined by Triton through shared memory, this many stages (1: off; a variant, in
     # place of two register sets): the spread grid is bounded by its few rows, so its programs' bytes in flight are
     # what bounds it (session 16's pipelined rows / ncs loops lost where occupancy already gave them)
     "red_spread_stages": 1,
-    "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -294,9 +294,10 @@ def _bn_reduce_rows_kernel(
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
     channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
-    TWO_BUF (the spread view, ``red_two_buf_spread``): two steps' loads held in two sets of registers, each set
-    reloaded right after its own sums, so one step stays in flight while the other is summed (with one set, ptxas
-    reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the same bits.
+    TWO_BUF (``red_two_buf_spread``, ``red_two_buf_rows_max_blocks``): two steps' loads held in two sets of
+    registers, each set reloaded right after its own sums, so one step stays in flight while the other is summed
+    (with one set, ptxas reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the
+    same bits.
     STAGES > 1 (``red_spread_stages``, a variant): a plain loop (a step's loads, then its sums) that Triton
     pipelines through shared memory, STAGES - 1 steps in flight as cp.async copies; again the same bits."""
     if PDL:
