@@ -89,6 +89,9 @@
 #          NOTES-batch_norm.md, session 30). PART=97: the spread reduction's loop pipelined through shared memory
 #          (red_spread_stages, prepared offline: cp.async on sm_90, default PTX unchanged): its CUDA tests, the probe
 #          and the A/B (prediction in NOTES-batch_norm.md, session 30).
+#          PART=98: the wide layer / RMS forward through the looped kernel with both loops pipelined through shared
+#          memory (fwd_loop_stages, prepared offline): its CUDA tests, then sweep fwdloopst against today's split
+#          forward (prediction in NOTES-layer_norm.md, session 30).
 #          PART=75: the layer-norm kernel CUDA tests whole (PART=74 stopped at its limit with 78 passed),
 #          host cost per call with routes off / on alternating within rounds (host_overhead.py routes_ab: PART=74's
 #          rows drifted 1.6-1.9x between rows).
@@ -909,6 +912,11 @@ elif [ "$PART" = 97 ]; then  # for session 31: the spread reduction pipelined th
     timeout 90 python3 benchmarks/bn_kernels.py --out "$W" --budget 60 --only-variants spst2,spst3,spst4,spst3t256 \
         --shapes 256x2048x7x7,256x512x7x7 --layouts contig --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -8
+elif [ "$PART" = 98 ]; then  # for session 31: the wide layer / RMS forward as the looped kernel, pipelined (fwd_loop_stages)
+    stamp "pytest -m cuda: the looped forward's stages (against float64, the plain loops' bits)"
+    cuda_tests ${PYTEST_S:-120} tests/kernels/test_layer_norm_kernels.py -k "looped_forward_stages"
+    stamp "layer / RMS wide forward: split against the looped kernel with pipelined loops (sweep fwdloopst)"
+    SWEEP_LINES="sweep fwdloopst" ln_sweep fwdloopst ${SWEEP_S:-300}
 elif [ "$PART" = 80 ]; then
     PYTEST_S=${PYTEST_S:-220} bn_tests_and_check 200
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261228)"
