@@ -284,6 +284,12 @@ ln_suite_bench() {
         --budget "$1" --json "$W/$2/bench.json" --out "$W/$2" --no-progress \
         > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/$2/summary.md" | head -30
 }
+# layer / RMS norm's 8192x8192 and 16384x4096 rows, every dtype, with the peers, into $W/$1; the forward lines
+mid_rows_bench() {
+    timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
+        --peers aten liger flaggems --budget 90 --json "$W/$1/bench.json" --out "$W/$1" --no-progress \
+        > "$W/$1.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/$1/summary.md" | head -24
+}
 # the randomized differential test on CUDA, seed $1, within $2 s (SIGINT, so pytest still reports), more pytest args after
 random_cuda_tests() {
     local seed=$1 limit=$2; shift 2
@@ -838,9 +844,7 @@ elif [ "$PART" = 87 ]; then  # session 29, call 4 (carry .whl): RMS forward at 8
     stamp "randomized test on CUDA: RMS norm (seed 20261231)"
     random_cuda_tests 20261231 ${RANDOM_S:-80} -k "rms_norm"
     stamp "bench: RMS norm 4096-8192 wide forward rows with the peers"
-    timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
-        --peers aten liger flaggems --budget 90 --json "$W/bench-rms/bench.json" --out "$W/bench-rms" --no-progress \
-        > "$W/bench-rms.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-rms/summary.md" | head -24
+    mid_rows_bench bench-rms
     cuda_check ${CHECK_S:-170}
 elif [ "$PART" = 88 ]; then  # session 29, call 6
     stamp "layer / RMS one-row forward: w/b loaded with x (sweep fwdwbearly)"
@@ -852,9 +856,7 @@ elif [ "$PART" = 89 ]; then  # session 30, call 1 (carry .whl): fwd_wb_early_min
     stamp "randomized test on CUDA: layer / RMS norm (seed 20261232)"
     random_cuda_tests 20261232 ${RANDOM_S:-110} -k "layer_norm or rms_norm"
     stamp "bench: layer / RMS norm 4096-8192 wide forward rows with the peers (w/b loaded with x)"
-    timeout 120 python3 -m normkit bench --ops rms_norm layer_norm --shapes 8192x8192 16384x4096 --dtypes bf16 fp16 fp32 \
-        --peers aten liger flaggems --budget 90 --json "$W/bench-early/bench.json" --out "$W/bench-early" --no-progress \
-        > "$W/bench-early.log" 2>&1; echo "bench rc=$?"; grep -E "fwd" "$W/bench-early/summary.md" | head -24
+    mid_rows_bench bench-early
 elif [ "$PART" = 91 ]; then  # session 30, call 3: the spread reduction with two register sets, 256 programs
     PYTEST_S=${PYTEST_S:-150} bn_tests_and_check 170
     stamp "randomized test on CUDA: batch norm, modules, instance norm (seed 20261233)"

@@ -1161,6 +1161,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
                 return _reduce_cfg_done(dict(BM=BM, BC=BC, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
         BC, BM, ncb, units, _ = _spread_cols(v, tile, target, frac, esize)
         cfg = dict(BM=BM, BC=BC)
+        if _TUNE["red_spread_stages"] > 1:
+            cfg["STAGES"] = _TUNE["red_spread_stages"]
     elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
         # enough rows per program that the partials stay a small fraction of the input
@@ -1370,7 +1372,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
-            **({"STAGES": _TUNE["red_spread_stages"]} if sp and _TUNE["red_spread_stages"] > 1 else {}),
+            **({"STAGES": cfg["STAGES"]} if "STAGES" in cfg else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
