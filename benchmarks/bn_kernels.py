@@ -22,7 +22,6 @@ last.
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -41,17 +40,9 @@ ROOT = os.path.dirname(HERE)
 
 
 def load_bn():
-    try:
-        from normkit.kernels import batch_norm as B
+    from normkit.kernels import batch_norm as B
 
-        return B
-    except Exception as e:  # the package may be mid-edit by others: load the file alone
-        print(f"[bn_kernels] package import failed ({type(e).__name__}: {e}); loading the file", flush=True)
-        spec = importlib.util.spec_from_file_location(
-            "normkit_bn_kernels", os.path.join(ROOT, "src", "normkit", "kernels", "batch_norm.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
+    return B
 
 
 # the batch_norm rows of shared/bench/suite.json

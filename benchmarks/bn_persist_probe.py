@@ -43,6 +43,8 @@ import triton.language as tl
 from normkit.bench.runner import Context, copy_bandwidth
 from normkit.bench.timing import Timer
 from normkit.kernels import batch_norm as B
+from normkit.kernels.batch_norm import _fused_kernels as BF
+from normkit.kernels.batch_norm import _reduce_kernels as BR
 from normkit.kernels import cdiv, next_pow2
 
 SHAPES = [((256, 2048, 7, 7), "cl"), ((256, 64, 56, 56), "cl"), ((256, 1024, 14, 14), "cl"),
@@ -165,7 +167,7 @@ def _persist_fwd_kernel(
         ch = cb * B0 + tl.arange(0, B0)
         shift = tl.load(x_ptr + ch.to(tl.int64) * S, mask=ch < C, other=0.0).to(ACC)
     cmask = ch < C
-    shift2 = B._bn_fused_spread(shift, ROWS)
+    shift2 = BF._bn_fused_spread(shift, ROWS)
     # the finaliser's per-channel inputs (none written by this kernel before it reads them) loaded up front
     fch = g * FB + tl.arange(0, FB)
     fmask = fch < C
@@ -220,7 +222,7 @@ def _persist_fwd_kernel(
             a2 += tl.load(part_ptr + Q * C + po, mask=pm, other=0.0, cache_modifier=".cg").to(tl.float64)
         f1 = tl.sum(a1, axis=0)
         f2 = tl.sum(a2, axis=0)
-        dmean, invstd, mean, var, nf = B._bn_finish_stats(f1, f2, fshift, fch, fmask, n0, n1, e0, e1, e2,
+        dmean, invstd, mean, var, nf = BR._bn_finish_stats(f1, f2, fshift, fch, fmask, n0, n1, e0, e1, e2,
                                                           mean_ptr, invstd_ptr, ACC)
         a = invstd
         if HAS_W:
@@ -232,7 +234,7 @@ def _persist_fwd_kernel(
         tl.store(coef_ptr + fch, a.to(ACC), mask=fmask)
         tl.store(coef_ptr + C + fch, c.to(ACC), mask=fmask)
         if HAS_RS:
-            B._bn_update_running(frm, frv, mean, var, nf, fch, fmask, m0, m1, m2, rm_ptr, rv_ptr, False, ACC)
+            BR._bn_update_running(frm, frv, mean, var, nf, fch, fmask, m0, m1, m2, rm_ptr, rv_ptr, False, ACC)
     _grid_sync(cnt_ptr, 2 * G, flag_ptr, LIMIT, POLL)
     _stamp(times_ptr, g, 3, TIMED)
     # every program is past the last wait: the last one out resets the counters for the next launch
@@ -241,8 +243,8 @@ def _persist_fwd_kernel(
         tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
     # 3. y = (x - shift) * a + c, the steps in reverse order (the last read first: L2)
-    ka = B._bn_fused_spread(tl.load(coef_ptr + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
-    kc = B._bn_fused_spread(tl.load(coef_ptr + C + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
+    ka = BF._bn_fused_spread(tl.load(coef_ptr + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
+    kc = BF._bn_fused_spread(tl.load(coef_ptr + C + ch, mask=cmask, other=0.0, cache_modifier=".cg"), ROWS)
     if TMA:
         for k in tl.range(0, nj, num_stages=STAGES):
             u = q + (nj - 1 - k) * Q

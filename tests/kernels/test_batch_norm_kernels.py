@@ -24,6 +24,7 @@ import pytest  # noqa: E402
 triton = pytest.importorskip("triton")
 
 from normkit.kernels import batch_norm as B  # noqa: E402
+from normkit.kernels.batch_norm import _config as BCFG  # noqa: E402
 from interp_rerun import rerun_cpu_checks  # noqa: E402
 from pdl_check import assert_pdl_same_bits  # noqa: E402
 
@@ -128,7 +129,7 @@ def make_x(shape, dtype, layout, offset=0.0):
 
 
 def expected_strides(x):
-    fmt = B._suggest_format(x)
+    fmt = BCFG._suggest_format(x)
     return torch.empty(x.shape).contiguous(memory_format=fmt).stride()
 
 
@@ -471,7 +472,7 @@ def test_fused_thresholds(monkeypatch):
     # 4 planes of 30: [1 sample, 16] tiles, 2 a plane; 120 rows of 3 channels: [4 rows, 4 channels] tiles
     for layout, tiles in (("contig", 8), ("cl", 30)):
         x = make_x((4, 3, 5, 6), torch.float32, layout)
-        assert B._fused_cfg(B._View(x))["NT"] == tiles
+        assert BCFG._fused_cfg(B._View(x))["NT"] == tiles
         for max_rows, max_numel, max_tiles, want in ((120, 360, tiles, 1), (119, 360, tiles, 3),
                                                      (120, 359, tiles, 3), (120, 360, tiles - 1, 3)):
             monkeypatch.setitem(B._TUNE, "fused_max_rows", max_rows)
@@ -869,7 +870,7 @@ def test_spread_choice():
     # sets and 256 programs where a program sums >= red_two_buf_min_chunks row chunks, else one set and 512
     for N, C, BC, P, two in ((256, 2048, 512, 1, True), (256, 512, 128, 1, True), (32, 512, 128, 1, False)):
         for bwd in (False, True):
-            cfg = B._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(N, C, 7, 7))), 2, bwd)
+            cfg = BCFG._reduce_cfg_uncached(B._SpreadView(B._View(torch.empty(N, C, 7, 7))), 2, bwd)
             target = B._TUNE["target_programs_spread_two_buf" if two else "target_programs_spread"]
             assert (cfg["BC"], cfg["P"], cfg.get("TWO_BUF", False)) == (BC, P, two)
             assert cfg["P"] * cfg["NCB"] <= target
@@ -894,7 +895,7 @@ def test_spread_rows_view(shape, dtype, monkeypatch, poison):
         monkeypatch.setitem(B._TUNE, k, v)
     v = B._View(torch.empty(shape, dtype=dtype))
     assert B._spread(v) == B._spread(v, ew=True) == v.S
-    cfg = B._reduce_cfg_uncached(B._SpreadView(v), torch.empty((), dtype=dtype).element_size())
+    cfg = BCFG._reduce_cfg_uncached(B._SpreadView(v), torch.empty((), dtype=dtype).element_size())
     assert cfg["P"] > 1 and cfg["NCB"] > 1 and cfg["BC"] % v.S != 0
     test_train_forward_backward(shape, "contig", dtype, "spread", poison)
     test_eval_forward_backward(shape, "contig", dtype, "spread", poison)
@@ -911,7 +912,7 @@ def test_spread_two_buf_same_bits(programs, monkeypatch):
     x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
     v = B._View(x)
     assert B._spread(v)
-    cfgs = [B._reduce_cfg_uncached(B._SpreadView(v), 2, bwd) for bwd in (False, True)]
+    cfgs = [BCFG._reduce_cfg_uncached(B._SpreadView(v), 2, bwd) for bwd in (False, True)]
     assert all(c.get("TWO_BUF") for c in cfgs)
     n_iter = {c["n_iter"] for c in cfgs}
     assert max(n_iter) > 2 and {n % 2 for n in n_iter} == {0, 1}  # both register sets used, both parities
@@ -932,7 +933,7 @@ def test_spread_stages_same_bits(stages, monkeypatch):
         monkeypatch.setitem(B._TUNE, k, v)
     shape = (40, 16, 7, 7)
     x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
-    cfgs = [B._reduce_cfg_uncached(B._SpreadView(B._View(x)), 2, bwd) for bwd in (False, True)]
+    cfgs = [BCFG._reduce_cfg_uncached(B._SpreadView(B._View(x)), 2, bwd) for bwd in (False, True)]
     assert max(c["n_iter"] for c in cfgs) > stages
     C = shape[1]
     w, b = torch.rand(C) + 0.5, torch.randn(C)
@@ -952,7 +953,7 @@ def test_rows_two_buf_same_bits(dtype, monkeypatch):
     shape = (13, 100, 5, 3)
     x, dy = make_x(shape, dtype, "cl"), make_x(shape, dtype, "cl")
     v = B._View(x)
-    cfgs = [B._reduce_cfg_uncached(v, x.element_size(), bwd) for bwd in (False, True)]
+    cfgs = [BCFG._reduce_cfg_uncached(v, x.element_size(), bwd) for bwd in (False, True)]
     assert [c["n_iter"] for c in cfgs] == [49, 98] and cfgs[0]["NCB"] > 1
     # (the fp32 backward keeps one set)
     assert [c.get("TWO_BUF", False) for c in cfgs] == [True, dtype != torch.float32]
@@ -1078,7 +1079,7 @@ def test_cuda_rows_two_buf(shape, dtype, monkeypatch):
     if x.dim() > 2:
         x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     v = B._View(x)
-    assert v.kind == "rows" and B._reduce_cfg_uncached(v, x.element_size(), False).get("TWO_BUF")
+    assert v.kind == "rows" and BCFG._reduce_cfg_uncached(v, x.element_size(), False).get("TWO_BUF")
     _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 4e-3 if dtype == torch.float16 else 1e-5)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
@@ -1146,14 +1147,14 @@ def test_rows_forward_config_by_element_size():
     x16 = torch.empty(4096, 256, dtype=torch.bfloat16)
     x32 = torch.empty(4096, 256, dtype=torch.float32)
     v16, v32 = B._View(x16), B._View(x32)
-    f16 = B._reduce_cfg_uncached(v16, 2)
-    f32 = B._reduce_cfg_uncached(v32, 4)
+    f16 = BCFG._reduce_cfg_uncached(v16, 2)
+    f32 = BCFG._reduce_cfg_uncached(v32, 4)
     assert f16["UNROLL"] == B._TUNE["red_unroll_rows_fwd"] == 4
     assert f32["UNROLL"] == B._TUNE["red_unroll_rows_fwd_fp32"] == 2
     assert f16["BM"] * f16["BC"] * 2 == B._TUNE["red_tile_bytes"]
     assert f32["BM"] * f32["BC"] * 4 == B._TUNE["red_tile_bytes_fwd_fp32"]
-    b16 = B._reduce_cfg_uncached(v16, 2, bwd=True)
-    b32 = B._reduce_cfg_uncached(v32, 4, bwd=True)
+    b16 = BCFG._reduce_cfg_uncached(v16, 2, bwd=True)
+    b32 = BCFG._reduce_cfg_uncached(v32, 4, bwd=True)
     assert b16["UNROLL"] == b32["UNROLL"] == 2
     assert b16["BM"] * b16["BC"] * 2 == b32["BM"] * b32["BC"] * 4 == B._TUNE["red_tile_bytes"]
 
@@ -1173,7 +1174,7 @@ def test_rows_reduction_warps_by_row_segment():
         v = B._View(_meta(shape, dt, cl=len(shape) == 4))
         esize = torch.empty((), dtype=dt).element_size()
         for bwd in (False, True):
-            cfg = B._reduce_cfg_uncached(v, esize, bwd)
+            cfg = BCFG._reduce_cfg_uncached(v, esize, bwd)
             assert (cfg["BC"] * esize >= 256) == (warps == 4)
             assert B._rows_reduce_warps(cfg, esize) == warps, (shape, dt, bwd)
 
@@ -1183,7 +1184,7 @@ def test_ncs_forward_program_target():
     unaligned planes (7x7, 14x14) and the backward keep the common one."""
     def programs(shape, dt, bwd=False):
         v = B._View(_meta(shape, dt))
-        cfg = B._reduce_cfg_uncached(v, torch.empty((), dtype=dt).element_size(), bwd)
+        cfg = BCFG._reduce_cfg_uncached(v, torch.empty((), dtype=dt).element_size(), bwd)
         return cfg["P"] * cfg["NCB"]
 
     small, common = B._TUNE["target_programs_ncs_fwd_16bit"], B._TUNE["target_programs"]
@@ -1216,9 +1217,9 @@ def test_set_knobs_by_name(monkeypatch):
     from normkit.kernels import knob_items, set_knobs
     from normkit.kernels import layer_norm as L
 
-    monkeypatch.setattr(B, "_TUNE", dict(B._TUNE))
-    monkeypatch.setattr(L, "_CFG", dict(L._CFG))
     name = next(iter(L._CFG))
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", B._TUNE["fused_max_rows"])  # restored after the test
+    monkeypatch.setitem(L._CFG, name, L._CFG[name])
     before = knob_items(["fused_max_rows", name])
     assert before == [f"fused_max_rows={B._TUNE['fused_max_rows']}", f"{name}={int(L._CFG[name])}"]
     set_knobs(["fused_max_rows=4096", f"{name}=7"])
