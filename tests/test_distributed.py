@@ -265,3 +265,13 @@ def test_data_parallel_training_matches_one_process_on_the_whole_batch(device, t
         assert got.keys() == want.keys()
         for k in want:
             torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-12, msg=lambda m: f"rank {r}, {k}: {m}")
+
+
+def test_convert_sync_batchnorm_takes_the_new_process_group_like_torch():
+    # torch makes every _BatchNorm anew, SyncBatchNorm included: re-converting moves it to the given group
+    group = object()  # stored only: no collective runs here
+    ours = SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(SyncBatchNorm(4)), process_group=group)
+    theirs = torch.nn.SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.SyncBatchNorm(4)),
+                                                           process_group=group)
+    assert theirs[0].process_group is group
+    assert type(ours[0]) is SyncBatchNorm and ours[0].process_group is group

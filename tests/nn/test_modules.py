@@ -183,3 +183,50 @@ def test_empty_batch_with_other_channel_count_like_torch(training):
     assert y.shape == yt.shape
     for (k, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_convert_shared_module_becomes_one_normkit_module():
+    # a module under two names (weight tying, a block applied twice): named_children() lists it once
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3, momentum=None, dtype=torch.float64)
+    net = torch.nn.Sequential(bn, torch.nn.Tanh(), bn)
+    ref = torch.nn.Sequential(torch.nn.BatchNorm2d(3, momentum=None, dtype=torch.float64), torch.nn.Tanh())
+    ref.append(ref[0])
+    nknn.convert(net)
+    assert type(net[0]) is nknn.BatchNorm2d and net[2] is net[0]
+    x = torch.randn(4, 3, 5, 2, dtype=torch.float64) * 2 + 1
+    torch.testing.assert_close(net(x), ref(x))
+    for (k, a), (_, b) in zip(net.state_dict().items(), ref.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert int(net[0].num_batches_tracked) == 2
+
+
+def test_convert_keeps_hook_handles_working():
+    bn = torch.nn.BatchNorm1d(3, dtype=torch.float64)
+    calls = []
+    handle = bn.register_forward_hook(lambda m, args, out: calls.append(out))
+    net = nknn.convert(torch.nn.Sequential(bn))
+    x = torch.randn(4, 3, dtype=torch.float64)
+    y = net(x)
+    assert len(calls) == 1 and calls[0] is y
+    handle.remove()  # a handle from before convert() removes the hook from the converted module
+    net(x)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("lazy, plain, ours, shape", [
+    (torch.nn.LazyBatchNorm2d, torch.nn.BatchNorm2d, nknn.BatchNorm2d, (4, 3, 2, 5)),
+    (torch.nn.LazyBatchNorm1d, torch.nn.BatchNorm1d, nknn.BatchNorm1d, (6, 3)),
+    (torch.nn.LazyInstanceNorm1d, torch.nn.InstanceNorm1d, nknn.InstanceNorm1d, (2, 3, 7)),
+])
+def test_convert_lazy_modules_become_normkit_modules(lazy, plain, ours, shape):
+    kwargs = dict(affine=True, track_running_stats=True, dtype=torch.float64)
+    net = nknn.convert(torch.nn.Sequential(lazy(**kwargs)))
+    ref = plain(shape[1], **kwargs)
+    x = torch.randn(shape, dtype=torch.float64) * 3 + 1
+    y = net(x)  # shape inference: the lazy module becomes normkit's, not torch's
+    assert type(net[0]) is ours
+    torch.testing.assert_close(y, ref(x))
+    torch.testing.assert_close(net(x), ref(x))
+    for (k, a), (_, b) in zip(net[0].state_dict().items(), ref.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)

@@ -99,8 +99,9 @@ class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
     @classmethod
     def convert_sync_batchnorm(cls, module: torch.nn.Module, process_group=None) -> torch.nn.Module:
         """Every batch-norm module (torch's or normkit's, 1d / 2d / 3d, SyncBatchNorm too) becomes normkit's
-        SyncBatchNorm sharing its parameters and buffers; the (possibly new) root is returned."""
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and type(module) is not cls:
+        SyncBatchNorm sharing its parameters and buffers; the (possibly new) root is returned. A SyncBatchNorm,
+        normkit's too, is made anew as torch does, so that it takes the given ``process_group``."""
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
             new = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
                       process_group)
             if module.affine:
@@ -184,14 +185,26 @@ if hasattr(torch.nn, "RMSNorm"):
     _SWAPS[torch.nn.RMSNorm] = RMSNorm
 
 
+_LAZY_SWAPS = {
+    torch.nn.LazyBatchNorm1d: BatchNorm1d,
+    torch.nn.LazyBatchNorm2d: BatchNorm2d,
+    torch.nn.LazyBatchNorm3d: BatchNorm3d,
+    torch.nn.LazyInstanceNorm1d: InstanceNorm1d,
+    torch.nn.LazyInstanceNorm2d: InstanceNorm2d,
+    torch.nn.LazyInstanceNorm3d: InstanceNorm3d,
+}
+
+
 def _swapped(module: torch.nn.Module, cls) -> torch.nn.Module:
     """A `cls` instance sharing `module`'s parameters, buffers and hooks (not copies: the same tensors)."""
     new = cls.__new__(cls)
     state = {}
     for key, value in module.__dict__.items():
         # containers are copied (so later registrations on one module don't leak into the other), their
-        # contents (Parameters, buffers, hooks) are shared
-        state[key] = type(value)(value) if isinstance(value, (dict, set)) else value
+        # contents (Parameters, buffers, hooks) are shared; the hook dicts themselves are shared, as a
+        # RemovableHandle from before convert() removes its hook from the dict it was registered in
+        copy = isinstance(value, (dict, set)) and "hooks" not in key
+        state[key] = type(value)(value) if copy else value
     new.__dict__.update(state)
     return new
 
@@ -201,13 +214,32 @@ def convert(model: torch.nn.Module) -> torch.nn.Module:
 
     Parameters and buffers are shared with the originals, so optimizers built before the call keep
     working and `state_dict()` is unchanged. Children are replaced in place; the (possibly new) root is
-    returned.
+    returned. A module reachable under several names becomes one normkit module under all of them. A lazy
+    norm module (`LazyBatchNorm2d`, ...) stays itself and becomes normkit's module once it infers its shape.
     """
+    return _convert(model, {})
+
+
+def _convert(model: torch.nn.Module, memo: dict) -> torch.nn.Module:
+    """convert() with ``memo``: id of every module seen -> what it became."""
+    if id(model) in memo:
+        return memo[id(model)]
+    lazy = _LAZY_SWAPS.get(type(model))
+    if lazy is not None:
+        # its shape-inference hooks are bound to this very object: let it become normkit's class itself
+        model.cls_to_become = lazy
+        memo[id(model)] = model
+        return model
     cls = _SWAPS.get(type(model))
     if cls is not None:
-        return _swapped(model, cls)
-    for name, child in list(model.named_children()):
-        new = convert(child)
+        memo[id(model)] = new = _swapped(model, cls)
+        return new
+    memo[id(model)] = model
+    # _modules, not named_children(): that lists a shared child under its first name only
+    for name, child in list(model._modules.items()):
+        if child is None:
+            continue
+        new = _convert(child, memo)
         if new is not child:
             setattr(model, name, new)
     return model
