@@ -94,6 +94,31 @@ def test_opcheck_layer_and_rms_norm():
     _opcheck(torch.ops.normkit.rms_norm_backward.default, (g, x.detach(), [8], rstd, w.detach(), [False, True]))
 
 
+def test_layer_and_rms_norm_permuted_weight_grads_dense():
+    # a permuted (3, 4) weight / bias: dw / db come back contiguous (as aten's), and the fake kernels must say
+    # so, or inductor's stride assertion on the compiled backward fails
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 4)
+    w, b = torch.randn(4, 3).t(), torch.randn(4, 3).t()
+    g = torch.randn(5, 3, 4)
+    _, mean, rstd = custom.layer_norm(x, [3, 4], w, b, 1e-5)
+    _opcheck(torch.ops.normkit.layer_norm_backward.default, (g, x, [3, 4], mean, rstd, w, b, [True, True, True]))
+    _, rstd2 = custom.rms_norm(x, [3, 4], w, 1e-5)
+    _opcheck(torch.ops.normkit.rms_norm_backward.default, (g, x, [3, 4], rstd2, w, [True, True]))
+
+    def loss(x, w, b):
+        return (normkit.layer_norm(x, (3, 4), w, b).sin().sum()
+                + normkit.rms_norm(x, (3, 4), w, 1e-5).cos().sum())
+
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    got = torch.autograd.grad(torch.compile(loss, backend="inductor", fullgraph=True)(*xs), xs)
+    xd = [t.double().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(xd[0], (3, 4), xd[1], xd[2]).sin().sum()
+                               + torch.nn.functional.rms_norm(xd[0], (3, 4), xd[1], 1e-5).cos().sum(), xd)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double(), e, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_opcheck_group_norm(channels_last):
     x = torch.randn(2, 6, 4, 5) * 2 + 1

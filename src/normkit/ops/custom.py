@@ -85,6 +85,12 @@ def _in_format(t: Tensor, fmt) -> Tensor:
     return t if t.is_contiguous(memory_format=fmt) else t.contiguous(memory_format=fmt)
 
 
+def _dense_like(p: Tensor) -> Tensor:
+    """A fake dw / db: contiguous, as the real ones (and aten's) are; empty_like would keep a permuted
+    multi-dim weight's strides, and inductor asserts the real strides against these."""
+    return torch.empty(p.shape, dtype=p.dtype, device=p.device)
+
+
 def _stat_shape(x: Tensor, normalized_shape: List[int]) -> List[int]:
     axis = x.dim() - len(normalized_shape)
     return list(x.shape[:axis]) + [1] * len(normalized_shape)
@@ -236,8 +242,8 @@ def layer_norm_backward(grad: Tensor, x: Tensor, normalized_shape: List[int], me
 @layer_norm_backward.register_fake
 def _(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
     gi = torch.empty(x.shape, dtype=x.dtype, device=x.device) if mask[0] else x.new_empty((0,))
-    gw = torch.empty_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
-    gb = torch.empty_like(bias) if mask[2] and bias is not None else x.new_empty((0,))
+    gw = _dense_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
+    gb = _dense_like(bias) if mask[2] and bias is not None else x.new_empty((0,))
     return gi, gw, gb
 
 
@@ -336,7 +342,7 @@ def rms_norm_backward(grad: Tensor, x: Tensor, normalized_shape: List[int], rstd
 @rms_norm_backward.register_fake
 def _(grad, x, normalized_shape, rstd, weight, mask):
     gi = (torch.empty_like(x, memory_format=_ln.rms_memory_format(x)) if mask[0] else x.new_empty((0,)))
-    gw = torch.empty_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
+    gw = _dense_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
     return gi, gw
 
 
