@@ -338,6 +338,21 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "rms_norm" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, msg", [
+    (["--layouts", "channel_last"], "unknown layout(s) ['channel_last']"),
+    (["--modes", "training"], "unknown mode(s) ['training']"),
+    (["--dtype-slots", "x"], "--dtype-slots takes integers"),
+    (["--ops", "layer_norm", "--dtypes", "fp64"], "no suite case matches"),
+    (["--ops", "layer_norm", "--layouts", "channels_last"], "no suite case matches"),
+])
+def test_cli_filters_selecting_nothing_are_usage_errors(argv, msg, capsys):
+    # a misspelt or empty filter used to run nothing, print "0 rows" and exit 0 (or crash, for --dtype-slots)
+    from normkit.bench.cli import main
+
+    assert main(["--quick", "--no-progress"] + argv) == 2
+    assert msg in capsys.readouterr().err
+
+
 def test_normkit_impl_reports_missing_functional(monkeypatch):
     impl = NormkitImpl()
     impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"

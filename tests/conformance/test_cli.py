@@ -73,3 +73,29 @@ def test_bad_arguments():
     assert main(["--ops", "nope"]) == 2
     with pytest.raises(SystemExit):
         main(["--bogus"])
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--ops", ""], "--ops names no op family"),            # used to run every family (minutes)
+    (["--ops", " , "], "--ops names no op family"),
+    (["--ops", "layer_norm", "--device", "tpu"], "--device tpu:"),   # used to be a traceback with status 1
+    (["--ops", "rms_norm", "--device", "meta"], "--device meta:"),   # used to crash mid-run
+])
+def test_bad_ops_and_device_are_usage_errors(argv, msg, capsys):
+    assert main(argv + ["--quiet"]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):
+    # used to run every case, then crash in write_json with a traceback and exit status 1 ("a case failed")
+    assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path / "no" / "such" / "r.json")]) == 2
+    assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("cannot write a file there") == 2
+
+
+def test_negative_max_failures_is_rejected(capsys):
+    # -1 printed "... and 1 more failed rule(s)" for a run without failures
+    with pytest.raises(SystemExit) as e:
+        main(["--ops", "layer_norm", "--max-failures", "-1"])
+    assert e.value.code == 2 and "must be >= 0" in capsys.readouterr().err

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import torch
 
 OPS = ("batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm")
+LAYOUTS = ("contiguous", "channels_last")   # what --layouts and a suite's "layouts" may name
+MODES = ("train", "eval")                    # what --modes and a suite's "modes" may name
 
 DTYPES = {
     "float64": torch.float64,

@@ -149,8 +149,17 @@ def main(argv=None) -> int:
     if bad:
         print(f"bench: unknown peer(s) {bad}; known: {', '.join(ALL_PEERS)}", file=sys.stderr)
         return 2
+    for flag, given, known in (("--layouts", _csv(args.layouts), C.LAYOUTS), ("--modes", _csv(args.modes), C.MODES)):
+        bad = [v for v in given or [] if v not in known]
+        if bad:  # a misspelt filter would otherwise select nothing and "pass" with 0 rows
+            print(f"bench: unknown {flag[2:-1]}(s) {bad}; known: {', '.join(known)}", file=sys.stderr)
+            return 2
     if args.dtype_slots:
-        slots = [int(v) for v in _csv(args.dtype_slots)]
+        try:
+            slots = [int(v) for v in _csv(args.dtype_slots)]
+        except ValueError as e:
+            print(f"bench: --dtype-slots takes integers: {e}", file=sys.stderr)
+            return 2
     elif args.all_dtypes or args.dtypes or quick:
         slots = None
     else:
@@ -166,6 +175,9 @@ def main(argv=None) -> int:
                                dtype_slots=slots)
     except ValueError as e:
         print(f"bench: {e}", file=sys.stderr)
+        return 2
+    if not cases and (args.perf or not (args.accuracy or args.models is not None)):
+        print("bench: no suite case matches --ops / --dtypes / --dtype-slots / --layouts / --modes", file=sys.stderr)
         return 2
     acc_ops = _csv(args.accuracy_ops)
     if acc_ops in (None, []):

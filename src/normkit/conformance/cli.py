@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from normkit.conformance.cases import FAMILIES
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 0:  # a negative limit would report failures that never happened ("... and 1 more")
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="write a JSON report")
     p.add_argument("--list", action="store_true", help="list the selected cases and exit")
     p.add_argument("--no-errors", action="store_true", help="skip the error (bad input) cases")
-    p.add_argument("--max-failures", type=int, default=200, help="failures printed in full (default 200)")
+    p.add_argument("--max-failures", type=_count, default=200, help="failures printed in full (default 200)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--oracle", default="normkit.reference", help=argparse.SUPPRESS)
     return p
@@ -35,10 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     families = [f.strip() for f in args.ops.split(",") if f.strip()]
+    if not families:  # select() reads an empty list as "every family": a blank --ops would run them all
+        print(f"--ops names no op family; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         print(f"unknown op family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
+
+    if args.json_path:
+        # checked before the run (minutes): a bad path used to crash after it, with the "cases failed" status
+        folder = os.path.dirname(os.path.abspath(args.json_path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(args.json_path):
+            print(f"--json {args.json_path}: cannot write a file there", file=sys.stderr)
+            return 2
 
     import torch
 
@@ -46,7 +67,14 @@ def main(argv=None) -> int:
     from normkit.conformance.backends import load_backend
     from normkit.conformance.runner import load_oracle, run_all, select
 
-    dev = torch.device(args.device)
+    try:
+        dev = torch.device(args.device)
+    except RuntimeError as e:  # exit status 1 means "a case failed": a bad flag is a usage error
+        print(f"--device {args.device}: {e}", file=sys.stderr)
+        return 2
+    if dev.type == "meta":  # the rules compare values: meta tensors have none (the run would crash)
+        print("--device meta: meta tensors hold no values to check; use cpu, cuda or mps", file=sys.stderr)
+        return 2
     if dev.type == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device available", file=sys.stderr)
         return 2
