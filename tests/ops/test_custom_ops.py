@@ -279,3 +279,56 @@ def test_cuda_graph_capture():
     torch.testing.assert_close(rm, rm_e, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(rv, rv_e, rtol=1e-3, atol=1e-3)
     assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+
+
+def _penalty_cases():
+    x3, x6 = torch.randn(4, 3, 5, dtype=F64), torch.randn(4, 5, 6, dtype=F64)
+    rm, rv = torch.randn(3, dtype=F64), torch.rand(3, dtype=F64) + 0.5
+    F = torch.nn.functional
+    bn = (lambda f, train: lambda x, w, b: f(x, rm if not train else None, rv if not train else None, w, b, train))
+    return [
+        ("bn train", bn(normkit.batch_norm, True), bn(F.batch_norm, True), x3, 3),
+        ("bn eval", bn(normkit.batch_norm, False), bn(F.batch_norm, False), x3, 3),
+        ("ln", lambda x, w, b: normkit.layer_norm(x, (6,), w, b), lambda x, w, b: F.layer_norm(x, (6,), w, b), x6, 6),
+        ("gn", lambda x, w, b: normkit.group_norm(x, 1, w, b), lambda x, w, b: F.group_norm(x, 1, w, b), x3, 3),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("wrt", ["x", "w", "b", "xw"])
+def test_double_backward_graph_like_torch(case, wrt):
+    """A gradient penalty (create_graph=True, then backward through the gradients): the gradients require grad
+    where ATen's backward op makes them (any of its inputs requiring grad, e.g. weight's gradient of a training
+    batch norm, whose value does not depend on weight), and the penalty's gradients equal torch's in float64
+    (None where torch's are None). normkit's double-backward graph used to leave such gradients detached, so
+    the penalty's backward raised."""
+    name, nk, ref, x0, c = _penalty_cases()[case]
+    torch.manual_seed(case)
+    w0, b0 = torch.randn(c, dtype=F64), torch.randn(c, dtype=F64)
+    results = []
+    for fn in (ref, nk):
+        x, w, b = (t.clone().requires_grad_(k in wrt) for t, k in ((x0, "x"), (w0, "w"), (b0, "b")))
+        y = fn(x, w, b)
+        wanted = [t for t in (x, w, b) if t.requires_grad]
+        grads = torch.autograd.grad((y * torch.linspace(-1, 2, y.numel(), dtype=F64).view_as(y)).sum(), wanted,
+                                    create_graph=True)
+        flags = [g.requires_grad for g in grads]
+        if any(flags):
+            sum((g ** 2).sum() for g in grads if g.requires_grad).backward()
+        results.append((flags, [None if t.grad is None else t.grad.clone() for t in wanted]))
+    (flags_t, pen_t), (flags_n, pen_n) = results
+    assert flags_n == flags_t, name
+    for a, e in zip(pen_n, pen_t):
+        assert (a is None) == (e is None), name
+        if e is not None:
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("fn", [normkit.add_layer_norm, normkit.add_rms_norm])
+def test_add_norm_sum_requires_grad_like_torch(fn):
+    """s = x + residual requires grad only where x or residual does, as torch's sum (not when only weight does)."""
+    x, r, w = torch.randn(3, 8, dtype=F64), torch.randn(3, 8, dtype=F64), torch.randn(8, dtype=F64)
+    y, s = fn(x, r, (8,), w.requires_grad_())
+    assert y.requires_grad and not s.requires_grad
+    y, s = fn(x.requires_grad_(), r, (8,), w)
+    assert s.requires_grad

@@ -91,6 +91,30 @@ def _dense_like(p: Tensor) -> Tensor:
     return torch.empty(p.shape, dtype=p.dtype, device=p.device)
 
 
+class _DependsOn(torch.autograd.Function):
+    """``t`` as an output of ``deps``, with no gradient to them. ATen's backward ops return gradients that require
+    grad whenever one of the op's inputs does, also where the value does not depend on it (weight's gradient in a
+    training batch norm); a gradient penalty built on such a gradient runs backward through it, and the inputs
+    get no gradient from it (None), as here."""
+
+    @staticmethod
+    def forward(ctx, t, *deps):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None,) * len(ctx.needs_input_grad)
+
+
+def _double_backward_outputs(grads, *inputs):
+    """The double-backward graph's gradients, each one requiring grad where one of the ATen backward op's inputs
+    (``inputs``, None allowed) does."""
+    deps = [t for t in inputs if t is not None and t.requires_grad]
+    if not deps:
+        return grads
+    return tuple(g if g is None or g.requires_grad else _DependsOn.apply(g, *deps) for g in grads)
+
+
 def _stat_shape(x: Tensor, normalized_shape: List[int]) -> List[int]:
     axis = x.dim() - len(normalized_shape)
     return list(x.shape[:axis]) + [1] * len(normalized_shape)
@@ -154,8 +178,10 @@ def _bn_double_backward_graph(grad, x, weight, s1, s2, training, eps, mask):
     ref = reference()
     if training:
         _, mean, invstd = ref.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
-        return ref.native_batch_norm_backward(grad, x, weight, None, None, mean, invstd, True, eps, mask)
-    return ref.native_batch_norm_backward(grad, x, weight, s1, s2, None, None, False, eps, mask)
+        grads = ref.native_batch_norm_backward(grad, x, weight, None, None, mean, invstd, True, eps, mask)
+    else:
+        grads = ref.native_batch_norm_backward(grad, x, weight, s1, s2, None, None, False, eps, mask)
+    return _double_backward_outputs(grads, grad, x, weight, s1, s2)
 
 
 class _BatchNormFn(torch.autograd.Function):
@@ -250,7 +276,8 @@ def _(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
 def _ln_double_backward_graph(grad, x, ns, weight, bias, eps, mask):
     ref = reference()
     _, mean, rstd = ref.native_layer_norm(x, ns, None, None, eps)
-    return ref.native_layer_norm_backward(grad, x, ns, mean, rstd, weight, bias, mask)
+    grads = ref.native_layer_norm_backward(grad, x, ns, mean, rstd, weight, bias, mask)
+    return _double_backward_outputs(grads, grad, x, weight, bias)
 
 
 def _ln_grads(grad, x, ns, mean, rstd, weight, bias, eps, mask):
@@ -349,7 +376,8 @@ def _(grad, x, normalized_shape, rstd, weight, mask):
 def _rms_double_backward_graph(grad, x, ns, weight, eps, mask):
     ref = reference()
     _, rstd = ref._fused_rms_norm(x, ns, None, eps)
-    return ref._fused_rms_norm_backward(grad, x, ns, rstd, weight, mask)
+    grads = ref._fused_rms_norm_backward(grad, x, ns, rstd, weight, mask)
+    return _double_backward_outputs(grads, grad, x, weight)  # as CUDA's _fused_rms_norm_backward
 
 
 def _rms_grads(grad, x, ns, rstd, weight, eps, mask):
@@ -430,6 +458,12 @@ def _(x, residual, normalized_shape, weight, bias, eps):
             x.new_empty(ss, dtype=acc), x.new_empty(ss, dtype=acc))
 
 
+def _sum_without_grad(ctx, s):
+    """s = x + residual requires grad only where x or residual does, as torch's sum would (not for weight's)."""
+    if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+        ctx.mark_non_differentiable(s)
+
+
 def _sum_grad(gsum, gs):
     if gsum is None:
         return gs
@@ -449,6 +483,7 @@ class _AddLayerNormFn(torch.autograd.Function):
         ctx.eps = eps
         ctx.save_for_backward(s, weight, bias, mean, rstd)
         ctx.mark_non_differentiable(mean, rstd)
+        _sum_without_grad(ctx, s)
         return y, s, mean, rstd
 
     @staticmethod
@@ -514,6 +549,7 @@ class _AddRMSNormFn(torch.autograd.Function):
         ctx.eps = eps
         ctx.save_for_backward(s, weight, rstd)
         ctx.mark_non_differentiable(rstd)
+        _sum_without_grad(ctx, s)
         return y, s, rstd
 
     @staticmethod
@@ -602,7 +638,8 @@ def _gn_grads(grad, x, num_groups, mean, rstd, weight, eps, mask):
         ref = reference()
         n, c, hxw = _gn_dims(x)
         _, m, r = ref.native_group_norm(x, None, None, n, c, hxw, num_groups, eps)
-        return ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
+        grads = ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
+        return _double_backward_outputs(grads, grad, x, weight)
     if _via_custom_op(grad):
         return group_norm_backward(grad, x, num_groups, mean, rstd, weight, mask)
     return _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask)
