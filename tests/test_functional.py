@@ -161,6 +161,31 @@ def test_add_norms_return_sum_and_grads():
     assert torch.autograd.gradcheck(lambda a, c, v: normkit.add_rms_norm(a, c, [16], v), (x, r, w))
 
 
+@pytest.mark.parametrize("fn, torch_norm", [
+    (normkit.add_layer_norm, lambda s, w: F.layer_norm(s, (16,), w)),
+    (normkit.add_rms_norm, lambda s, w: F.rms_norm(s, (16,), w)),
+])
+def test_add_norms_promote_and_broadcast_as_torch_sum(fn, torch_norm):
+    """x + residual in another dtype (an fp32 residual stream beside bf16 branches) or a broadcast residual: s is
+    torch's sum (promoted, broadcast) and y its norm, gradients as torch's (compared in float64 where the sum is);
+    same-shape, same-dtype pairs take the fused kernels. Unbroadcastable shapes get torch's error."""
+    x, r, w = _leaf(_fresh((2, 3, 16), torch.float32)), _leaf(_fresh((2, 3, 16), F64)), _leaf(_fresh((16,), F64))
+    y, s = fn(x, r, (16,), w)
+    assert s.dtype == y.dtype == F64
+    x2, r2, w2 = (_leaf(t) for t in (x, r, w))
+    y2 = torch_norm(x2 + r2, w2)
+    torch.testing.assert_close(s, x2 + r2, rtol=0, atol=0)
+    torch.testing.assert_close(y, y2)
+    gy = torch.randn_like(y)
+    for a, e in zip(torch.autograd.grad(y, (x, r, w), gy), torch.autograd.grad(y2, (x2, r2, w2), gy)):
+        torch.testing.assert_close(a, e)
+    y, s = fn(x.double(), r[0, 0], (16,), w)  # a (16,) residual broadcast over the rows
+    torch.testing.assert_close(y, torch_norm(x.double() + r[0, 0], w))
+    assert s.shape == (2, 3, 16)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        fn(x, r[:, :2].transpose(0, 1), (16,), w)
+
+
 _AUTOCAST_CALLS = {  # (normkit's call, torch's), on a (4, 6, 5, 5) bf16 input and fp32 parameters
     "batch_norm": (lambda t, w: normkit.batch_norm(t, None, None, w[:6], None, training=True),
                    lambda t, w: F.batch_norm(t, None, None, w[:6], None, training=True)),
