@@ -99,3 +99,13 @@ def test_negative_max_failures_is_rejected(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--ops", "layer_norm", "--max-failures", "-1"])
     assert e.value.code == 2 and "must be >= 0" in capsys.readouterr().err
+
+
+def test_nothing_checked_is_not_a_pass(capsys, monkeypatch):
+    # a misspelt --case used to print "0 of 0 cases passed" with status 0; so did a backend with none of the
+    # functions (an empty module), which a CI gate would have taken as conforming
+    assert main(["--ops", "layer_norm", "--case", "no_such_case_name", "--quiet"] + ORACLE) == 2
+    assert "no case matches --case" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "nk_test_empty_backend", types.ModuleType("nk_test_empty_backend"))
+    assert main(["--impl", "nk_test_empty_backend", "--ops", "rms_norm", "--quiet"] + ORACLE) == 1
+    assert "no case ran" in capsys.readouterr().out

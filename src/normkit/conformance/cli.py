@@ -83,6 +83,10 @@ def main(argv=None) -> int:
         return 2
 
     cases, errs = select(families, args.case, args.exact, not args.no_errors)
+    if not cases and not errs:  # a misspelt --case would otherwise "pass" with nothing checked
+        print(f"no case matches --case {args.case!r} in {', '.join(families) or 'any family'}"
+              " (--list shows the names)", file=sys.stderr)
+        return 2
     if args.list:
         for c in cases + errs:
             print(c.name)
@@ -128,7 +132,8 @@ def main(argv=None) -> int:
                 "oracle": args.oracle, "ops": families}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
     failed = sum(1 for o in outcomes if not o.passed)
-    if not outcomes:
-        print("no case ran (nothing selected, or the backend has none of the functions)")
+    if not outcomes:  # nothing checked is no pass: a backend without any of the functions fails the run
+        print("no case ran: the backend has none of the selected functions (see 'not present')")
+        return 1
     print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
