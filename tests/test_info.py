@@ -48,3 +48,21 @@ def test_info_through_the_cli():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "normkit " in proc.stdout and "devices:" in proc.stdout
+
+
+def test_info_reports_the_host_launch_switches():
+    """Each host-path switch the README names shows in `info`: direct launches and launch plans too (it used to
+    print group norm's plans as on with NORMKIT_LAUNCH_PLANS=0)."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    for env_on, expect in ((("1", "1"), ["direct launches: on", "launch plans: on", "fast routes under enable(): on"]),
+                           (("0", "0"), ["direct launches: off (NORMKIT_DIRECT_LAUNCH=0)",
+                                         "launch plans: off (NORMKIT_LAUNCH_PLANS=0)"])):
+        env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   NORMKIT_DIRECT_LAUNCH=env_on[0], NORMKIT_LAUNCH_PLANS=env_on[1], NORMKIT_FAST_ROUTES="1")
+        proc = subprocess.run([sys.executable, "-m", "normkit", "info"], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("host launch path: "))
+        for text in expect:
+            assert text in line, line
+        assert ("group norm's: on" in line) == (env_on[1] == "1")

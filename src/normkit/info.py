@@ -58,24 +58,27 @@ def collect() -> dict:
     info["pdl"] = _pdl_info(devices)
     info["enable"] = {"active": aten.is_enabled(), "ops": aten.registered_ops()}
     info["get_kernel_fallback"] = hasattr(torch.library, "get_kernel")
-    info["native_replay"] = _native_info()
+    info["host_launch"] = _host_launch_info()
     return info
 
 
-def _native_info() -> str:
-    """Whether launch plans replay through the compiled extension (normkit.kernels._native), and the host-path
-    features still off by default."""
+def _host_launch_info() -> str:
+    """The host launch path's layers: direct launches, launch plans (replayed through the compiled extension,
+    normkit.kernels._native, once it is built), group norm's plans and the fast routes under enable()."""
     from normkit import kernels
 
     if not kernels.available():
         return "no (Triton unavailable)"
-    from normkit.kernels import _native, group_norm
+    from normkit.kernels import _launch, _native, _plan, group_norm
     from normkit.ops import batch_norm
 
+    direct = "on" if _launch.direct_enabled() else "off (NORMKIT_DIRECT_LAUNCH=0)"
+    if not _plan.enabled():
+        return f"direct launches: {direct}; launch plans: off (NORMKIT_LAUNCH_PLANS=0), so no replays or fast routes"
     routes = "on (batch, layer, RMS norm)" if batch_norm.fast_routes_enabled() else "off (NORMKIT_FAST_ROUTES=0)"
     gn_plans = "on" if group_norm._CFG["plans"] else "off"
-    return (f"{_native.status()} (built in the background by the first CUDA plan); fast routes under "
-            f"enable(): {routes}; group norm launch plans: {gn_plans}")
+    return (f"direct launches: {direct}; launch plans: on (group norm's: {gn_plans}), replayed in C++: "
+            f"{_native.status()} (built in the background by the first CUDA plan); fast routes under enable(): {routes}")
 
 
 def _pdl_info(devices) -> dict:
@@ -120,7 +123,7 @@ def main(argv=None) -> int:
         where = ", ".join(f"cuda:{i} {'yes' if on else 'no (needs NVIDIA sm_90+)'}" for i, on in pdl["devices"].items())
         knobs = ", ".join(f"{k} {v}" for k, v in pdl["knobs"].items())
         print(f"programmatic dependent launch: {where or 'no CUDA device'}; {knobs}")
-    print(f"native launch-plan replay: {info['native_replay']}")
+    print(f"host launch path: {info['host_launch']}")
     en = info["enable"]
     print(f"enable(): {'active' if en['active'] else 'inactive'}"
           + (f" ({len(en['ops'])} aten ops overridden)" if en["active"] else ""))
