@@ -13,7 +13,9 @@ NARROW hold more 2- / 4-byte loads than twice their vector loads: a tile loop lo
 per-channel parameter loads of a small kernel (read the loop before concluding anything).
 
 Needs a Triton with its NVIDIA backend (ptxas, cuobjdump ship in the wheel); no GPU. The layer-norm
-launchers are run as on a 132-SM GPU (the H200).
+launchers are run as on a 132-SM GPU (the H200). ``--arch 86`` (80, 89, 100, 120, ...) compiles for another GPU,
+with the launchers sizing their pipeline stages to that arch's shared memory, and flags (SMEM) any program that
+would ask for more than a block may take there: a launch that fails on that GPU.
 """
 
 import argparse
@@ -36,13 +38,15 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from normkit.kernels import batch_norm as B  # noqa: E402
-from normkit.kernels import set_knobs  # noqa: E402
+from normkit.kernels import _launch, set_knobs  # noqa: E402
 from normkit.kernels import group_norm as GN  # noqa: E402
 from normkit.kernels import layer_norm as L  # noqa: E402
 
 _DT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
        torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1"}
 _OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "num_ctas", "maxnreg")
+# the most dynamic shared memory a block may take, by compute capability (CUDA programming guide, table 21)
+_SMEM_LIMIT = {75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
 _LOADS = ("v4.b32", "v2.b32", "b32", "b16", "v4.b16", "v2.b16")
 
 
@@ -147,9 +151,9 @@ def specialization(kernel, args, kw):
     return sig, consts, attrs, options
 
 
-def audit(kernel, sig, consts, attrs, options):
+def audit(kernel, sig, consts, attrs, options, arch=90):
     src = ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(c.asm["cubin"])
     tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
@@ -197,7 +201,13 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--set", nargs="*", default=[], metavar="KNOB=INT",
                     help="knobs of batch norm's _TUNE / layer norm's _CFG / group norm's _CFG before recording")
+    ap.add_argument("--arch", type=int, default=90,
+                    help="compute capability to compile for (80: A100, 86 / 89: RTX 30xx / 40xx, 120: RTX 50xx); "
+                         "shared memory past the arch's per-block limit is flagged SMEM")
     args = ap.parse_args()
+    smem_limit = _SMEM_LIMIT.get(args.arch)
+    if smem_limit:  # the launchers size their pipeline stages to the device's shared memory: this arch's
+        _launch.shared_memory_per_block = lambda t: smem_limit
     set_knobs(args.set)
     launches = record_launches(set(args.ops), args.quick)
     done, rows = {}, []
@@ -208,7 +218,7 @@ def main():
         if key in done:
             continue
         try:
-            regs, stack, smem, loads, convs, digest = audit(kernel, sig, consts, attrs, options)
+            regs, stack, smem, loads, convs, digest = audit(kernel, sig, consts, attrs, options, args.arch)
         except Exception as e:  # report and go on: one kernel's failure should not hide the others
             done[key] = None
             print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
@@ -222,17 +232,21 @@ def main():
         wide = loads["v4.b32"] + loads["v2.b32"] + loads["v4.b16"] + loads["v2.b16"]
         row = dict(kernel=kernel.fn.__name__, registers=regs, stack=stack, shared=smem, loads=loads,
                    tile_conversions=convs, constexprs=cx, pointers=ptrs, options=options,
-                   flag=narrow > 2 * max(wide, 1), code=digest)
+                   flag=narrow > 2 * max(wide, 1), code=digest, smem_over=bool(smem_limit and smem > smem_limit))
         done[key] = row
         rows.append(row)
-        print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{row['kernel']} regs {regs} "
+        print(f"{'NARROW ' if row['flag'] else '       '}{'CONVERT ' if convs else ''}{'SMEM ' if row['smem_over'] else ''}"
+              f"{row['kernel']} regs {regs} "
               f"stack {stack} smem {smem} loads "
               + " ".join(f"{k}:{n}" for k, n in loads.items() if n)
               + f" | {json.dumps({k: str(v) for k, v in cx.items()})} {options}", flush=True)
     flagged = sum(r["flag"] for r in rows)
     converting = sum(bool(r["tile_conversions"]) for r in rows)
-    print(f"{len(rows)} specializations compiled, {flagged} load mostly 2- or 4-byte elements, {converting} convert "
-          "tiles between layouts (CONVERT)", flush=True)
+    failed = sum(v is None for v in done.values())
+    over = sum(r["smem_over"] for r in rows)
+    print(f"sm_{args.arch}: {len(rows)} specializations compiled, {failed} failed to compile, {flagged} load mostly "
+          f"2- or 4-byte elements, {converting} convert tiles between layouts (CONVERT), {over} need more shared "
+          f"memory than a block gets ({smem_limit} bytes; SMEM)", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)

@@ -259,3 +259,17 @@ def test_pdl_only_on_nvidia_sm90_cuda_tensors(monkeypatch):
     monkeypatch.setattr(_launch, "_sm90", {0: True})
     monkeypatch.setattr(_launch, "gdc_wait", None)  # an old Triton
     assert not _launch.pdl_on(cuda, True)
+
+
+@pytest.mark.cuda
+def test_cuda_shared_memory_per_block_is_the_devices():
+    """fit_stages sizes pipeline stages to this number: the opt-in shared memory a block may take."""
+    from normkit.kernels import _launch
+
+    x = torch.empty(1, device="cuda")
+    smem = _launch.shared_memory_per_block(x)
+    props = torch.cuda.get_device_properties(x.device)
+    if hasattr(props, "shared_memory_per_block_optin"):
+        assert smem == props.shared_memory_per_block_optin
+    assert 48 * 1024 <= smem <= 256 * 1024
+    assert _launch.fit_stages(x, 3, smem) == 1 and _launch.fit_stages(x, 3, 1024) == 3

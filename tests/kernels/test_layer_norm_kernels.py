@@ -1116,6 +1116,42 @@ def test_pdl_never_changes_the_kernels(monkeypatch):
             assert kernels[0] == kernels[1], (N, dtype)
 
 
+@pytest.mark.parametrize("smem", [232448, 166912, 101376, 65536])  # H200, A100, RTX / A10 / L4 / L40S, T4
+def test_backward_pipeline_stages_fit_the_devices_shared_memory(monkeypatch, smem):
+    """The pipelined backward kernels' stages (chosen on the H200) are cut to what a program may take on the
+    device: the fp32 4097-8192-wide rows kernel asked for 128 KB at 3 stages, which a 99 KB GPU cannot launch
+    (found compiling for sm_86 offline). Buffers in flight (stages - 1 of them) + 4 KB scratch <= smem, and on
+    the H200 the stages stay as configured. Recorded on meta tensors, as on a GPU."""
+    from normkit.kernels import _launch
+
+    seen = []
+    monkeypatch.setattr(L, "launch", lambda kernel, grid, *a, **kw: seen.append((kernel.fn.__name__, a, kw)))
+    monkeypatch.setattr(L, "_num_sms", lambda x: 132)
+    monkeypatch.setattr(L, "_coop_chunk", lambda x, N, B: 0)  # the 5-pass path at the wide widths
+    monkeypatch.setattr(_launch, "shared_memory_per_block", lambda t: smem)
+    for N in (6144, 8192, 65536):
+        for dtype, pdtype in ((torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                              (torch.bfloat16, torch.bfloat16)):
+            x = torch.empty(64, N, dtype=dtype, device="meta")
+            w = torch.empty(N, dtype=pdtype, device="meta")
+            mean, rstd = torch.empty(64, device="meta"), torch.empty(64, device="meta")
+            seen.clear()
+            L.ln_backward(x, x, mean, rstd, w, (True, True, True), bias_dtype=pdtype)
+            for name, args, kw in seen:
+                if "STAGES" not in kw:
+                    continue
+                es, ws = dtype.itemsize, pdtype.itemsize
+                per_stage = {"_bwd_rows_kernel": 2 * kw.get("BLOCK_M", 1) * kw.get("BLOCK_N", 0) * es,
+                             "_bwd_rowsum_kernel": kw.get("CHUNK", 0) * (2 * es + ws),
+                             "_bwd_cols_kernel": kw.get("BLOCK_R", 0) * kw.get("BLOCK_N", 0) * 2 * es}[name]
+                assert (kw["STAGES"] - 1) * per_stage + 4096 <= smem, (name, N, dtype, kw["STAGES"])
+                configured = {"_bwd_rows_kernel": "bwd_rows_stages", "_bwd_rowsum_kernel": "bwd_rowsum_stages",
+                              "_bwd_cols_kernel": "bwd_cols_stages"}[name]
+                if smem == 232448:
+                    assert kw["STAGES"] == L._CFG[configured], (name, N, dtype)
+                assert kw["STAGES"] >= 2 or per_stage + 4096 > smem  # cut only as far as it must be
+
+
 @interp
 def test_coop_backward_masks_and_determinism(monkeypatch):
     # every output_mask combination against the float64 reference; the same bits on a second call;

@@ -81,6 +81,35 @@ def pdl_supported(index: int) -> bool:
     return ok
 
 
+_smem: dict = {}
+_H200_SMEM = 232448  # 227 KB: what the interpreter is sized as, so CPU tests take the H200's pipeline stages
+_SMEM_SCRATCH = 4096  # a pipelined kernel's own shared memory beside its stages (reductions, layout changes)
+
+
+def shared_memory_per_block(t) -> int:
+    """The most shared memory one program may take on t's device, the number Triton's launcher checks (cached):
+    227 KB on sm_90 / sm_100, 163 KB on sm_80, 99 KB on sm_86 / 89 / 120 (RTX 30xx-50xx, A10, L4, L40S)."""
+    if not t.is_cuda:
+        return _H200_SMEM
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    v = _smem.get(index)
+    if v is None:
+        from triton.runtime import driver
+
+        v = _smem[index] = int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+    return v
+
+
+def fit_stages(t, stages: int, stage_bytes: int, budget: int = 0) -> int:
+    """The most software-pipeline stages, at most ``stages``, whose buffers (``stages - 1`` of ``stage_bytes``
+    in flight) fit in a program's shared memory on t's device and in ``budget`` bytes where given: the stages
+    were chosen on the H200, and a launch asking for more shared memory than the device has fails."""
+    room = shared_memory_per_block(t) - _SMEM_SCRATCH
+    if budget:
+        room = min(room, budget)
+    return max(1, min(stages, 1 + room // max(1, stage_bytes)))
+
+
 def direct_enabled() -> bool:
     """Whether CUDA launches bypass Triton's binder (see the module doc)."""
     return _direct

@@ -121,7 +121,8 @@ _TUNE = {
     "target_programs_rows_two_buf": 264,
     # the spread reduction's loop pipelined by Triton through shared memory, this many stages (1: off; a variant, in
     # place of two register sets): the spread grid is bounded by its few rows, so its programs' bytes in flight are
-    # what bounds it (session 16's pipelined rows / ncs loops lost where occupancy already gave them)
+    # what bounds it (session 16's pipelined rows / ncs loops lost where occupancy already gave them). Before it is
+    # adopted, its stages must go through _launch.fit_stages (the device's shared memory), as layer norm's do
     "red_spread_stages": 1,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }

@@ -94,7 +94,7 @@ import triton.language as tl
 
 from normkit.kernels import cdiv, dense_param, interpreting, next_pow2
 from normkit.kernels import _plan
-from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels._launch import alloc, fit_stages, launch, pdl_follow, pdl_on, pdl_trigger
 from normkit.kernels.layer_norm._bwd_kernels import (_bwd_cols_kernel, _bwd_coop_kernel, _bwd_db_rows_kernel,
                                                      _bwd_rows_kernel, _bwd_rows_pf_kernel, _bwd_rowsum_kernel,
                                                      _reduce_partials_kernel)
@@ -405,8 +405,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             variant = dict(HOLD_W=bool(_CFG["bwd_hold_w"]) and not narrow)
             if _CFG["bwd_rows_stages_min_block"] <= BLOCK_N <= _CFG["bwd_rows_stages_max_block"]:
                 block_bytes = 2 * BLOCK_M * BLOCK_N * x.element_size()  # x and dy
-                fit = 1 + _CFG["bwd_rows_stages_smem"] // block_bytes
-                variant["STAGES"] = max(1, min(_CFG["bwd_rows_stages"], fit))
+                variant["STAGES"] = fit_stages(x, _CFG["bwd_rows_stages"], block_bytes, _CFG["bwd_rows_stages_smem"])
         if need_dx or need_dw or not db_split:  # (db alone: the db kernel only)
             launch(_bwd_rows_pf_kernel if pf else _bwd_rows_kernel, (P,),
                    dy, x, wp, mean, rstd, dx if need_dx else dummy, dwp, dbp,
@@ -435,7 +434,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             launch(_bwd_rowsum_kernel, (M,),
                 dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
                 CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
-                STAGES=_CFG["bwd_rowsum_stages"], num_warps=8, enable_fp_fusion=False,
+                STAGES=fit_stages(x, _CFG["bwd_rowsum_stages"], _CFG["bwd_chunk"] * (
+                    dy.element_size() + x.element_size() + (wp.element_size() if weight is not None else 0))),
+                num_warps=8, enable_fp_fusion=False,
             )
         BN = _CFG["bwd_col_block"]
         BR = _CFG["bwd_col_rows"]
@@ -448,7 +449,9 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
         launch(_bwd_cols_kernel, (ncb, G),
             dy, x, wp, mean, rstd, c, dx if need_dx else dummy, dwp, dbp,
             M, N, _row_stride(dy), _row_stride(x), N, rpg,
-            BLOCK_R=BR, BLOCK_N=BN, STAGES=_CFG["bwd_cols_stages"], num_warps=8, enable_fp_fusion=False, **flags,
+            BLOCK_R=BR, BLOCK_N=BN, STAGES=fit_stages(x, _CFG["bwd_cols_stages"], BR * BN * (dy.element_size()
+                                                                                             + x.element_size())),
+            num_warps=8, enable_fp_fusion=False, **flags,
         )
     if not need_partials:
         return dx, None, None
