@@ -234,6 +234,10 @@
 #          reduction rules (new reduction orders: 4-warp rows programs, fewer ncs forward programs); then the probe with
 #          its tile-partials reductions (programs that read K = 1-8 tiles and exit, partials summed after: do they reach
 #          the streaming read's 0.92-1.03 of copy, and what do the partials cost?).
+# For session 32 (session 31 had no GPU): PART=99 first: session 31's changes on CUDA (the batch / layer norm kernel
+#          packages, pipeline stages sized to shared memory, double-backward graphs, the add_* sum rules): the launch,
+#          custom-op, functional and aten CUDA tests, every layer-norm kernel test with stages or the wide backward,
+#          conformance on CUDA; then PART=96 / 97 / 98 (session 30's plan, predictions in the NOTES).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -896,6 +900,14 @@ elif [ "$PART" = 95 ]; then  # session 30, call 7: two register sets on the rows
     sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-170 | tail -40
     stamp "randomized test on CUDA: batch norm, modules (seed 20261234)"
     random_cuda_tests 20261234 ${RANDOM_S:-50} -k "batch_norm or module"
+elif [ "$PART" = 99 ]; then  # for session 32: session 31's changes (made without a GPU) on CUDA
+    stamp "pytest -m cuda: launch (shared memory per block), custom ops, functional, aten"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_launch.py tests/ops/test_custom_ops.py tests/test_functional.py \
+        tests/test_aten.py
+    cp "$W/pytest_cuda.log" "$W/pytest_cuda_ops.log"
+    stamp "pytest -m cuda: layer-norm kernels with pipeline stages, the wide backward"
+    cuda_tests ${PYTEST_S2:-150} tests/kernels/test_layer_norm_kernels.py -k "stages or wide or coop or db_split"
+    cuda_check 200
 elif [ "$PART" = 96 ]; then  # for session 31 (carry .whl): the rows view's two register sets in the suite
     use_wheels
     stamp "batch norm A/B: channels_last 7x7 in 8 column blocks with two register sets (rtbwide)"
