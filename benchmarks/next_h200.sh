@@ -237,7 +237,9 @@
 # For session 32 (session 31 had no GPU): PART=99 first: session 31's changes on CUDA (the batch / layer norm kernel
 #          packages, pipeline stages sized to shared memory, double-backward graphs, the add_* sum rules): the launch,
 #          custom-op, functional and aten CUDA tests, every layer-norm kernel test with stages or the wide backward,
-#          conformance on CUDA; then PART=96 / 97 / 98 (session 30's plan, predictions in the NOTES).
+#          conformance on CUDA; then PART=96 / 97 / 98 (session 30's plan, predictions in the NOTES). Merge branch
+#          s31-gn-nan first (group norm's NaN fixes, kernel changes made without a GPU): PART=99 runs the group-norm
+#          kernel CUDA tests too, and it lands on main only if they pass (NOTES-group_norm.md on that branch).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -907,7 +909,10 @@ elif [ "$PART" = 99 ]; then  # for session 32: session 31's changes (made withou
     cp "$W/pytest_cuda.log" "$W/pytest_cuda_ops.log"
     stamp "pytest -m cuda: layer-norm kernels with pipeline stages, the wide backward"
     cuda_tests ${PYTEST_S2:-150} tests/kernels/test_layer_norm_kernels.py -k "stages or wide or coop or db_split"
-    cuda_check 200
+    cp "$W/pytest_cuda.log" "$W/pytest_cuda_ln.log"
+    stamp "pytest -m cuda: group-norm kernels (branch s31-gn-nan's NaN fixes, once merged)"
+    cuda_tests ${PYTEST_S3:-90} tests/kernels/test_group_norm_kernels.py
+    cuda_check 150
 elif [ "$PART" = 96 ]; then  # for session 31 (carry .whl): the rows view's two register sets in the suite
     use_wheels
     stamp "batch norm A/B: channels_last 7x7 in 8 column blocks with two register sets (rtbwide)"
