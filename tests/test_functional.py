@@ -329,6 +329,56 @@ def test_functional_errors_exact_and_stats_untouched(call, exc, msg):
     assert torch.equal(rm, rm0) and torch.equal(rv, rv0)
 
 
+def _bad_argument_calls():
+    np = pytest.importorskip("numpy")
+    x, x3 = _fresh((2, 8)), _fresh((2, 8, 3))
+    w, ints = torch.rand(8) + 0.5, torch.arange(1, 9)
+    return [
+        ("layer_norm", (x, (8.0,)), {}), ("layer_norm", (x, (True,)), {}), ("layer_norm", (x, (8,)), {"eps": "a"}),
+        ("layer_norm", (x, (8,)), {"eps": None}), ("layer_norm", (x, (8,), [1.0] * 8), {}),
+        ("layer_norm", (x, (8,), ints), {}), ("layer_norm", (x, (8,), w.to(torch.complex64)), {}),
+        ("layer_norm", ([1.0] * 8, (8,)), {}), ("layer_norm", (x, (8,), np.ones(8, dtype=np.float32)), {}),
+        ("layer_norm", (x, (np.int64(8),)), {}), ("layer_norm", (x, (torch.tensor(8),)), {}),
+        ("rms_norm", (x, (8,)), {"eps": "a"}), ("rms_norm", (x, (8,), [1.0] * 8), {}),
+        ("rms_norm", (x, (8.0,)), {}),
+        ("batch_norm", (x, None, None), {"training": True, "momentum": "a"}),
+        ("batch_norm", (x, None, None), {"training": True, "eps": torch.tensor([1e-5])}),
+        ("batch_norm", (x, None, None), {"training": True, "eps": torch.tensor(1e-5)}),
+        ("batch_norm", (x, None, None), {"training": 1}), ("batch_norm", (x, None, None), {"training": None}),
+        ("batch_norm", (x, [0.0] * 8, [1.0] * 8), {}), ("batch_norm", ([1.0] * 8, None, None), {}),
+        ("batch_norm", (x, None, None, ints), {"training": True}),
+        ("batch_norm", (x.double(), None, None, ints), {"training": True}),
+        ("group_norm", (x3, 2.0), {}), ("group_norm", (x3, True), {}), ("group_norm", (x3, np.int64(2)), {}),
+        ("group_norm", (x3, 2), {"eps": "a"}), ("group_norm", (x3, 2, [1.0] * 8), {}),
+        ("group_norm", (x3, 2, ints), {}),
+        ("instance_norm", (x3,), {"momentum": "a"}), ("instance_norm", (x3,), {"use_input_stats": "yes"}),
+        ("instance_norm", (x3,), {"weight": [1.0] * 8}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(32))
+def test_bad_arguments_get_torchs_error(case):
+    """Arguments of the wrong Python type or dtype (a float in normalized_shape, a str eps, a list weight, a bool
+    num_groups, an int or complex weight): torch's TypeError / RuntimeError with its text, as torch.nn.functional
+    raises it on the CPU (normkit accepted several of them, computing with a float shape or casting an int or
+    complex weight); accepted ones (numpy ints, 0-dim tensors) give torch's values."""
+    calls = _bad_argument_calls()
+    assert len(calls) == 32
+    name, args, kwargs = calls[case]
+    outcomes = []
+    for fn in (getattr(F, name), getattr(normkit, name)):
+        try:
+            outcomes.append(("ok", fn(*args, **kwargs)))
+        except Exception as e:  # noqa: BLE001 - the type and text are what is compared
+            outcomes.append((type(e), str(e)))
+    (kind_t, got_t), (kind_n, got_n) = outcomes
+    assert kind_n == kind_t, (name, kwargs, got_t, got_n)
+    if kind_t == "ok":
+        torch.testing.assert_close(got_n, got_t)
+    else:
+        assert got_n == got_t
+
+
 def test_empty_batch_keeps_stats_and_gives_zero_param_grads():
     x = torch.randn(0, 3, 4, requires_grad=True)
     w, b = _leaf(torch.randn(3)), _leaf(torch.randn(3))

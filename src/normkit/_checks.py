@@ -104,6 +104,20 @@ def check_floating(input: Tensor, kernel: str, allow_complex: bool = False) -> N
     raise NotImplementedError(f'"{kernel}" not implemented for \'{dtype_name(input.dtype)}\'')
 
 
+# Parameter dtypes normkit computes with (the input's accumulation type after a cast): any floating dtype.
+_PARAM_FLOATING = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point)
+
+
+def _param_dtype_error(input: Tensor, params) -> None:
+    """A weight / bias / running statistic of a non-floating dtype (int, bool, complex), which torch's kernels
+    reject: normkit would otherwise cast it (a complex one losing its imaginary part)."""
+    for name, p in params:
+        if p is not None and p.dtype not in _PARAM_FLOATING:
+            if input.device.type == "cpu":  # torch's CPU text (contract §2), fp64 input included
+                raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+            raise RuntimeError(f"expected {name} to have a floating point dtype, but got {dtype_name(p.dtype)}")
+
+
 def check_channel_dim(input: Tensor) -> None:
     """Batch-style ops read the channel count from dim 1: raise what ``input.size(1)`` raises in torch.
 
@@ -172,6 +186,10 @@ def check_batch_norm(
         check_batch_norm_running_stats(running_mean, running_var)
     if input.dtype not in _FLOATING:
         check_floating(input, kernel)
+    for p in (weight, bias, running_mean, running_var):
+        if p is not None and p.dtype not in _PARAM_FLOATING:
+            _param_dtype_error(input, (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                                       ("running_var", running_var)))
     if training and input.numel() == 0 and not allow_empty:
         raise RuntimeError(
             "input tensor must have at least one element, but got input_sizes = "
@@ -424,6 +442,7 @@ def check_layer_norm(input: Tensor, normalized_shape, weight, bias) -> None:
     """``native_layer_norm`` (and ``F.layer_norm``, which adds nothing)."""
     _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
     check_floating(input, "LayerNormKernelImpl")
+    _param_dtype_error(input, (("weight", weight), ("bias", bias)))
 
 
 def check_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape, mean: Tensor, rstd: Tensor,
@@ -497,6 +516,7 @@ def check_group_norm(input: Tensor, weight, bias, N: int, C: int, HxW: int, grou
     _check_group_norm_inputs(input, weight, bias, C, group)
     _check_nchw(input, N, C, HxW)
     check_floating(input, "GroupNormKernelImpl")
+    _param_dtype_error(input, (("weight", weight), ("bias", bias)))
 
 
 def check_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, weight,

@@ -19,6 +19,7 @@ group / RMS norm cast to fp32 where torch's autocast would (`_autocast_fp32`: CU
 from __future__ import annotations
 
 import math
+import numbers
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -38,15 +39,21 @@ def _ops():
 
 
 _functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
 
 
 def _in_transform(*tensors: Optional[Tensor]) -> bool:
-    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) is active, or any of these tensors is a
-    forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's autograd Functions and kernels take
-    plain tensors, so such calls go to torch's own functional op (whose batching and derivative rules exist;
-    under `enable()` its CUDA kernels still reach normkit's)."""
+    """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) is active, `torch.jit.trace` is
+    recording, or any of these tensors is a forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's
+    autograd Functions and kernels take plain tensors, and a trace would record the Function's inside without
+    its no-grad context (its running-statistics update then carried a graph), so such calls go to torch's own
+    functional op (whose batching and derivative rules exist; under `enable()` its CUDA kernels still reach
+    normkit's). `torch.export` gets torch's ops too: an exported program then holds aten ops only (it loads and
+    differentiates without normkit; under `enable()` they still run normkit's kernels)."""
     if torch.compiler.is_compiling():  # Dynamo cannot trace these checks (nor needs them)
-        return False
+        return _is_exporting()
+    if torch._C._is_tracing():
+        return True
     if _functorch_level is not None and _functorch_level() is not None:  # wrapped tensors exist only in there
         return True
     return _forward_ad._current_level >= 0 and any(
@@ -81,8 +88,53 @@ def _fp32(t: Optional[Tensor]) -> Optional[Tensor]:
     return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+# torch's argument parser on these functions' arguments (python_arg_parser): what each kind accepts and the
+# TypeError it raises, e.g. "layer_norm(): argument 'eps' (position 5) must be float, not str"
+
+def _type_name(v) -> str:
+    t = type(v)  # as torch prints it: "list", "Tensor", "numpy.ndarray"
+    return t.__qualname__ if t.__module__ in ("builtins", "torch") else f"{t.__module__}.{t.__qualname__}"
+
+
+def _int_like(v) -> bool:
+    """An int argument: a Python or numpy integer (not a bool), a SymInt, or a one-element integer tensor."""
+    if type(v) is int:  # (the common case first: isinstance against the numbers ABCs costs ~0.5 us)
+        return True
+    if isinstance(v, Tensor):
+        return v.numel() == 1 and not (v.is_floating_point() or v.is_complex() or v.dtype == torch.bool)
+    return isinstance(v, (numbers.Integral, torch.SymInt)) and not isinstance(v, bool)
+
+
+def _check_args(fn: str, tensors=(), floats=(), bools=(), ints=()) -> None:
+    """``(name, position, value)`` triples by kind, checked as torch's parser checks them. Tensor arguments may
+    be None; a float is any real number or a 0-dim tensor."""
+    for name, pos, v in tensors:
+        if v is not None and not isinstance(v, Tensor):
+            _arg_error(fn, name, pos, "Tensor", v)
+    for name, pos, v in floats:
+        if type(v) is not float and not isinstance(v, (numbers.Real, torch.SymFloat, torch.SymInt)) and not (
+                isinstance(v, Tensor) and v.dim() == 0):
+            _arg_error(fn, name, pos, "float", v)
+    for name, pos, v in bools:
+        if type(v) is not bool:
+            _arg_error(fn, name, pos, "bool", v)
+    for name, pos, v in ints:
+        if not _int_like(v) or (isinstance(v, Tensor) and v.dim() != 0):
+            _arg_error(fn, name, pos, "int", v)
+
+
+def _arg_error(fn: str, name: str, pos: int, kind: str, v) -> None:
+    if torch.compiler.is_compiling():  # Dynamo's symbolic values: nothing to say about them here
+        return
+    raise TypeError(f"{fn}(): argument '{name}' (position {pos}) must be {kind}, not {_type_name(v)}")
+
+
 def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
     if isinstance(normalized_shape, (list, tuple, torch.Size)):
+        for i, s in enumerate(normalized_shape):
+            if not _int_like(s):
+                raise TypeError(f"{name}(): argument 'normalized_shape' (position 2) must be tuple of ints, but "
+                                f"found element of type {_type_name(s)} at pos {i}")
         return [int(s) for s in normalized_shape]
     raise TypeError(f"{name}(): argument 'normalized_shape' (position 2) must be tuple of ints, "
                     f"not {type(normalized_shape).__name__}")
@@ -107,12 +159,6 @@ def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[
     return out
 
 
-def _require_float(fn: str, name: str, position: int, value) -> None:
-    # torch.batch_norm / torch.instance_norm parse their float arguments before anything else they do
-    if value is None:
-        raise TypeError(f"{fn}(): argument '{name}' (position {position}) must be float, not NoneType")
-
-
 def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
@@ -123,7 +169,9 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     if training:
         _checks.verify_batch_size(input.size())
     _checks.check_batch_norm_eps(eps, training)
-    _require_float("batch_norm", "momentum", 7, momentum)
+    _check_args("batch_norm", tensors=(("input", 1, input), ("weight", 2, weight), ("bias", 3, bias),
+                                       ("running_mean", 4, running_mean), ("running_var", 5, running_var)),
+                bools=(("training", 6, training),), floats=(("momentum", 7, momentum), ("eps", 8, eps)))
     if input.numel() == 0:
         # torch.batch_norm (`_batch_norm_impl_index`) returns for an empty input before any other check:
         # no rank, size, running-stat or dtype error, and no running-stat update.
@@ -140,10 +188,12 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
     if _in_transform(input, weight, bias):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
+    _check_args("layer_norm", tensors=(("input", 1, input),))
     if _autocast_fp32("layer_norm", input):
         with torch.autocast(input.device.type, enabled=False):
             return layer_norm(_fp32(input), normalized_shape, _fp32(weight), _fp32(bias), eps)
     ns = _shape_list(normalized_shape)
+    _check_args("layer_norm", tensors=(("weight", 3, weight), ("bias", 4, bias)), floats=(("eps", 5, eps),))
     _checks.check_layer_norm(input, ns, weight, bias)
     return _ops().layer_norm_autograd(input, ns, weight, bias, float(eps))[0]
 
@@ -160,12 +210,14 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
     fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
     if _in_transform(input, weight):
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
+    _check_args("rms_norm", tensors=(("input", 1, input),))
     if _autocast_fp32("rms_norm", input):
         with torch.autocast(input.device.type, enabled=False):
             return rms_norm(_fp32(input), normalized_shape, _fp32(weight), eps)
     from normkit.ops.layer_norm import check_rms_norm_rank, keep_channels_last
 
     ns = _shape_list(normalized_shape, "rms_norm")
+    _check_args("rms_norm", tensors=(("weight", 3, weight),), floats=() if eps is None else (("eps", 4, eps),))
     check_rms_norm_rank(input, ns, weight)
     _checks.check_rms_norm(input, ns, weight)
     if input.dtype.is_complex:
@@ -213,6 +265,8 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, 
         with torch.autocast(input.device.type, enabled=False):
             return group_norm(_fp32(input), num_groups, _fp32(weight), _fp32(bias), eps)
     _checks.check_group_norm_functional(input, num_groups)
+    _check_args("group_norm", tensors=(("input", 1, input), ("weight", 3, weight), ("bias", 4, bias)),
+                ints=(("num_groups", 2, num_groups),), floats=(("eps", 5, eps),))
     _checks.check_group_norm(input, weight, bias, input.shape[0], input.shape[1], math.prod(input.shape[2:]),
                              num_groups)
     return _ops().group_norm_autograd(input, int(num_groups), weight, bias, float(eps))[0]
@@ -231,8 +285,9 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
                                                  momentum, eps)
     if use_input_stats:
         _checks.verify_spatial_size(input.size())
-    _require_float("instance_norm", "momentum", 7, momentum)
-    _require_float("instance_norm", "eps", 8, eps)
+    _check_args("instance_norm", tensors=(("input", 1, input), ("weight", 2, weight), ("bias", 3, bias),
+                                          ("running_mean", 4, running_mean), ("running_var", 5, running_var)),
+                bools=(("use_input_stats", 6, use_input_stats),), floats=(("momentum", 7, momentum), ("eps", 8, eps)))
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
     return _instance_norm_checked(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
 
