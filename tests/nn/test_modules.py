@@ -230,3 +230,56 @@ def test_convert_lazy_modules_become_normkit_modules(lazy, plain, ours, shape):
     torch.testing.assert_close(net(x), ref(x))
     for (k, a), (_, b) in zip(net[0].state_dict().items(), ref.state_dict().items()):
         torch.testing.assert_close(a, b, msg=k)
+
+
+def _traced_model():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, dtype=torch.float64), torch.nn.BatchNorm2d(4, dtype=torch.float64),
+                               torch.nn.ReLU(), torch.nn.GroupNorm(2, 4, dtype=torch.float64),
+                               torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True, dtype=torch.float64),
+                               torch.nn.Flatten(), torch.nn.LayerNorm(144, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("how", ["trace", "script", "export"])
+@pytest.mark.parametrize("training", [True, False])
+def test_converted_model_traces_scripts_and_exports_like_torch(how, training):
+    """torch.jit.trace / torch.jit.script / torch.export of a converted model against the same done to torch's
+    own model: outputs, gradients and running statistics equal (float64), buffers never requiring grad. A trace
+    used to record the autograd Function's inside without its no-grad context (calling the traced model made the
+    running statistics require grad), scripting failed on normkit's Python forward, and an exported program held
+    normkit's custom ops, which have no autograd formula (backward through it raised)."""
+    import copy
+    import warnings
+
+    torch.manual_seed(0)
+    ref = _traced_model()
+    for m in ref.modules():
+        if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.GroupNorm, torch.nn.LayerNorm)):
+            _randomize(m)
+    nk = nknn.convert(copy.deepcopy(ref))
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    runners = []
+    for model in (ref, nk):
+        model.train(training)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if how == "trace":
+                runner = torch.jit.trace(model, x, check_trace=False)
+            elif how == "script":
+                runner = torch.jit.script(model)
+            else:
+                runner = torch.export.export(model, (x,)).module()
+        runners.append(runner)
+    if how == "export":  # no normkit op left in the exported program
+        assert "normkit" not in str(runners[1].graph)
+    for _ in range(2):
+        (y_ref, y), grads = [r(x) for r in runners], []
+        torch.testing.assert_close(y, y_ref)
+        for r, out in zip(runners, (y_ref, y)):
+            grads.append(torch.autograd.grad(out.square().sum(), list(r.parameters())))
+        for a, e in zip(grads[1], grads[0]):
+            torch.testing.assert_close(a, e)
+    buffers = [dict(r.named_buffers()) for r in runners]
+    assert buffers[0].keys() == buffers[1].keys()
+    for name, b in buffers[0].items():
+        assert not buffers[1][name].requires_grad, name
+        torch.testing.assert_close(buffers[1][name], b)

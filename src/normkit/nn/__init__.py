@@ -185,6 +185,19 @@ if hasattr(torch.nn, "RMSNorm"):
     _SWAPS[torch.nn.RMSNorm] = RMSNorm
 
 
+def _torch_module(self) -> torch.nn.Module:
+    """``__prepare_scriptable__``: `torch.jit.script` compiles torch's own module in place of normkit's (whose
+    forward is Python TorchScript cannot compile), sharing its parameters and buffers; under `enable()` the
+    scripted aten ops still reach normkit's kernels."""
+    base = _TORCH_BASES.get(type(self))
+    return self if base is None else _swapped(self, base)
+
+
+_TORCH_BASES = {normkit_cls: torch_cls for torch_cls, normkit_cls in _SWAPS.items()}
+for _cls in _TORCH_BASES:
+    _cls.__prepare_scriptable__ = _torch_module
+
+
 _LAZY_SWAPS = {
     torch.nn.LazyBatchNorm1d: BatchNorm1d,
     torch.nn.LazyBatchNorm2d: BatchNorm2d,
