@@ -154,6 +154,23 @@ def test_instance_norm_routes_through_normkit_and_matches(track):
         torch.testing.assert_close(m.running_var, ref.running_var)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (4, 3, 1), (2, 3, 1, 1)])
+def test_instance_norm_one_element_per_instance_running_var_like_torch(shape):
+    """A direct aten instance_norm call (F.instance_norm refuses these inputs) with one element per instance: the
+    unbiased variance is 0/0, so torch's running_var becomes NaN; normkit's enable() path once left 0 there."""
+    torch.manual_seed(3)
+    x = torch.randn(shape, dtype=torch.float64)
+    want = [torch.randn(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.5]
+    got = [t.clone() for t in want]
+    y_want = torch.instance_norm(x, None, None, *want, True, 0.1, 1e-5, False)
+    with normkit.enabled(_dispatch_key="CPU"):
+        y_got = torch.instance_norm(x, None, None, *got, True, 0.1, 1e-5, False)
+    assert aten.call_counts().get("instance_norm") == 1
+    torch.testing.assert_close(y_got, y_want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+    assert torch.isnan(want[1]).all() and torch.isnan(got[1]).all()
+
+
 def test_eval_backward_with_empty_saved_stats():
     net = SmallNet().eval()
     x = torch.randn(2, 3, 5, 6, requires_grad=True)

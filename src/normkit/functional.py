@@ -303,9 +303,9 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
     if not use_input_stats:
         return _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, False, float(momentum),
                                           float(eps))[0]
-    y, mean, rstd = _ops().group_norm_autograd(input, c, weight, bias, float(eps), True)
+    y, mean, _ = _ops().group_norm_autograd(input, c, weight, bias, float(eps), True)
     if running_mean is not None or running_var is not None:
         from normkit.ops.group_norm import update_instance_running_stats
 
-        update_instance_running_stats(running_mean, running_var, mean, rstd, input, float(momentum), float(eps))
+        update_instance_running_stats(running_mean, running_var, mean, input, float(momentum))
     return y

@@ -100,29 +100,31 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
         return _bn._forward_core(input, weight, bias, running_mean, running_var, False, momentum, eps)[0]
     n, c = input.shape[0], input.shape[1]
     hxw = input.numel() // (n * c)
-    y, mean, rstd = _group_norm_core(input, weight, bias, n, c, hxw, c, eps, fp32_stats=True)
-    update_instance_running_stats(running_mean, running_var, mean, rstd, input, momentum, eps)
+    y, mean, _ = _group_norm_core(input, weight, bias, n, c, hxw, c, eps, fp32_stats=True)
+    update_instance_running_stats(running_mean, running_var, mean, input, momentum)
     return y
 
 
 def update_instance_running_stats(running_mean: Optional[Tensor], running_var: Optional[Tensor], mean: Tensor,
-                                  rstd: Tensor, input: Tensor, momentum: float, eps: float) -> None:
+                                  input: Tensor, momentum: float) -> None:
     """running = (1 - momentum) * running + momentum * batch average of the per-(n, c) statistics (what
     ATen's batch norm on the (1, N*C, *) view leaves after averaging over N); the variance is the unbiased
-    one, computed from ``input`` in its accumulation type: recovering it from rstd (var = rstd^-2 - eps) loses
-    ~eps/var·1e-7 relative, all of it once var is far below eps (scale 1e-6 with eps 1e-5 gave 0). Only a
-    2-D input (no spatial dims: one element per instance) takes that route. Each instance is shifted by its
-    first element first (exact for nearby values): CUDA's fp32 ``torch.var`` (Welford in fp32) of values
-    near 1000 with std 0.1 was 9e-5 off (H200 session 16, the randomized test); the CPU's was not."""
+    one, computed from ``input`` in its accumulation type (recovering it from rstd, var = rstd^-2 - eps, lost
+    ~eps/var·1e-7 relative, all of it once var is far below eps, and gave 0 where ATen's is NaN: one element per
+    instance). Each instance is shifted by its first element first (exact for nearby values): CUDA's fp32
+    ``torch.var`` (Welford in fp32) of values near 1000 with std 0.1 was 9e-5 off (H200 session 16, the randomized
+    test); the CPU's was not."""
     with torch.no_grad():
         if running_mean is not None:
             _blend(running_mean, mean.mean(0), momentum)
         if running_var is not None:
-            if input.dim() > 2:
-                x = input.to(acc_dtype(input.dtype)).flatten(2)
-                var = torch.var(x - x[:, :, :1], dim=2, correction=1 if x.shape[2] > 1 else 0)
+            x = input.to(acc_dtype(input.dtype)).flatten(2) if input.dim() > 2 else None
+            if x is not None and x.shape[2] > 1:
+                var = torch.var(x - x[:, :, :1], dim=2, correction=1)
             else:
-                var = (rstd.double().pow(-2) - eps).clamp_min(0)
+                # one value per instance (a 2-D input, or spatial size 1: only a direct aten call gets here): its
+                # unbiased variance is 0/0, NaN, as in ATen's batch norm on the (1, N*C) view
+                var = torch.full(mean.shape, float("nan"), dtype=acc_dtype(input.dtype), device=input.device)
             _blend(running_var, var.mean(0), momentum)
 
 
