@@ -296,6 +296,10 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
     """instance_norm after its checks (also what `enable()` routes `aten::instance_norm` to)."""
     n, c = input.shape[0], input.shape[1]
     if input.numel() == 0:
+        if use_input_stats and n == 0:  # aten writes back the mean over no instances: NaN (contract §6)
+            from normkit.reference.instance_norm import _write_back_empty
+
+            _write_back_empty(running_mean, running_var)
         x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
         w = None if weight is None else weight.repeat(n)
         b = None if bias is None else bias.repeat(n)

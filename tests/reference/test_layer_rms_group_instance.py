@@ -176,8 +176,14 @@ def test_instance_norm(shape, momentum, eps):
             if stats:
                 close(rm, a1, what="running_mean")
                 close(rv, a2, what="running_var")
-    # Empty batch: empty output, running stats untouched.
-    rm, rv = torch.randn(c, dtype=F64), torch.rand(c, dtype=F64)
-    r1, r2 = rm.clone(), rv.clone()
-    out = R.instance_norm(make((0,) + shape[1:]), None, None, r1, r2, True, momentum, eps)
-    assert out.shape == (0,) + shape[1:] and torch.equal(r1, rm) and torch.equal(r2, rv)
+    # Empty batch: empty output; with input statistics aten writes back the mean over no instances (NaN), with
+    # running statistics they stay as they were
+    for use_input_stats in (True, False):
+        rm, rv = torch.randn(c, dtype=F64), torch.rand(c, dtype=F64)
+        (r1, r2), (a1, a2) = (rm.clone(), rv.clone()), (rm.clone(), rv.clone())
+        out = R.instance_norm(make((0,) + shape[1:]), None, None, r1, r2, use_input_stats, momentum, eps)
+        exp = A.instance_norm(make((0,) + shape[1:]), None, None, a1, a2, use_input_stats, momentum, eps, False)
+        assert out.shape == exp.shape == (0,) + shape[1:]
+        assert torch.equal(r1, a1) or (r1.isnan().all() and a1.isnan().all())
+        assert torch.equal(r2, a2) or (r2.isnan().all() and a2.isnan().all())
+        assert r1.isnan().all() == use_input_stats

@@ -25,7 +25,10 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
     n, c = input.shape[0], input.shape[1]
     if input.numel() == 0:
-        # aten's batch_norm returns early on empty input: nothing to normalize, no running update.
+        # aten's batch_norm returns early on empty input (nothing to normalize); instance_norm still writes back the
+        # mean over the N = 0 instances of the repeated statistics: NaN (contract §6), with input statistics
+        if use_input_stats and n == 0:
+            _write_back_empty(running_mean, running_var)
         return input.clone(memory_format=torch.contiguous_format)
     x = input.contiguous().reshape([1, n * c] + list(input.shape[2:]))
     rep = [None if t is None else t.repeat(n) for t in (weight, bias, running_mean, running_var)]
@@ -36,3 +39,12 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
                 if stat is not None:
                     stat.copy_(repeated.reshape(n, c).mean(0))
     return out.reshape(input.shape)
+
+
+def _write_back_empty(running_mean: Optional[Tensor], running_var: Optional[Tensor]) -> None:
+    """What aten's instance_norm leaves in the running statistics after a batch of no instances: the mean over
+    none of them, NaN."""
+    with torch.no_grad():
+        for stat in (running_mean, running_var):
+            if stat is not None:
+                stat.fill_(float("nan"))
