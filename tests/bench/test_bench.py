@@ -220,6 +220,58 @@ def test_timing_rounds_alternate_order_and_keep_the_fastest():
             assert r["status"] == "WRONG" and len(r["ms_rounds"]) == 1
 
 
+class _ScaledForwardExactGrad(torch.autograd.Function):
+    """y 5 % off, gradients those of the true layer norm: a WRONG forward, a correct backward."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return F.layer_norm(x, (x.shape[-1],), w, b, C.EPS) * 1.05
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b = ctx.saved_tensors
+        with torch.enable_grad():
+            xx, ww, bb = (t.detach().requires_grad_() for t in (x, w, b))
+            y = F.layer_norm(xx, (x.shape[-1],), ww, bb, C.EPS)
+            return torch.autograd.grad(y, (xx, ww, bb), dy)
+
+
+class _WrongForwardOnly(Impl):
+    name = "wrong-fwd-only"
+    ops = ("layer_norm",)
+
+    def build(self, case):
+        return lambda x, w, b, rm, rv: _ScaledForwardExactGrad.apply(x, w, b)
+
+
+def test_correct_backward_behind_wrong_forward_gets_every_round():
+    """Its backward counts in the speedups, so it is timed in as many rounds (keeping the fastest) as the
+    rows it is compared with: with one round it would carry the first-round penalty alone."""
+    case = C.Case("layer_norm", (64, 32), "float32", "float32")
+    ctx = _ctx()
+    ctx.rounds = 2
+    rows = run_case(case, [AtenImpl(True), _WrongForwardOnly()], ctx)
+    st = {(r["impl"], r["direction"]): r for r in rows}
+    assert st["wrong-fwd-only", "fwd"]["status"] == "WRONG"
+    assert st["wrong-fwd-only", "bwd"]["status"] == "ok"
+    assert len(st["wrong-fwd-only", "bwd"]["ms_rounds"]) == len(st["aten", "bwd"]["ms_rounds"]) == 2
+    assert st["wrong-fwd-only", "bwd"]["ms"] == min(st["wrong-fwd-only", "bwd"]["ms_rounds"])
+
+
+def test_cpu_summary_says_it_is_not_a_gpu_measurement(quick_run):
+    p, js, out = quick_run
+    summary = (out / "summary.md").read_text()
+    head = summary.split("## Headline")[0]
+    assert "Not a GPU measurement" in head
+    assert "timed on CUDA" not in summary and "CUDA graph" not in summary
+    assert "Not a GPU measurement" in p.stdout.split("### headline")[-1]   # the tail a remote run shows
+    d = _strict_json(js)
+    d["device"] = dict(d["device"], device="cuda", gpu_name="NVIDIA H200")
+    assert "Not a GPU measurement" not in report.summary_markdown(d)
+    assert "Not a GPU measurement" not in report.console_report(d)
+
+
 def test_wrong_implementation_is_flagged():
     case = C.Case("layer_norm", (64, 32), "float32", "float32")
     rows = run_case(case, [AtenImpl(True), _WrongForward(), _WrongGrad(), _Raises()], _ctx())

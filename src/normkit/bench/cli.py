@@ -266,7 +266,10 @@ def main(argv=None) -> int:
             "compile": COMPILE_NOTE.format(
                 dyn=args.compile_dynamic, scope=scope_txt,
                 once=("once per (op, mode, dtypes, layout, rank): one graph with symbolic sizes serves every "
-                      "shape" if args.compile_dynamic else "once per case")),
+                      "shape" if args.compile_dynamic else "once per case"))
+            if device == "cuda" else (f"torch.compile(dynamic={args.compile_dynamic}) of the eager F.* call; "
+                                      "timed on the CPU wall clock like every implementation, first call not "
+                                      "timed"),
             "warmup_ms": warmup, "rep_ms": rep, "graphs": timer.graphs, "rounds": ctx.rounds,
         },
         "implementations": {i.name: i.note for i in impls},

@@ -220,6 +220,8 @@ def console_report(result: dict) -> str:
     out.append(f"device: {dev.get('gpu_name') or dev.get('device')}   torch {dev.get('torch')}   triton "
                f"{dev.get('triton')}   copy bandwidth: "
                + (f"{result['copy_bandwidth_gbps']:.0f} GB/s" if result.get("copy_bandwidth_gbps") else "n/a"))
+    if not_gpu_note(result):
+        out.append(not_gpu_note(result))
     rows = result.get("rows") or []
     for op in OPS:
         t = op_tables(rows, op, with_memory=True)
@@ -231,13 +233,30 @@ def console_report(result: dict) -> str:
         out += ["", "### models", "", models_table(result["models"])]
     if rows:  # last, so that the end of the output (what a remote run shows) holds it
         out += ["", "### headline", "", headline(rows)]
+        if not_gpu_note(result):
+            out += ["", not_gpu_note(result)]
     return "\n".join(out)
+
+
+def not_gpu_note(result: dict):
+    """The warning a run off the GPU carries (None on CUDA): its times are not the project's numbers."""
+    dev = result.get("device") or {}
+    if dev.get("device") == "cuda":
+        return None
+    return (f"**Not a GPU measurement.** This run is on {dev.get('device') or 'a CPU'}"
+            + (" at the --quick sizes" if result.get("quick") else "")
+            + ": normkit runs its PyTorch reference there (or its Triton kernels in the interpreter, with "
+            "TRITON_INTERPRET=1), the times are CPU wall clock and the copy bandwidth is the CPU's. It tests the "
+            "harness; its SOL fractions and speedups say nothing about GPU performance.")
 
 
 def summary_markdown(result: dict, plots=()) -> str:
     dev = result.get("device", {})
     vers = result.get("versions", {})
     lines = ["# normkit benchmark summary", ""]
+    warn = not_gpu_note(result)
+    if warn:
+        lines += [warn, ""]
     lines += [f"- device: **{dev.get('gpu_name') or dev.get('device')}**"
               + (f" ({dev.get('sm_count')} SMs, L2 {dev.get('l2_cache_bytes', 0) / 2**20:.0f} MiB)"
                  if dev.get("sm_count") else ""),
@@ -246,7 +265,8 @@ def summary_markdown(result: dict, plots=()) -> str:
               "- copy bandwidth (SOL ceiling, bytes read + written): "
               + (f"**{result['copy_bandwidth_gbps']:.0f} GB/s**" if result.get("copy_bandwidth_gbps") else "n/a"),
               f"- timing: {result.get('timing', {}).get('method', '')}",
-              f"- torch.compile: {result.get('timing', {}).get('compile', '')}",
+              ] + ([f"- torch.compile: {result.get('timing', {}).get('compile', '')}"]
+                   if "compile" in (result.get("implementations") or {}) else []) + [
               "- implementations: " + "; ".join(f"**{k}**: {v}" for k, v in
                                                  (result.get("implementations") or {}).items()),
               "- byte count: forward = read x + write y; backward = read x + read dy + write dx; "

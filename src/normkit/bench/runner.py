@@ -236,7 +236,10 @@ def retime_impl_case(case: C.Case, impl: Impl, sets, rows: list, ctx: Context):
     """Another timing round of one implementation's rows (checked earlier by ``run_impl_case``)."""
     by_dir = {r["direction"]: r for r in rows}
     fwd, bwd = by_dir.get("fwd"), by_dir.get("bwd")
-    if fwd is None or fwd["ms"] is None or fwd["status"] not in ("ok", "unchecked") or ctx.cuda_dead:
+    # retimed when any of its rows is correct and timed: a correct backward behind a WRONG forward enters
+    # the speedups too, and must get as many rounds as every other row
+    if fwd is None or fwd["ms"] is None or ctx.cuda_dead or not any(
+            r["status"] in ("ok", "unchecked") and r["ms"] is not None for r in rows):
         return
     if bwd is not None and bwd["ms"] is None:
         bwd = None
