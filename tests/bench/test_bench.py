@@ -159,6 +159,15 @@ class _WrongForward(Impl):
         return lambda x, w, b, rm, rv: functional_call(F, case, x, w, b, rm, rv) * 1.05
 
 
+def _layer_norm_grads(ctx, dy):
+    """The true layer norm's gradients for the (x, w, b) a Function saved."""
+    x, w, b = ctx.saved_tensors
+    with torch.enable_grad():
+        xx, ww, bb = (t.detach().requires_grad_() for t in (x, w, b))
+        y = F.layer_norm(xx, (x.shape[-1],), ww, bb, C.EPS)
+        return torch.autograd.grad(y, (xx, ww, bb), dy)
+
+
 class _BadGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b):
@@ -167,11 +176,7 @@ class _BadGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, w, b = ctx.saved_tensors
-        with torch.enable_grad():
-            xx, ww, bb = (t.detach().requires_grad_() for t in (x, w, b))
-            y = F.layer_norm(xx, (x.shape[-1],), ww, bb, C.EPS)
-            gx, gw, gb = torch.autograd.grad(y, (xx, ww, bb), dy)
+        gx, gw, gb = _layer_norm_grads(ctx, dy)
         return gx, gw * 0.5, gb  # wrong weight gradient
 
 
@@ -230,11 +235,7 @@ class _ScaledForwardExactGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, w, b = ctx.saved_tensors
-        with torch.enable_grad():
-            xx, ww, bb = (t.detach().requires_grad_() for t in (x, w, b))
-            y = F.layer_norm(xx, (x.shape[-1],), ww, bb, C.EPS)
-            return torch.autograd.grad(y, (xx, ww, bb), dy)
+        return _layer_norm_grads(ctx, dy)
 
 
 class _WrongForwardOnly(Impl):
