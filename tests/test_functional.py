@@ -663,3 +663,18 @@ def test_backward_launches_nothing_for_the_statistics_outputs():
     for y, leaves, op in cases:
         ops = _aten_ops_in_backward(y, leaves)
         assert [o for o in ops if o != "aten::detach"] == [op], ops
+
+
+@pytest.mark.parametrize("use_input_stats", [True, False])
+def test_instance_norm_of_no_instances_running_stats_like_torch(use_input_stats):
+    """N = 0: with input statistics aten writes back the mean over no instances, NaN; with running statistics
+    they stay as they were (normkit used to leave them untouched in both)."""
+    x = torch.randn(0, 3, 4, dtype=F64)
+    got = (torch.randn(3, dtype=F64), torch.rand(3, dtype=F64) + 0.5)
+    exp = tuple(t.clone() for t in got)
+    y = normkit.instance_norm(x, got[0], got[1], use_input_stats=use_input_stats)
+    y_t = F.instance_norm(x, exp[0], exp[1], use_input_stats=use_input_stats)
+    assert y.shape == y_t.shape == x.shape
+    for a, e in zip(got, exp):
+        torch.testing.assert_close(a, e, equal_nan=True)
+    assert bool(got[0].isnan().all()) == use_input_stats

@@ -296,10 +296,12 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
     """instance_norm after its checks (also what `enable()` routes `aten::instance_norm` to)."""
     n, c = input.shape[0], input.shape[1]
     if input.numel() == 0:
-        if use_input_stats and n == 0:  # aten writes back the mean over no instances: NaN (contract §6)
-            from normkit.reference.instance_norm import _write_back_empty
+        if use_input_stats and n == 0 and (running_mean is not None or running_var is not None):
+            # aten writes back the mean over no instances (contract §6): the batch average of an empty batch, NaN
+            from normkit.ops.group_norm import update_instance_running_stats
 
-            _write_back_empty(running_mean, running_var)
+            no_means = input.new_empty((0, c), dtype=torch.float32)
+            update_instance_running_stats(running_mean, running_var, no_means, input, float(momentum))
         x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
         w = None if weight is None else weight.repeat(n)
         b = None if bias is None else bias.repeat(n)

@@ -91,7 +91,7 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
     and the running statistics moved towards their batch average; otherwise batch norm's eval mode on the
     input. The output keeps the input's suggested memory format."""
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
-    if input.numel() == 0:  # aten returns before normalizing: no running-stat update
+    if input.numel() == 0:  # aten returns before normalizing (the running statistics: the reference's rule)
         return reference().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
                                          eps, cudnn_enabled)
     if not use_input_stats:
@@ -119,11 +119,12 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
             _blend(running_mean, mean.mean(0), momentum)
         if running_var is not None:
             x = input.to(acc_dtype(input.dtype)).flatten(2) if input.dim() > 2 else None
-            if x is not None and x.shape[2] > 1:
+            if x is not None and x.shape[2] > 1 and x.shape[0] > 0:
                 var = torch.var(x - x[:, :, :1], dim=2, correction=1)
             else:
                 # one value per instance (a 2-D input, or spatial size 1: only a direct aten call gets here): its
-                # unbiased variance is 0/0, NaN, as in ATen's batch norm on the (1, N*C) view
+                # unbiased variance is 0/0, NaN, as in ATen's batch norm on the (1, N*C) view; no instances: the
+                # average below is NaN whatever they hold
                 var = torch.full(mean.shape, float("nan"), dtype=acc_dtype(input.dtype), device=input.device)
             _blend(running_var, var.mean(0), momentum)
 
