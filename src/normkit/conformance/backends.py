@@ -5,12 +5,18 @@
 * ``MODULE``  any importable module exposing aten-named functions, optionally F-style ones
               (its ``functional`` attribute, or F-signature functions of the module itself)
 
+Any of them can run inside a context (``--within``, `ScopedBackend`): e.g. torch's ops inside
+``normkit.enabled`` or ``flag_gems.use_gems``, which override aten's kernels at the dispatcher. Only the
+backend's calls (and the backward passes through their outputs) run inside it; the float64 oracle and
+torch's own kernels (criterion B's baseline) run outside.
+
 Aten-style names follow the overload-free convention of normkit.reference: the ``.no_stats``
 overload of ``_native_batch_norm_legit`` is ``_native_batch_norm_legit_no_stats``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 
@@ -18,10 +24,15 @@ import torch
 
 
 class Backend:
-    """`aten(name)` / `functional(name)` return a callable or None (not present)."""
+    """`aten(name)` / `functional(name)` return a callable or None (not present).
+
+    `is_torch`: the entry points are torch's dispatcher ops (raw-aten calls that would crash on bad input
+    are checked through F.* instead). `runs_torch_kernels`: torch's own kernels compute the results (so
+    criterion B holds by construction, and the torch-only error cases apply)."""
 
     name = "?"
     is_torch = False
+    runs_torch_kernels = False
 
     def aten(self, name: str):
         raise NotImplementedError
@@ -34,10 +45,15 @@ class Backend:
             return self.functional(op[2:])
         return self.aten(op)
 
+    def scope(self):
+        """The context the backend's calls run in (also entered around backward passes through them)."""
+        return contextlib.nullcontext()
+
 
 class TorchBackend(Backend):
     name = "torch"
     is_torch = True
+    runs_torch_kernels = True
 
     def aten(self, name):
         if name == "_native_batch_norm_legit_no_stats":
@@ -71,6 +87,89 @@ class ModuleBackend(Backend):
         if fn is None or not callable(fn):
             return None
         return fn if _looks_f_style(fn, name) else None
+
+
+class ScopedBackend(Backend):
+    """`inner`'s functions, each call made inside `make_context()` (entered once however deeply nested)."""
+
+    runs_torch_kernels = False  # an override runs, not torch's own kernels: torch is the baseline
+
+    def __init__(self, inner: Backend, make_context, label: str):
+        self.inner = inner
+        self.name = f"{inner.name} within {label}"
+        self.is_torch = inner.is_torch
+        self._make_context = make_context
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def scope(self):
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        with self._make_context():
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
+
+    def _wrap(self, fn):
+        if fn is None:
+            return None
+
+        def inside(*args, **kwargs):
+            with self.scope():
+                return fn(*args, **kwargs)
+
+        inside.__name__ = getattr(fn, "__name__", "op")
+        inside.__wrapped__ = fn  # signature inspection sees the real parameters
+        return inside
+
+    def aten(self, name):
+        return self._wrap(self.inner.aten(name))
+
+    def functional(self, name):
+        return self._wrap(self.inner.functional(name))
+
+
+def load_context(path: str):
+    """The zero-argument callable named by a dotted `path` (e.g. ``normkit.enabled``), checked to return a
+    context manager; raises ValueError / ImportError saying what is wrong."""
+    parts = path.split(".")
+    if not path or not all(p.isidentifier() for p in parts):
+        raise ValueError(f"{path!r} is not a dotted name like normkit.enabled")
+    obj, err = None, None
+    for i in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError as e:
+            err = err or e
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            raise ValueError(f"{'.'.join(parts[:i])} has no attribute {'.'.join(parts[i:])!r}") from None
+        break
+    else:
+        raise err
+    if not callable(obj):
+        raise ValueError(f"{path} is not callable")
+    if inspect.isclass(obj):
+        made_one = hasattr(obj, "__enter__") and hasattr(obj, "__exit__")
+    elif inspect.isgeneratorfunction(inspect.unwrap(obj)):  # @contextlib.contextmanager: calling runs nothing
+        made_one = True
+    else:  # any other callable: only calling it tells
+        made = obj()
+        made_one = hasattr(made, "__enter__") and hasattr(made, "__exit__")
+    if not made_one:
+        raise ValueError(f"{path}() is not a context manager; --within takes a callable returning one, "
+                         "e.g. normkit.enabled or flag_gems.use_gems")
+    return obj
 
 
 def _looks_f_style(fn, name: str) -> bool:

@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch (torch.ops.aten + torch.nn.functional), normkit (normkit.ops + "
                         "normkit.functional), or an importable MODULE exposing aten-named functions "
                         "(default: normkit)")
+    p.add_argument("--within", default=None, metavar="CONTEXT",
+                   help="run the backend's calls inside this context manager, named by a dotted path to a "
+                        "zero-argument callable returning it: e.g. --impl torch --within flag_gems.use_gems "
+                        "checks torch's ops as overridden by FlagGems, --within normkit.enabled as by "
+                        "normkit.enable() (CUDA). torch's own kernels, outside it, stay the baseline")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     p.add_argument("--ops", default=",".join(FAMILIES),
                    help=f"comma-separated op families (default: all: {','.join(FAMILIES)})")
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
     import torch
 
     from normkit.conformance import report
-    from normkit.conformance.backends import load_backend
+    from normkit.conformance.backends import ScopedBackend, load_backend, load_context
     from normkit.conformance.runner import load_oracle, run_all, select
 
     try:
@@ -105,6 +110,13 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001
         print(f"cannot load --impl {args.impl}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    if args.within:
+        try:
+            backend = ScopedBackend(backend, load_context(args.within), args.within)
+        except Exception as e:  # noqa: BLE001
+            print(f"--within {args.within}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+    impl = args.impl + (f" --within {args.within}" if args.within else "")
 
     t0 = time.monotonic()
     bar = None if args.quiet else report.Progress(len(cases) + len(errs))
@@ -114,7 +126,7 @@ def main(argv=None) -> int:
         bar.close()
     elapsed = time.monotonic() - t0
 
-    print(f"normkit check --impl {args.impl} --device {args.device}  (torch {torch.__version__}; "
+    print(f"normkit check --impl {impl} --device {args.device}  (torch {torch.__version__}; "
           f"oracle {args.oracle} in float64; {elapsed:.1f}s)")
     print(report.format_table(report.summarize(outcomes)))
     if runner.not_present:
@@ -123,12 +135,12 @@ def main(argv=None) -> int:
     if hazards:
         print(f"unchecked by aten (would crash): {len(hazards)} bad-input case(s) fed through F.batch_norm "
               "instead of raw aten (contract §2.5): " + ", ".join(hazards))
-    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures)
+    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures, args.within)
     if failures:
         print("\nfailures:")
         print(failures)
     if args.json_path:
-        meta = {"impl": args.impl, "device": args.device, "torch": torch.__version__, "seconds": round(elapsed, 2),
+        meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__, "seconds": round(elapsed, 2),
                 "oracle": args.oracle, "ops": families}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
     failed = sum(1 for o in outcomes if not o.passed)

@@ -83,13 +83,13 @@ def format_table(table: dict) -> str:
     return "\n".join(lines)
 
 
-def repro(impl: str, device: str, family: str, case: str) -> str:
-    parts = ["python", "-m", "normkit", "check", "--impl", impl, "--device", device, "--ops", family,
-             "--case", case, "--exact"]
+def repro(impl: str, device: str, family: str, case: str, within: str | None = None) -> str:
+    parts = ["python", "-m", "normkit", "check", "--impl", impl] + (["--within", within] if within else []) + [
+        "--device", device, "--ops", family, "--case", case, "--exact"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_failures(outcomes, impl: str, device: str, limit: int = 200) -> str:
+def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: str | None = None) -> str:
     lines = []
     n = 0
     for o in outcomes:
@@ -101,7 +101,7 @@ def format_failures(outcomes, impl: str, device: str, limit: int = 200) -> str:
             n += 1
             if n <= limit:
                 lines.append(f"FAIL {r.case}  [{r.rule}] ({r.op})\n     {r.detail}\n"
-                             f"     repro: {repro(impl, device, o.family, o.case)}")
+                             f"     repro: {repro(impl, device, o.family, o.case, within)}")
     if n > limit:
         lines.append(f"... and {n - limit} more failed rule(s); see --json")
     return "\n".join(lines)

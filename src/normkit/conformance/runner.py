@@ -110,7 +110,7 @@ class Runner:
                 raise RuntimeError(f"normkit.reference lacks {', '.join(missing)}")
         self.O = oracle
         self.torch = TorchBackend()
-        self.self_baseline = backend.is_torch
+        self.self_baseline = backend.runs_torch_kernels
         self.not_present = {}  # op -> why
 
     # ------------------------------------------------------------------ public
@@ -149,7 +149,7 @@ class Runner:
     def run_error(self, ec: ErrorCase):
         if ec.devices and self.dev_type not in ec.devices:
             return None
-        if ec.torch_only and not self.backend.is_torch:
+        if ec.torch_only and not self.backend.runs_torch_kernels:
             return None
         op, build, note = ec.op, ec.build, ""
         if self.backend.is_torch and ec.via:
@@ -470,7 +470,8 @@ class Runner:
             return
         g = I["grad_out"]
         try:
-            out.backward(g)
+            with self.backend.scope():  # the backward of the backend's own graph
+                out.backward(g)
         except Exception as e:
             _mark(e, "backward")
             raise
@@ -874,7 +875,8 @@ class Runner:
         x, w, b, g = I["x"], I["weight"], I["bias"], I["grad_out"]
         v = v64.to(x.device, x.dtype)
         try:
-            got = second(lambda a, c, d: call(fn, a, c, d), x, w, b, g, v)
+            with self.backend.scope():
+                got = second(lambda a, c, d: call(fn, a, c, d), x, w, b, g, v)
         except Exception as e:  # noqa: BLE001 -- a backend without double backward
             why = _short(e) if isinstance(e, _NoDoubleBackward) else f"{type(e).__name__}: {_short(e)}"
             r.add(False, f"no double backward: {why}")
