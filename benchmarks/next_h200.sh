@@ -240,6 +240,9 @@
 #          conformance on CUDA; then PART=96 / 97 / 98 (session 30's plan, predictions in the NOTES). Merge branch
 #          s31-gn-nan first (group norm's NaN fixes, kernel changes made without a GPU): PART=99 runs the group-norm
 #          kernel CUDA tests too, and it lands on main only if they pass (NOTES-group_norm.md on that branch).
+# Session 32 (no GPU either): PART=100 (carry .whl): conformance on CUDA of torch's own ops under normkit.enable()
+#          (`check --impl torch --within normkit.enabled`, the path users take) and under FlagGems (`--within
+#          flag_gems.use_gems`: a peer's contract departures, torch's own kernels as the baseline).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -913,6 +916,14 @@ elif [ "$PART" = 99 ]; then  # for session 32: session 31's changes (made withou
     stamp "pytest -m cuda: group-norm kernels (branch s31-gn-nan's NaN fixes, once merged)"
     cuda_tests ${PYTEST_S3:-90} tests/kernels/test_group_norm_kernels.py
     cuda_check 150
+elif [ "$PART" = 100 ]; then  # for session 33 (carry .whl): torch's ops under normkit.enable() and under FlagGems
+    use_wheels
+    for ctx in normkit.enabled flag_gems.use_gems; do
+        stamp "conformance on CUDA: torch's ops within $ctx"
+        timeout ${CHECK_S:-250} python3 -m normkit check --impl torch --within $ctx --device cuda --quiet \
+            --json "$W/check_within_$ctx.json" > "$W/check_within_$ctx.log" 2>&1; echo "check rc=$?"
+        sed -n '1,12p' "$W/check_within_$ctx.log" | cut -c1-200; tail -2 "$W/check_within_$ctx.log" | cut -c1-200
+    done
 elif [ "$PART" = 96 ]; then  # for session 31 (carry .whl): the rows view's two register sets in the suite
     use_wheels
     stamp "batch norm A/B: channels_last 7x7 in 8 column blocks with two register sets (rtbwide)"
