@@ -55,6 +55,12 @@ def overridden(kind: str):
         lib._destroy()
 
 
+@contextlib.contextmanager
+def cannot_enter():
+    raise RuntimeError("no device for this override library")
+    yield
+
+
 def correct():
     return overridden("correct")
 

@@ -89,6 +89,7 @@ def test_cli_within(capsys):
     ("os.sep", "not callable"),
     ("torch.get_default_dtype", "is not a context manager"),
     ("not a name", "dotted name"),
+    ("override_context.cannot_enter", "no device for this override library"),
 ])
 def test_cli_within_usage_errors(path, why, capsys):
     assert cli.main(["--impl", "torch", "--within", path, "--quiet"]) == 2

@@ -113,6 +113,8 @@ def main(argv=None) -> int:
     if args.within:
         try:
             backend = ScopedBackend(backend, load_context(args.within), args.within)
+            with backend.scope():  # once up front: a context that cannot be entered would fail every case
+                pass
         except Exception as e:  # noqa: BLE001
             print(f"--within {args.within}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
