@@ -28,6 +28,16 @@ def test_judge_default_tolerance_and_2x_aten():
     assert judge("t", ref + 1e-3, ref, None, dtype=torch.float64, sensitive=True, self_baseline=True).passed
 
 
+def test_2x_aten_atol_scales_with_small_half_results():
+    # bf16 results all ~1e-3: criterion B's atol is 2 ulps of the largest value, not of 1.0 (0.0156, which
+    # let any error below ~0.01 pass where "default tol or 2x ATen" applies)
+    ref = torch.linspace(1e-3, 2e-3, 64, dtype=torch.float64)
+    aten = ref.to(torch.bfloat16)
+    assert judge("t", aten, ref, aten, half=True).passed
+    assert not judge("t", (ref + 2e-4).to(torch.bfloat16), ref, aten, half=True).passed
+    assert judge("t", (ref + 2e-4).to(torch.bfloat16), ref, (ref + 2e-4).to(torch.bfloat16), half=True).passed
+
+
 def test_judge_nonfinite_and_shapes():
     ref = torch.tensor([1.0, float("nan"), float("inf")], dtype=torch.float64)
     assert judge("t", ref.float(), ref, None).passed
