@@ -50,6 +50,7 @@ class Case:
     bias: bool = True
     stats: bool = True  # running stats passed (batch/instance norm)
     offset: float = 0.0  # common offset added to the input (randn + offset)
+    scale: float = 1.0  # the input's magnitude (randn * scale + offset): small values make eps matter
     constant: bool = False  # one channel (batch/group/instance) or row (layer/rms) is constant
     norm_ndim: int = 1  # layer/rms norm: number of trailing normalized dims
     groups: int = 1  # group norm
@@ -129,7 +130,7 @@ def _randn(gen, shape, scale=1.0):
 def make_inputs(case: Case, device: str) -> dict:
     """Fresh inputs for `case`: x, grad_out, weight, bias, running_mean, running_var (or None)."""
     gen = torch.Generator().manual_seed(seed_of(case.name))
-    x = _randn(gen, case.shape, 1.5) + 0.3 + case.offset
+    x = (_randn(gen, case.shape, 1.5) + 0.3) * case.scale + case.offset
     if case.constant and x.numel():
         # eps == 0: a constant whose sums and means are exact, so the variance is exactly 0
         c = 0.75 if case.eps == 0 else float(_randn(gen, ()) + 1.0)
@@ -289,6 +290,10 @@ def layer_norm_cases() -> list:
     add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
     add("4x24_eps0", ("fp64",), shape=(4, 24), eps=0.0)
     add("4x256_wide", ("fp32", "bf16"), shape=(4, 256))
+    # masks with weight and bias defined (frozen params): the masked-out grads must be None, not computed
+    for mask in ((True, False, False), (False, True, True)):
+        add("4x6x8_mask" + "".join("1" if m else "0" for m in mask), ("fp32",), fn=("native_layer_norm",),
+            shape=(4, 6, 8), mask=mask)
     return cases
 
 
@@ -302,6 +307,10 @@ def rms_norm_cases() -> list:
 
     add("1x2x3_ns3d_eps0.5", ("fp64", "fp32", "bf16"), shape=(1, 2, 3), norm_ndim=3, eps=0.5)
     add("4x5x32_eps_default", ("fp64", "fp32", "fp16", "bf16"), shape=(4, 5, 32), eps=None)
+    # mean(x²) ~ 2e-4: the default eps decides the result, so finfo(input dtype).eps instead of the opmath
+    # type's (bf16 7.8e-3, fp16 9.8e-4 vs fp32 1.2e-7, contract §7; issue 189581) shows in every output,
+    # not only in a fp32 rstd
+    add("4x5x32_small_eps_default", ("fp64", "fp32", "fp16", "bf16"), shape=(4, 5, 32), eps=None, scale=1e-2)
     add("4x5x32_mixed", ("fp16+fp32", "bf16+fp32"), shape=(4, 5, 32), fn=("rms_norm", "F.rms_norm"))
     add("4x5x32", ("fp32", "fp16"), shape=(4, 5, 32), eps=1e-6)
     add("3x4x5_ns2d", ("fp32", "bf16"), shape=(3, 4, 5), norm_ndim=2)
@@ -347,6 +356,10 @@ def group_norm_cases() -> list:
         fn=("F.group_norm",))
     add("4x4x32_G2_offset1000", ("fp32", "bf16"), shape=(4, 4, 32), groups=2, offset=1000.0, sensitive=True)
     add("3x4x9_G2_constant_channel", ("fp32",), shape=(3, 4, 9), groups=4, constant=True, sensitive=True)
+    # masks with weight and bias defined (frozen params): the masked-out grads must be None, not computed
+    for mask in ((True, False, False), (False, True, True)):
+        add("2x6x5_G3_mask" + "".join("1" if m else "0" for m in mask), ("fp32",), fn=("native_group_norm",),
+            shape=(2, 6, 5), groups=3, mask=mask)
     return cases
 
 

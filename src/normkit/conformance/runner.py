@@ -565,7 +565,10 @@ class Runner:
         x, w, g = I["x"], I["weight"], I["grad_out"]
         ns = list(case.param_shape())
         x64 = up(x)
-        ref = self._oracle("_fused_rms_norm", x64, ns, up(w), case.eps)
+        # eps None is finfo(opmath of the input dtype).eps (contract §7): the oracle, fed float64, is told it
+        # (left to itself it would take float64's and not tell the fp32 default from any other tiny eps)
+        eps64 = case.eps if case.eps is not None else torch.finfo(_acc(x.dtype)).eps
+        ref = self._oracle("_fused_rms_norm", x64, ns, up(w), eps64)
         stat_shape = tuple(x.shape[: x.dim() - len(ns)]) + (1,) * len(ns)
         mask = list(case.mask or (True, w is not None))
         keep = (suggested_format(x),)
@@ -582,7 +585,7 @@ class Runner:
                 self._autograd(case, out, (xi, wi), I, lambda: self._oracle(
                     "_fused_rms_norm_backward", up(g), x64, ns, ref[1], up(w), mask), tb and tb[1])
                 self._gradgrad(case, fn, I, lambda f, a, c, d: f(a, ns, weight=c, eps=case.eps),
-                               lambda a, c, d: self.O._fused_rms_norm(a, ns, c, case.eps)[0])
+                               lambda a, c, d: self.O._fused_rms_norm(a, ns, c, eps64)[0])
             return
         got = self._call(fn, x, ns, w, case.eps)
         tb = self._baseline(lambda: self.torch.aten(op)(x, ns, w, case.eps))
