@@ -4,10 +4,23 @@ Raw aten leaves some bad inputs unchecked (contract §2.5: wrong-size params rea
 running stats missing in eval segfault), so this module validates those first with torch's own
 messages, exactly as a conforming backend must. The broken backends in test_broken_backends.py
 each replace one function of this module with a buggy one.
+
+torch's CPU build has no SyncBatchNorm primitives (contract §3), so those are normkit.reference's, the
+plain-torch path `--impl normkit` takes on the CPU; the tests judge them against torch64_oracle, which
+writes the contract's formulas out independently.
 """
 
 import torch
 import torch.nn.functional as F
+
+from normkit.reference.sync_batch_norm import (  # noqa: F401
+    batch_norm_backward_elemt,
+    batch_norm_backward_reduce,
+    batch_norm_elemt,
+    batch_norm_gather_stats,
+    batch_norm_gather_stats_with_counts,
+    batch_norm_stats,
+)
 
 A = torch.ops.aten
 
