@@ -1,0 +1,51 @@
+"""Small helpers shared by the runner and the per-family checks.
+
+Upcasting to the float64 oracle (`up`), detached copies (`_clone`) and gradient leaves (`_leaf`), the
+accumulation dtype of reduced-precision inputs (`_acc`), the functional-API baseline through torch
+(`_f_torch`), and `_NotOnDevice`, raised where an op has no kernel on the device under test.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def up(t):
+    """Upcast to float64 on the CPU (exact for every float dtype); None stays None."""
+    if t is None:
+        return None
+    return t.detach().to("cpu", torch.float64, copy=True)
+
+
+def _clone(t):
+    return None if t is None else t.detach().clone()
+
+
+def _acc(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+class _NotOnDevice(Exception):
+    def __init__(self, op):
+        super().__init__(op)
+        self.op = op
+
+
+def _leaf(t):
+    if t is None:
+        return None
+    return t.detach().clone().requires_grad_(True) if t.is_floating_point() else t
+
+
+def _f_torch(name, I, args, kwargs, bias):
+    F = torch.nn.functional
+    x, w = _leaf(I["x"]), _leaf(I["weight"])
+    leaves = [x, w]
+    if bias:
+        b = _leaf(I["bias"])
+        leaves.append(b)
+        out = getattr(F, name)(x, *args, weight=w, bias=b, **kwargs)
+    else:
+        out = getattr(F, name)(x, *args, weight=w, **kwargs)
+    out.backward(I["grad_out"])
+    return out.detach(), [t.grad if t is not None else None for t in leaves]
