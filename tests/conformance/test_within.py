@@ -19,12 +19,12 @@ from normkit.conformance.backends import ScopedBackend, TorchBackend, load_conte
 from normkit.conformance.runner import run_all  # noqa: E402
 
 
-def check(make_context, families=("layer_norm",), case=None):
+def check(make_context, families=("layer_norm",), case=None, with_runner=False):
     backend = ScopedBackend(TorchBackend(), make_context, "test")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
-        outcomes, _ = run_all(backend, "cpu", families, case)
-    return outcomes
+        outcomes, runner = run_all(backend, "cpu", families, case)
+    return (outcomes, runner) if with_runner else outcomes
 
 
 def failures(outcomes):
@@ -69,9 +69,24 @@ def test_backward_through_the_backends_outputs_runs_inside_the_context():
 def test_torch_ops_under_normkit_enable_conform(family):
     """The path users take: torch's own ops with normkit.enable() active (here at the CPU test key; the
     SyncBatchNorm primitives, which torch's CPU build lacks, are normkit's answer there)."""
-    out = check(lambda: normkit.enabled(_dispatch_key="CPU"), families=(family,))
+    out, runner = check(lambda: normkit.enabled(_dispatch_key="CPU"), families=(family,), with_runner=True)
     assert len(out) > 30
     assert not failures(out), failures(out)[:3]
+    main_op = {"batch_norm": "native_batch_norm", "layer_norm": "native_layer_norm", "rms_norm": "_fused_rms_norm",
+               "group_norm": "native_group_norm", "instance_norm": "instance_norm",
+               "sync_batch_norm": "batch_norm_elemt"}[family]
+    assert main_op not in runner.ops_with_torchs_bits()  # normkit computed them: not flagged as untouched
+
+
+def test_an_override_that_changes_no_bit_is_named(capsys):
+    """A context that overrides nothing here (normkit.enabled registers at the CUDA key) must not pass as
+    a checked override silently: the ops whose outputs all equal torch's, bit for bit, are listed."""
+    assert cli.main(["--impl", "torch", "--within", "normkit.enabled", "--ops", "layer_norm", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "same bits as torch's own kernels in every output compared: F.layer_norm, native_layer_norm" in text
+    assert cli.main(["--impl", "torch", "--within", "override_context.few_ulps_off", "--ops", "layer_norm",
+                     "--case", "native_layer_norm/", "--quiet"]) == 1
+    assert "same bits" not in capsys.readouterr().out
 
 
 def test_cli_within(capsys):

@@ -133,6 +133,11 @@ def main(argv=None) -> int:
     print(report.format_table(report.summarize(outcomes)))
     if runner.not_present:
         print("not present: " + ", ".join(f"{k} ({v})" for k, v in sorted(runner.not_present.items())))
+    if args.within:
+        unchanged = runner.ops_with_torchs_bits()
+        if unchanged:
+            print(f"same bits as torch's own kernels in every output compared: {', '.join(unchanged)} "
+                  f"(--within {args.within} may not override them on {args.device})")
     hazards = sorted({r.case for o in outcomes for r in o.results if r.detail.startswith("raw aten ")})
     if hazards:
         print(f"unchecked by aten (would crash): {len(hazards)} bad-input case(s) fed through F.batch_norm "
@@ -142,8 +147,9 @@ def main(argv=None) -> int:
         print("\nfailures:")
         print(failures)
     if args.json_path:
-        meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__, "seconds": round(elapsed, 2),
-                "oracle": args.oracle, "ops": families}
+        meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__,
+                "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families,
+                "same_bits_as_torch": runner.ops_with_torchs_bits() if args.within else None}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
     failed = sum(1 for o in outcomes if not o.passed)
     if not outcomes:  # nothing checked is no pass: a backend without any of the functions fails the run
