@@ -104,6 +104,9 @@ def test_cli_within(capsys):
     ("os.sep", "not callable"),
     ("torch.get_default_dtype", "is not a context manager"),
     ("not a name", "dotted name"),
+    ("__import__('os').getcwd()", "dotted name"),
+    ("override_context.overridden(kind=str(1))", "must be literals"),
+    ("override_context.overridden(*['correct'])", "dotted name"),
     ("override_context.cannot_enter", "no device for this override library"),
 ])
 def test_cli_within_usage_errors(path, why, capsys):
@@ -115,3 +118,17 @@ def test_load_context_returns_the_named_callable():
     assert load_context("torch.no_grad") is torch.no_grad
     assert load_context("override_context.correct") is override_context.correct
     assert load_context("normkit.enabled") is normkit.enabled
+
+
+def test_a_call_with_literal_arguments_makes_the_context():
+    rc = cli.main(["--impl", "torch", "--within", "override_context.overridden(kind='variance_as_rstd')",
+                   "--ops", "layer_norm", "--case", "native_layer_norm/", "--quiet", "--max-failures", "1"])
+    assert rc == 1
+    make = load_context("override_context.overridden('few_ulps_off')")
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    before = override_context.calls["native_layer_norm"]
+    with make():  # each call of `make` opens the override anew
+        inside = torch.ops.aten.native_layer_norm(x, [8], None, None, 1e-5)[0]
+    assert override_context.calls["native_layer_norm"] == before + 1
+    outside = torch.ops.aten.native_layer_norm(x, [8], None, None, 1e-5)[0]
+    assert not torch.equal(inside, outside)  # the argument reached the context: 16-bit output shifted

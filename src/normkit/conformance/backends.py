@@ -16,7 +16,9 @@ overload of ``_native_batch_norm_legit`` is ``_native_batch_norm_legit_no_stats`
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import importlib
 import inspect
 
@@ -136,12 +138,12 @@ class ScopedBackend(Backend):
         return self._wrap(self.inner.functional(name))
 
 
-def load_context(path: str):
-    """The zero-argument callable named by a dotted `path` (e.g. ``normkit.enabled``), checked to return a
-    context manager; raises ValueError / ImportError saying what is wrong."""
-    parts = path.split(".")
-    if not path or not all(p.isidentifier() for p in parts):
-        raise ValueError(f"{path!r} is not a dotted name like normkit.enabled")
+def load_context(spec: str):
+    """A zero-argument callable returning a context manager, from `spec`: a dotted name (``normkit.enabled``)
+    or a call of one with literal arguments (``flag_gems.use_gems(include=["native_layer_norm"])``), which
+    is then made on each entry. Raises ValueError / ImportError saying what is wrong."""
+    name, args, kwargs = _parse_call(spec)
+    parts = name.split(".")
     obj, err = None, None
     for i in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
         try:
@@ -158,18 +160,50 @@ def load_context(path: str):
     else:
         raise err
     if not callable(obj):
-        raise ValueError(f"{path} is not callable")
+        raise ValueError(f"{name} is not callable")
+    make = functools.partial(obj, *args, **kwargs) if (args or kwargs) else obj
     if inspect.isclass(obj):
         made_one = hasattr(obj, "__enter__") and hasattr(obj, "__exit__")
     elif inspect.isgeneratorfunction(inspect.unwrap(obj)):  # @contextlib.contextmanager: calling runs nothing
         made_one = True
     else:  # any other callable: only calling it tells
-        made = obj()
+        made = make()
         made_one = hasattr(made, "__enter__") and hasattr(made, "__exit__")
     if not made_one:
-        raise ValueError(f"{path}() is not a context manager; --within takes a callable returning one, "
+        raise ValueError(f"{spec} is not a context manager; --within takes a callable returning one, "
                          "e.g. normkit.enabled or flag_gems.use_gems")
-    return obj
+    return make
+
+
+def _parse_call(spec: str):
+    """(dotted name, args, kwargs) of `name` or `name(literal, key=literal, ...)`; nothing is evaluated."""
+    try:
+        node = ast.parse(spec.strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    call = node if isinstance(node, ast.Call) else None
+    target = call.func if call is not None else node
+
+    def dotted(n):
+        if isinstance(n, ast.Name):
+            return n.id
+        if isinstance(n, ast.Attribute):
+            head = dotted(n.value)
+            return head and f"{head}.{n.attr}"
+        return None
+
+    name = dotted(target) if target is not None else None
+    if name is None or (call is not None and any(isinstance(a, ast.Starred) for a in call.args)) or (
+            call is not None and any(k.arg is None for k in call.keywords)):
+        raise ValueError(f"{spec!r} is not a dotted name like normkit.enabled, or a call of one with literal "
+                         "arguments like flag_gems.use_gems(include=['native_layer_norm'])")
+    if call is None:
+        return name, (), {}
+    try:
+        return (name, tuple(ast.literal_eval(a) for a in call.args),
+                {k.arg: ast.literal_eval(k.value) for k in call.keywords})
+    except ValueError:
+        raise ValueError(f"{spec!r}: the arguments must be literals (numbers, strings, lists, ...)") from None
 
 
 def _looks_f_style(fn, name: str) -> bool:

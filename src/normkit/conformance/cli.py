@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
@@ -30,10 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "normkit.functional), or an importable MODULE exposing aten-named functions "
                         "(default: normkit)")
     p.add_argument("--within", default=None, metavar="CONTEXT",
-                   help="run the backend's calls inside this context manager, named by a dotted path to a "
-                        "zero-argument callable returning it: e.g. --impl torch --within flag_gems.use_gems "
-                        "checks torch's ops as overridden by FlagGems, --within normkit.enabled as by "
-                        "normkit.enable() (CUDA). torch's own kernels, outside it, stay the baseline")
+                   help="run the backend's calls inside this context manager: a dotted name of a callable "
+                        "returning one, or a call of it with literal arguments. E.g. --impl torch --within "
+                        "normkit.enabled checks torch's ops as normkit.enable() overrides them (CUDA); --within "
+                        "'flag_gems.use_gems(include=[\"native_layer_norm\"])' as FlagGems does. torch's own "
+                        "kernels, outside it, stay the baseline")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     p.add_argument("--ops", default=",".join(FAMILIES),
                    help=f"comma-separated op families (default: all: {','.join(FAMILIES)})")
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001
             print(f"--within {args.within}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
-    impl = args.impl + (f" --within {args.within}" if args.within else "")
+    impl = args.impl + (f" --within {shlex.quote(args.within)}" if args.within else "")
 
     t0 = time.monotonic()
     bar = None if args.quiet else report.Progress(len(cases) + len(errs))
