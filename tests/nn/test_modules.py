@@ -283,3 +283,49 @@ def test_converted_model_traces_scripts_and_exports_like_torch(how, training):
     for name, b in buffers[0].items():
         assert not buffers[1][name].requires_grad, name
         torch.testing.assert_close(buffers[1][name], b)
+
+
+def _fx_model():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, dtype=torch.float64), torch.nn.BatchNorm2d(4, momentum=None, dtype=torch.float64),
+        torch.nn.ReLU(), torch.nn.GroupNorm(2, 4, dtype=torch.float64),
+        torch.nn.InstanceNorm2d(4, affine=True, track_running_stats=True, dtype=torch.float64),
+        torch.nn.SyncBatchNorm(4, dtype=torch.float64), torch.nn.Flatten(), torch.nn.LayerNorm(144, dtype=torch.float64),
+        torch.nn.RMSNorm(144, dtype=torch.float64))
+
+
+def test_converted_model_fx_symbolic_traces_like_torch():
+    """torch.fx.symbolic_trace of a converted model records each normkit module as one call_module node, as it does
+    torch's (fx keeps torch.nn's modules whole); it used to trace into normkit's forward and fail ("symbolically
+    traced variables cannot be used as inputs to control flow", or layer_norm(): argument 'input' must be Tensor, not
+    Proxy). The GraphModule then runs normkit's modules: outputs, gradients and running statistics as torch's in
+    float64. A tracer that traces through torch's modules (here: the root) traces torch's forward."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = _fx_model()
+    for m in ref.modules():
+        if m is not ref and not isinstance(m, (torch.nn.Conv2d, torch.nn.ReLU, torch.nn.Flatten)):
+            _randomize(m)
+    nk = nknn.convert(copy.deepcopy(ref))
+    traced = [torch.fx.symbolic_trace(m) for m in (ref, nk)]
+    nodes = [[(n.op, n.target) for n in g.graph.nodes] for g in traced]
+    assert nodes[1] == nodes[0]
+    assert [type(m) for m in traced[1].children()] == [type(m) for m in nk.children()]
+    for training in (True, True, False):
+        x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+        ys = []
+        for g in traced:
+            g.train(training)
+            y = g(x)
+            ys.append((y, torch.autograd.grad(y.square().sum(), list(g.parameters()))))
+        torch.testing.assert_close(ys[1], ys[0])
+    for (k, a), (_, b) in zip(traced[1].state_dict().items(), traced[0].state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert int(nk[1].num_batches_tracked) == 2
+    # as the traced root, layer / RMS / group norm record torch's functional call, as torch's modules do
+    for ours, theirs in [(nknn.LayerNorm(4), torch.nn.LayerNorm(4)), (nknn.RMSNorm(4), torch.nn.RMSNorm(4)),
+                         (nknn.GroupNorm(1, 4), torch.nn.GroupNorm(1, 4))]:
+        graphs = [[(n.op, n.target, str(n.args), str(n.kwargs)) for n in torch.fx.symbolic_trace(m).graph.nodes]
+                  for m in (ours, theirs)]
+        assert graphs[0] == graphs[1]

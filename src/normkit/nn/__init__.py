@@ -14,6 +14,23 @@ from normkit import functional as _F
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "RMSNorm", "GroupNorm",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "convert"]
 
+_Proxy = torch.fx.Proxy
+
+
+def _fx_traced(module: torch.nn.Module, input) -> object:
+    """``module(input)`` while `torch.fx.symbolic_trace` records it (``input`` a Proxy), as the tracer would record
+    torch's module. fx's default tracer keeps modules of the ``torch.nn`` namespace whole (`Tracer.is_leaf_module`
+    reads ``__module__``, which normkit's classes do not share), so the call becomes one ``call_module`` node of this
+    module whenever the tracer says torch's counterpart is a leaf; otherwise (a tracer that traces through it, or
+    this module as the traced root) torch's own forward is traced, errors included."""
+    tracer = input.tracer
+    base = next(c for c in type(module).__mro__ if c.__module__.startswith("torch.nn"))
+    if module is not getattr(tracer, "root", None) and type(module) in _TORCH_BASES:
+        path = tracer.path_of_module(module)
+        if tracer.is_leaf_module(_swapped(module, base), path):
+            return tracer.create_proxy("call_module", path, (input,), {})
+    return base.forward(module, input)
+
 
 class _BatchNormMixin:
     """`torch.nn.modules.batchnorm._BatchNorm.forward` with normkit's batch norm.
@@ -24,6 +41,8 @@ class _BatchNormMixin:
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, _Proxy):
+            return _fx_traced(self, input)
         self._check_input_dim(input)
         return self._batch_norm(input, *self._mode())
 
@@ -81,6 +100,8 @@ class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
     module refuses). The input is checked before any buffer changes."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, _Proxy):
+            return _fx_traced(self, input)
         self._check_input_dim(input)
         self._check_non_zero_input_channels(input)
         bn_training, running_mean, running_var = self._mode()
@@ -121,12 +142,16 @@ class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
 
 class LayerNorm(torch.nn.LayerNorm):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, _Proxy):
+            return _fx_traced(self, input)
         return _F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 if hasattr(torch.nn, "RMSNorm"):
     class RMSNorm(torch.nn.RMSNorm):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if isinstance(x, _Proxy):
+                return _fx_traced(self, x)
             return _F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 else:  # pragma: no cover - torch < 2.4
     class RMSNorm(torch.nn.Module):
@@ -148,10 +173,17 @@ else:  # pragma: no cover - torch < 2.4
 
 class GroupNorm(torch.nn.GroupNorm):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, _Proxy):
+            return _fx_traced(self, input)
         return _F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
 
 class _InstanceNormMixin:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, _Proxy):
+            return _fx_traced(self, input)
+        return super().forward(input)
+
     def _apply_instance_norm(self, input: torch.Tensor) -> torch.Tensor:
         return _F.instance_norm(input, self.running_mean, self.running_var, self.weight, self.bias,
                                 self.training or not self.track_running_stats,
