@@ -188,7 +188,8 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
     if _in_transform(input, weight, bias):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
-    _check_args("layer_norm", tensors=(("input", 1, input),))
+    if not isinstance(input, Tensor):  # required: None too gets the parser's TypeError
+        _arg_error("layer_norm", "input", 1, "Tensor", input)
     if _autocast_fp32("layer_norm", input):
         with torch.autocast(input.device.type, enabled=False):
             return layer_norm(_fp32(input), normalized_shape, _fp32(weight), _fp32(bias), eps)
@@ -210,7 +211,8 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
     fp64 for fp64 input); `x * rstd * weight` is computed in the compute type, then cast."""
     if _in_transform(input, weight):
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
-    _check_args("rms_norm", tensors=(("input", 1, input),))
+    if not isinstance(input, Tensor):
+        _arg_error("rms_norm", "input", 1, "Tensor", input)
     if _autocast_fp32("rms_norm", input):
         with torch.autocast(input.device.type, enabled=False):
             return rms_norm(_fp32(input), normalized_shape, _fp32(weight), eps)
@@ -261,10 +263,10 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, 
     """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
     if _in_transform(input, weight, bias):
         return torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)
+    _checks.check_group_norm_functional(input, num_groups)  # F.group_norm's checks come first (input.dim() ...)
     if _autocast_fp32("group_norm", input):
         with torch.autocast(input.device.type, enabled=False):
             return group_norm(_fp32(input), num_groups, _fp32(weight), _fp32(bias), eps)
-    _checks.check_group_norm_functional(input, num_groups)
     _check_args("group_norm", tensors=(("input", 1, input), ("weight", 3, weight), ("bias", 4, bias)),
                 ints=(("num_groups", 2, num_groups),), floats=(("eps", 5, eps),))
     _checks.check_group_norm(input, weight, bias, input.shape[0], input.shape[1], math.prod(input.shape[2:]),

@@ -329,3 +329,17 @@ def test_converted_model_fx_symbolic_traces_like_torch():
         graphs = [[(n.op, n.target, str(n.args), str(n.kwargs)) for n in torch.fx.symbolic_trace(m).graph.nodes]
                   for m in (ours, theirs)]
         assert graphs[0] == graphs[1]
+
+
+@pytest.mark.parametrize("ours, theirs, args, shape", PAIRS)
+def test_non_tensor_input_gets_torchs_error(ours, theirs, args, shape):
+    """A module called with None, a list or a float raises torch's exception, type and text: LayerNorm / RMSNorm
+    (None) raised AttributeError ('NoneType' object has no attribute 'is_cuda') where torch raises the argument
+    parser's TypeError, and GroupNorm named another attribute than torch's 'dim'."""
+    def error(module, value):
+        with pytest.raises(Exception) as info:
+            module(value)
+        return type(info.value), str(info.value)
+
+    for value in (None, torch.randn(shape).tolist(), 3.0):
+        assert error(ours(*args), value) == error(theirs(*args), value)
