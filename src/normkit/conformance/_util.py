@@ -49,3 +49,12 @@ def _f_torch(name, I, args, kwargs, bias):
         out = getattr(F, name)(x, *args, weight=w, **kwargs)
     out.backward(I["grad_out"])
     return out.detach(), [t.grad if t is not None else None for t in leaves]
+
+
+def _f_with_running_stats_torch(name, I, case):
+    """torch's F.batch_norm / F.instance_norm (running stats second) with autograd: (out, stats, grads)."""
+    x, w, b = _leaf(I["x"]), _leaf(I["weight"]), _leaf(I["bias"])
+    rm, rv = _clone(I["running_mean"]), _clone(I["running_var"])
+    out = getattr(torch.nn.functional, name)(x, rm, rv, w, b, case.training, case.momentum, case.eps)
+    out.backward(I["grad_out"])
+    return out.detach(), (rm, rv), [t.grad if t is not None else None for t in (x, w, b)]

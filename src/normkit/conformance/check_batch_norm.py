@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from normkit.conformance._util import _acc, _clone, _leaf, up
+from normkit.conformance._util import _acc, _clone, _f_with_running_stats_torch, _leaf, up
 from normkit.conformance.cases import Case, make_inputs
 from normkit.conformance.rules import judge, suggested_format
 
@@ -183,7 +183,7 @@ class BatchNormChecks:
         x64 = up(x)
         use_batch = case.training or rm is None
         ref = self._bn_oracle(x64, up(w), up(b), up(rm0), up(I["running_var"]), use_batch, case)
-        tb = self._baseline(lambda: _f_bn_torch(I, case))
+        tb = self._baseline(lambda: _f_with_running_stats_torch("batch_norm", I, case))
         self._meta("out", out, x.shape, x.dtype, (suggested_format(x),))
         self._values("out", out, ref[0], tb and tb[0], None, case.sensitive)
         if rm is not None:
@@ -241,11 +241,3 @@ def _bn_backward_invoke(fn, name, g, x, w, rm, rv, sm, si, training, eps, mask, 
         return tuple(fn(g, x, w, rm, rv, sm, si, training, eps, mask, reserve))
     return tuple(fn(g, x, w, rm, rv, sm, si, training, eps, mask))
 
-
-def _f_bn_torch(I, case):
-    F = torch.nn.functional
-    x, w, b = _leaf(I["x"]), _leaf(I["weight"]), _leaf(I["bias"])
-    rm, rv = _clone(I["running_mean"]), _clone(I["running_var"])
-    out = F.batch_norm(x, rm, rv, w, b, case.training, case.momentum, case.eps)
-    out.backward(I["grad_out"])
-    return out.detach(), (rm, rv), [t.grad if t is not None else None for t in (x, w, b)]

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from normkit.conformance._util import _clone, _f_torch, _leaf, up
+from normkit.conformance._util import _clone, _f_torch, _f_with_running_stats_torch, _leaf, up
 from normkit.conformance.cases import Case, make_inputs
 from normkit.conformance.rules import suggested_format
 
@@ -88,7 +88,7 @@ class GroupNormChecks:
         else:
             out = self._call(fn, xi, wi, bi, rm, rv, use_input_stats, case.momentum, case.eps, False)
         ref = self._in_oracle(case, I)
-        tb = self._baseline(lambda: _f_in_torch(I, case))
+        tb = self._baseline(lambda: _f_with_running_stats_torch("instance_norm", I, case))
         self._meta("out", out, x.shape, x.dtype, ("contiguous", suggested_format(x)))
         self._values("out", out, ref["out"], tb and tb[0], None, case.sensitive)
         if rm is not None:
@@ -136,11 +136,3 @@ def _mf(fmt):
     return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last,
             "channels_last_3d": torch.channels_last_3d}[fmt]
 
-
-def _f_in_torch(I, case):
-    F = torch.nn.functional
-    x, w, b = _leaf(I["x"]), _leaf(I["weight"]), _leaf(I["bias"])
-    rm, rv = _clone(I["running_mean"]), _clone(I["running_var"])
-    out = F.instance_norm(x, rm, rv, w, b, case.training, case.momentum, case.eps)
-    out.backward(I["grad_out"])
-    return out.detach(), (rm, rv), [t.grad if t is not None else None for t in (x, w, b)]
