@@ -309,6 +309,11 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
         b = None if bias is None else bias.repeat(n)
         return _empty_batch_output(x, w, b).view(input.shape)
     if not use_input_stats:
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias)):
+            # aten normalizes with copies (repeated N times) of the running statistics: its backward keeps this
+            # call's values when they change in place before it (a training-mode call, load_state_dict); saved as
+            # they are they would fail autograd's version check
+            running_mean, running_var = running_mean.clone(), running_var.clone()
         return _ops().batch_norm_autograd(input, weight, bias, running_mean, running_var, False, float(momentum),
                                           float(eps))[0]
     y, mean, _ = _ops().group_norm_autograd(input, c, weight, bias, float(eps), True)

@@ -343,3 +343,30 @@ def test_non_tensor_input_gets_torchs_error(ours, theirs, args, shape):
 
     for value in (None, torch.randn(shape).tolist(), 3.0):
         assert error(ours(*args), value) == error(theirs(*args), value)
+
+
+@pytest.mark.parametrize("ours, theirs", [(nknn.InstanceNorm1d, torch.nn.InstanceNorm1d),
+                                          (nknn.InstanceNorm2d, torch.nn.InstanceNorm2d)])
+def test_instance_norm_eval_backward_survives_a_later_running_stats_update(ours, theirs):
+    """Instance norm with running statistics (eval), then a training-mode call of the same module (updating them in
+    place), then the backward of the eval output: torch's gradients are those of the eval call (aten normalizes
+    with copies of the statistics); normkit saved the buffers themselves and raised "modified by an inplace
+    operation"."""
+    torch.manual_seed(0)
+    kwargs = dict(affine=True, track_running_stats=True, dtype=torch.float64)
+    a, b = ours(3, **kwargs), theirs(3, **kwargs)
+    _randomize(a)
+    b.load_state_dict(a.state_dict())
+    shape = (2, 3, 5) if ours is nknn.InstanceNorm1d else (2, 3, 4, 5)
+    x = torch.randn(shape, dtype=torch.float64)
+    grads = []
+    for m in (a, b):
+        xx = x.clone().requires_grad_()
+        m.eval()
+        y = m(xx)
+        m.train()
+        m(x * 3 + 1)  # moves the running statistics
+        grads.append(torch.autograd.grad(y.square().sum(), [xx] + list(m.parameters())))
+    torch.testing.assert_close(grads[0], grads[1])
+    for (k, u), (_, v) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(u, v, msg=k)
