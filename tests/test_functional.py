@@ -678,3 +678,27 @@ def test_instance_norm_of_no_instances_running_stats_like_torch(use_input_stats)
     for a, e in zip(got, exp):
         torch.testing.assert_close(a, e, equal_nan=True)
     assert bool(got[0].isnan().all()) == use_input_stats
+
+
+@pytest.mark.parametrize("fn", ["add_layer_norm", "add_rms_norm"])
+def test_add_norm_outputs_can_be_modified_in_place(fn):
+    """The fused pre-norm functions' outputs take in-place ops as torch's `s = x + r; y = norm(s)` do: with the
+    kernels (float32; Triton's interpreter on the CPU) y and s were views of the kernel's 2-D buffers made inside
+    the autograd Function, and `y.mul_(2)` raised "Output 0 of _AddLayerNormFn is a view and is being modified
+    inplace"."""
+    torch.manual_seed(0)
+    x, r, w, b = torch.randn(2, 3, 8), torch.randn(2, 3, 8), torch.randn(8), torch.randn(8)
+    grads = []
+    for use_normkit in (True, False):
+        xx = x.clone().requires_grad_()
+        if use_normkit:
+            y, s = (normkit.add_layer_norm(xx, r, (8,), w, b) if fn == "add_layer_norm"
+                    else normkit.add_rms_norm(xx, r, (8,), w))
+        else:
+            s = xx + r
+            y = (torch.nn.functional.layer_norm(s, (8,), w, b) if fn == "add_layer_norm"
+                 else torch.nn.functional.rms_norm(s, (8,), w))
+        y.mul_(2)
+        y.relu_()
+        grads.append(torch.autograd.grad(y.square().sum(), xx)[0])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)

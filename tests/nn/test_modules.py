@@ -370,3 +370,28 @@ def test_instance_norm_eval_backward_survives_a_later_running_stats_update(ours,
     torch.testing.assert_close(grads[0], grads[1])
     for (k, u), (_, v) in zip(a.state_dict().items(), b.state_dict().items()):
         torch.testing.assert_close(u, v, msg=k)
+
+
+@pytest.mark.parametrize("ours, theirs, args, shape", PAIRS)
+@pytest.mark.parametrize("training", [True, False])
+def test_output_can_be_modified_in_place(ours, theirs, args, shape, training):
+    """In-place ops on a module's output (nn.ReLU(inplace=True), `y += b`) work and differentiate as torch's: in
+    float32 the kernels run (Triton's interpreter on the CPU), and LayerNorm / RMSNorm returned a view of the
+    kernel's (rows, width) buffer made inside their autograd Function, which autograd forbids modifying in place
+    ("Output 0 of _LayerNormFn is a view and is being modified inplace")."""
+    torch.manual_seed(0)
+    kwargs = dict(affine=True, track_running_stats=True) if "InstanceNorm" in ours.__name__ else {}
+    a = ours(*args, **kwargs)
+    _randomize(a)
+    b = theirs(*args, **kwargs)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(shape)
+    grads = []
+    for m in (a, b):
+        m.train(training)
+        xx = x.clone().requires_grad_()
+        y = m(xx)
+        y.mul_(2)
+        y.relu_()
+        grads.append(torch.autograd.grad(y.square().sum(), [xx] + list(m.parameters())))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)

@@ -68,6 +68,15 @@ def _via_custom_op(x: Tensor) -> bool:
     return _compiling() or type(x) not in _PLAIN or _dispatch_stack_len() > 0
 
 
+def _own(t: Tensor) -> Tensor:
+    """``t`` (same memory, no copy) as a tensor autograd does not take for a view. The kernels' row-wise outputs are
+    views of their (rows, width) buffers; a custom Function's output that is a view of a tensor made inside it may
+    not be modified in place ("Output 0 of _LayerNormFn is a view and is being modified inplace"), where torch's
+    output may (``nn.ReLU(inplace=True)`` after a LayerNorm). Only for the no-grad insides of the Functions and
+    custom ops, where detaching cuts no graph."""
+    return t.detach() if t._is_view() else t
+
+
 def _or_empty(t: Optional[Tensor], like: Tensor) -> Tensor:
     return like.new_empty((0,)) if t is None else t
 
@@ -232,7 +241,7 @@ def batch_norm_autograd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tens
 def _ln_forward_impl(x, normalized_shape, weight, bias, eps):
     y, mean, rstd = _ln._layer_norm_core(x, normalized_shape, weight, bias, eps)
     acc = acc_dtype(x.dtype)
-    return y.contiguous(), mean.to(acc), rstd.to(acc)
+    return _own(y.contiguous()), mean.to(acc), rstd.to(acc)
 
 
 def _ln_backward_impl(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
@@ -337,7 +346,7 @@ layer_norm.register_autograd(_ln_op_backward, setup_context=_ln_setup)
 
 def _rms_forward_impl(x, normalized_shape, weight, eps):
     y, rstd = _ln._rms_norm_core(x, normalized_shape, weight, eps)
-    return y.contiguous(), rstd.to(acc_dtype(x.dtype))
+    return _own(y.contiguous()), rstd.to(acc_dtype(x.dtype))
 
 
 def _rms_backward_impl(grad, x, normalized_shape, rstd, weight, mask):
@@ -438,7 +447,7 @@ rms_norm.register_autograd(_rms_op_backward, setup_context=_rms_setup)
 def _add_ln_impl(x, residual, normalized_shape, weight, bias, eps):
     y, s, mean, rstd = _ln._add_layer_norm_core(x, residual, normalized_shape, weight, bias, eps)
     acc = acc_dtype(x.dtype)
-    return y.contiguous(), s.contiguous(), mean.to(acc), rstd.to(acc)
+    return _own(y.contiguous()), _own(s.contiguous()), mean.to(acc), rstd.to(acc)
 
 
 @torch.library.custom_op("normkit::add_layer_norm", mutates_args=())
@@ -519,7 +528,7 @@ def add_layer_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[
 
 def _add_rms_impl(x, residual, normalized_shape, weight, eps):
     y, s, rstd = _ln._add_rms_norm_core(x, residual, normalized_shape, weight, eps)
-    return y.contiguous(), s.contiguous(), rstd.to(acc_dtype(x.dtype))
+    return _own(y.contiguous()), _own(s.contiguous()), rstd.to(acc_dtype(x.dtype))
 
 
 @torch.library.custom_op("normkit::add_rms_norm", mutates_args=())
