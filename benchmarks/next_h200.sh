@@ -916,6 +916,19 @@ elif [ "$PART" = 99 ]; then  # for session 32: session 31's changes (made withou
     stamp "pytest -m cuda: group-norm kernels (branch s31-gn-nan's NaN fixes, once merged)"
     cuda_tests ${PYTEST_S3:-90} tests/kernels/test_group_norm_kernels.py
     cuda_check 150
+elif [ "$PART" = 101 ]; then  # session 32: sessions 31-32's CPU-made changes on CUDA (s31-gn-nan merged), one call
+    stamp "pytest -m cuda: group-norm kernels (NaN fixes), launch, custom ops, functional, aten, nn modules"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_group_norm_kernels.py tests/kernels/test_launch.py \
+        tests/ops/test_custom_ops.py tests/test_functional.py tests/test_aten.py tests/nn/test_modules.py
+    cp "$W/pytest_cuda.log" "$W/pytest_cuda_ops.log"
+    stamp "pytest -m cuda: layer-norm kernels with pipeline stages, the wide backward"
+    cuda_tests ${PYTEST_S2:-90} tests/kernels/test_layer_norm_kernels.py -k "stages or wide or coop or db_split"
+    cp "$W/pytest_cuda.log" "$W/pytest_cuda_ln.log"
+    cuda_check ${CHECK_S:-150}
+    stamp "conformance on CUDA: torch's ops within normkit.enabled"
+    timeout ${WITHIN_S:-130} python3 -m normkit check --impl torch --within normkit.enabled --device cuda --quiet \
+        --json "$W/check_within_normkit.json" > "$W/check_within_normkit.log" 2>&1; echo "check rc=$?"
+    sed -n '1,12p' "$W/check_within_normkit.log" | cut -c1-200; grep -E "^same bits|cases passed" "$W/check_within_normkit.log"
 elif [ "$PART" = 100 ]; then  # for session 33 (carry .whl): torch's ops under normkit.enable() and under FlagGems
     use_wheels
     # FlagGems' norm ops only: its full set re-registers ~400 ops on every entry of the context (each backend call)
