@@ -631,6 +631,49 @@ def test_eps_and_constant_groups():
 
 
 @interp
+@pytest.mark.parametrize("fmt", [CONTIG, CL])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_overflowing_squares_are_not_finite_garbage(fmt, dtype):
+    # |x| ~ 1e20: the fp32 sums of squares overflow (inf - inf in the partials). torch's CPU kernel gives rstd NaN
+    # or 0 there; the kernels gave var 0, so rstd = 1/sqrt(eps) and y ~ 1e22. A finite result must match float64
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn((2, 6, 3, 5), generator=g, dtype=torch.float64) * 1e20).to(dtype)
+    x = x.contiguous(memory_format=fmt)
+    w, b = torch.ones(6, dtype=dtype), torch.zeros(6, dtype=dtype)
+    y64, _, r64 = ref_gn(x, w, b, 6, 1e-5)
+    y, _, rstd = K.gn_forward(x, w, b, 6, 1e-5, dtype)
+    # per group: NaN, 0 (an infinite variance: y = bias, as torch's rstd 0) or float64's rstd and output
+    ok = rstd.isnan() | (rstd == 0)
+    assert torch.allclose(rstd[~ok].double(), r64[~ok], rtol=1e-2)
+    assert not (rstd.double() - r64).abs().gt(1e-2 * r64).logical_and(~ok).any()
+    good = (~ok).reshape(2, 6, 1, 1).expand(y.shape)
+    assert torch.allclose(y[good].double(), y64[good], rtol=2e-2, atol=2e-2)
+
+
+tl = triton.language
+
+
+@triton.jit
+def _round_to_kernel(V, O, NB: tl.constexpr):
+    o = tl.arange(0, NB)
+    tl.store(O + o, K._round_to(tl.load(V + o), O.dtype.element_ty))
+
+
+@interp
+def test_round_to_bf16_keeps_nan():
+    # the saved bf16 statistics of a NaN group: the GPU's arithmetic NaN is 0x7FFFFFFF, which the rounding carry
+    # turned into -0.0 (0xFFFFFFFF into 0.0, 0x7F800001 into inf); torch's conversion keeps them NaN
+    bits = torch.tensor([0x7FFFFFFF, -1, 0x7F800001, 0x7FC00000, 0x7F800000, 0x3F800000, 0x3F808001, 0],
+                        dtype=torch.int32)
+    v = bits.view(torch.float32)
+    out = torch.empty(8, dtype=BF16)
+    _round_to_kernel[(1,)](v, out, NB=8)
+    want = v.to(BF16)
+    assert torch.equal(out.isnan(), want.isnan())
+    assert torch.equal(out[~want.isnan()], want[~want.isnan()])
+
+
+@interp
 def test_int64_offsets(monkeypatch):
     # the 64-bit offsets path (inputs past 2^31 elements a sample) on small shapes
     monkeypatch.setattr(K, "_I32_MAX", 0)

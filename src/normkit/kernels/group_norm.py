@@ -161,7 +161,10 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         s2 += d * d
     cnt_c = (s_hi - s_lo).to(tl.float32)  # positions per channel
     sum1 = tl.sum(s1, 0)
-    m2_c = tl.maximum(tl.sum(s2, 0) - sum1 * (sum1 / cnt_c), 0.0)
+    m2_c = tl.sum(s2, 0) - sum1 * (sum1 / cnt_c)
+    # clamp rounding below 0, but keep a NaN (inf - inf once the fp32 squares overflow): tl.maximum drops it,
+    # and var = 0 gave rstd = 1/sqrt(eps) and outputs ~1e22 for |x| ~ 1e20
+    m2_c = tl.where(m2_c < 0.0, 0.0, m2_c)
 
     # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's
     # first element (an exact fp32 value every program and the combine read): at an offset of 1000 an
@@ -201,6 +204,9 @@ def _round_to(v, DT: tl.constexpr):
     if DT == tl.bfloat16:
         bits = v.to(tl.uint32, bitcast=True)
         bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        # a NaN stays NaN: the rounding carry turns NaNs with low mantissa bits (the GPU's canonical 0x7FFFFFFF)
+        # into -0.0, 0.0 or inf
+        bits = tl.where(v != v, 0x7FC00000, bits)
         return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return v.to(DT)
 
