@@ -290,25 +290,8 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for dt in (torch.bfloat16, torch.float32):
                 for lab, cfg in (("late", {}), ("early", {"fwd_wb_early_min_block": 4096})):
                     add("fwdwbearly", lab, cfg, op, M, N, "fwd", dt, dt)
-    # session 30 (prepared): the wide forward as the looped kernel (persistent programs, a row read twice, the second
-    # loop from L2) with both loops pipelined through shared memory (fwd_loop_stages), against today's split forward.
-    # Offline sm_90 at chunk 8192 / 3 stages: cp.async, 64-196 KB of shared memory (1 program a SM): hence the
-    # smaller chunks with more programs a SM, so that one program's first loop overlaps another's second
-    def loopst(ch, w, pps, st, budget=0):
-        return {"fwd_split_min_block": 1 << 30, "fwd_chunk": ch, "fwd_loop_warps": w, "loop_progs_per_sm": pps,
-                "fwd_loop_stages": st, "l2_budget": budget}
-    for M, N in ((2048, 65536), (512, 262144), (4096, 32768)):
-        for op in ("ln", "rms"):
-            for dt in (torch.bfloat16, torch.float32):
-                if dt == torch.float32 and N == 32768:
-                    continue
-                for lab, cfg in (("split", {}), ("loop_c4096_w8_p2", loopst(4096, 8, 2, 1)),
-                                 ("loop_c4096_w8_p2_st3", loopst(4096, 8, 2, 3)),
-                                 ("loop_c4096_w8_p3_st2", loopst(4096, 8, 3, 2)),
-                                 ("loop_c2048_w4_p4_st3", loopst(2048, 4, 4, 3)),
-                                 ("loop_c8192_w16_p1_st3", loopst(8192, 16, 1, 3)),
-                                 ("loop_c4096_w8_p2_st3_l2", loopst(4096, 8, 2, 3, 40 << 20))):
-                    add("fwdloopst", lab, cfg, op, M, N, "fwd", dt, dt)
+    # session 30 (prepared) "fwdloopst": the wide forward as the looped kernel with both loops pipelined through shared
+    # memory (fwd_loop_stages) lost to the split forward on every row on the H200 in session 32, knob deleted
     # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the
     # statistics lost at every width (LN 8192x8192 bf16 0.0693 -> 0.0966 ms), knob deleted
     # backward at 4096 / 8192 (0.65 SOL): more, smaller persistent programs per SM (more loads in flight);
@@ -763,7 +746,7 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             err = None
             if g in ("fwdsplit", "fwdwide", "fwdcoop", "fwdtwopart", "fwdloopmid", "fwdloopwide",
                      "fwdpersist2p", "fwdpersist16k", "fwd2pwarps",
-                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg", "fwdwbearly", "fwdloopst"):  # new kernels: check y on a row subset against fp64 (same width)
+                     "fwd2pmix", "fwdsplitrows", "fwdmaxnreg", "fwdwbearly"):  # new kernels: check y on a row subset against fp64 (same width)
                 try:
                     xs, _, ws, bs = make(op, min(M, 64), N, torch.bfloat16, pdt)
                     if op == "ln":

@@ -255,28 +255,6 @@ def test_looped_regimes(N, dtype, small_regimes):
 
 
 @interp
-@pytest.mark.parametrize("N", [300, 1000])
-def test_looped_forward_stages_same_bits(N, small_regimes, monkeypatch):
-    # both loops of the looped forward pipelined through shared memory (fwd_loop_stages, a variant): the same chunks
-    # in the same order as the plain loops, so the same bits, with and without a residual; and against float64
-    x, _ = _inputs(5, N, torch.bfloat16, 1000.0)
-    res, _ = _inputs(5, N, torch.bfloat16)
-    w, b = _params(N, torch.bfloat16, "fp32")
-    runs = (lambda: L.ln_forward(x, w, b, 1e-5), lambda: L.rms_forward(x, w, 1e-6),
-            lambda: L.add_ln_forward(x, res, w, b, 1e-5), lambda: L.add_rms_forward(x, res, w, 1e-6))
-    plain = [run() for run in runs]
-    monkeypatch.setitem(L._CFG, "fwd_loop_stages", 3)
-    seen = _record_launches(monkeypatch)
-    staged = [run() for run in runs]
-    assert [kw.get("STAGES") for n, kw in seen if n == "_fwd_loop_kernel"] == [3] * 4
-    for p_out, s_out in zip(plain, staged):
-        for a, c in zip(p_out, s_out):
-            assert (a is None and c is None) or torch.equal(a, c)
-    yr, _, _ = ref_ln(x, w, b, 1e-5)
-    assert rel(staged[0][0], yr) < TOL[torch.bfloat16]
-
-
-@interp
 @pytest.mark.parametrize("wide", [False, True])
 def test_row_stride_and_many_rows(wide, monkeypatch):
     if wide:
@@ -454,26 +432,6 @@ def test_cuda_forward_early_wb_same_bits(op, N, dtype, monkeypatch):
     late = run()
     for a, c in zip(early, late):
         assert (a is None and c is None) or torch.equal(a, c)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("N,dtype", [(65536, torch.bfloat16), (262144, torch.float32), (40000, torch.float16)])
-@pytest.mark.parametrize("chunk,warps,stages", [(4096, 8, 3), (8192, 16, 3), (2048, 4, 2)])
-def test_cuda_looped_forward_stages(N, dtype, chunk, warps, stages, monkeypatch):
-    # wide rows through the looped forward (the split forward off), its loops pipelined (fwd_loop_stages, a variant):
-    # against float64, and the bits of the plain loops
-    for k, v in {"fwd_split_min_block": 1 << 30, "fwd_chunk": chunk, "fwd_loop_warps": warps}.items():
-        monkeypatch.setitem(L._CFG, k, v)
-    M = max(4, min(512, 2 ** 24 // N))
-    x, _ = _inputs(M, N, dtype, device="cuda")
-    w, b = _params(N, dtype, "same", device="cuda")
-    plain = L.ln_forward(x, w, b, 1e-5), L.rms_forward(x, w, 1e-6)
-    monkeypatch.setitem(L._CFG, "fwd_loop_stages", stages)
-    check_ln(M, N, dtype, "same", device="cuda", bwd=False, x=x)
-    staged = L.ln_forward(x, w, b, 1e-5), L.rms_forward(x, w, 1e-6)
-    for p_out, s_out in zip(plain, staged):
-        for a, c in zip(p_out, s_out):
-            assert (a is None and c is None) or torch.equal(a, c)
 
 
 @pytest.mark.cuda

@@ -295,7 +295,6 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         launch(_fwd_loop_kernel, (P,),
             *args, M, N, *strides, float(eps), cdiv(M, P),
             CHUNK=_CFG["fwd_chunk"], num_warps=_CFG["fwd_loop_warps"], **flags,
-            **({"STAGES": _CFG["fwd_loop_stages"]} if _CFG["fwd_loop_stages"] > 1 else {}),
         )
     return y, s, mean, rstd
 

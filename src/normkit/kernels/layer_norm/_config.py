@@ -116,11 +116,6 @@ _CFG = {
     "fwd_split_warps": 4,
     "fwd_chunk": 8192,  # chunk of the looped forward (rows wider than fwd_max_block with a residual)
     "fwd_loop_warps": 16,
-    # the looped forward's two loops pipelined through shared memory, this many stages (1: plain loops; a variant:
-    # with fwd_split_min_block past the row, wide rows take the looped forward instead of the split one). Before it
-    # is adopted, its stages must go through _launch.fit_stages as the backward's do (64-192 KB at chunk 8192 on
-    # sm_90: more than a 99 KB GPU's program may take)
-    "fwd_loop_stages": 1,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
     "l2_budget": 0,  # ... optionally capped so that P * row bytes fits this much L2 (0: no cap)
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel

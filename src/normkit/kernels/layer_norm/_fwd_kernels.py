@@ -196,66 +196,12 @@ def _fwd_rows_kernel(
 
 
 @triton.jit
-def _loop_stats_chunk(xrow, rrow, srow, start, offs, N, shift, mean, m2, CHUNK: tl.constexpr,
-                      HAS_RES: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr):
-    """The looped forward's first loop, one chunk: read x (and residual, writing the sum) and merge the chunk's
-    (mean, M2) of ``x - shift`` into the row's with Chan's formula (RMS: x^2 summed into m2)."""
-    cols = start + offs
-    cmask = cols < N
-    xv = tl.load(xrow + cols, mask=cmask, other=0.0)
-    if HAS_RES:
-        rv = tl.load(rrow + cols, mask=cmask, other=0.0)
-        sv = (xv.to(ACC) + rv.to(ACC)).to(xv.dtype)
-        tl.store(srow + cols, sv, mask=cmask)
-        x = sv.to(ACC)
-    else:
-        x = xv.to(ACC)
-    if IS_RMS:
-        m2 += tl.sum(x * x, axis=0)
-    else:
-        zero = tl.zeros([], dtype=tl.int32)
-        cnt = tl.minimum(N - start + zero, CHUNK).to(ACC)
-        xs = tl.where(cmask, x - shift, 0.0)
-        cmean = tl.sum(xs, axis=0) / cnt
-        d = tl.where(cmask, xs - cmean, 0.0)
-        cm2 = tl.sum(d * d, axis=0)
-        seen = (start + zero).to(ACC)
-        tot = seen + cnt
-        delta = cmean - mean
-        mean = mean + delta * (cnt / tot)
-        m2 = m2 + cm2 + delta * delta * (seen * cnt / tot)
-    return mean, m2
-
-
-@triton.jit
-def _loop_y_chunk(xrow, srow, yrow, W, B, start, offs, N, shift, mean, rstd,
-                  HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-                  ACC: tl.constexpr):
-    """The looped forward's second loop, one chunk: re-read x (or the stored sum) and write y."""
-    cols = start + offs
-    cmask = cols < N
-    if HAS_RES:
-        x = tl.load(srow + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        x = tl.load(xrow + cols, mask=cmask, other=0.0).to(ACC)
-    if IS_RMS:
-        y = x * rstd
-    else:
-        y = ((x - shift) - mean) * rstd
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
-    tl.store(yrow + cols, y, mask=cmask)
-
-
-@triton.jit
 def _fwd_loop_kernel(
     X, R, W, B, Y, S, MEAN, RSTD,
     M, N, stride_x, stride_r, stride_y, stride_s, eps, iters,
     CHUNK: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
-    ACC: tl.constexpr, STAGES: tl.constexpr = 1,
+    ACC: tl.constexpr,
 ):
     """Persistent programs, each taking rows ``pid, pid + P, ...``; two loops over CHUNK-wide slices.
 
@@ -263,8 +209,6 @@ def _fwd_loop_kernel(
     with Chan's formula (RMS: sums x^2). Loop 2 walks the row backwards, re-reading x (or the stored
     sum) while the latest chunks are still in L2, and writes y. The host sizes P so that the rows in
     flight fit in L2: 2 HBM passes then, 3 at worst.
-    STAGES > 1 (``fwd_loop_stages``, a variant): both loops pipelined by Triton through shared memory,
-    STAGES - 1 chunks in flight as cp.async copies (the same chunks in the same order: the same bits).
     """
     P = tl.num_programs(0)
     offs = tl.arange(0, CHUNK)
@@ -284,27 +228,52 @@ def _fwd_loop_kernel(
                 shift = tl.load(xrow).to(ACC)
                 if HAS_RES:
                     shift = (shift + tl.load(rrow).to(ACC)).to(X.dtype.element_ty).to(ACC)
-            # (two loop forms: one tl.range form for both raised the plain kernel's registers 32-46 -> 37-54, sm_90)
-            if STAGES > 1:
-                for k in tl.range(0, nchunks, num_stages=STAGES):
-                    mean, m2 = _loop_stats_chunk(xrow, rrow, srow, k * CHUNK, offs, N, shift, mean, m2, CHUNK,
-                                                 HAS_RES, IS_RMS, ACC)
-            else:
-                for start in range(0, N, CHUNK):
-                    mean, m2 = _loop_stats_chunk(xrow, rrow, srow, start, offs, N, shift, mean, m2, CHUNK,
-                                                 HAS_RES, IS_RMS, ACC)
+            for start in range(0, N, CHUNK):
+                cols = start + offs
+                cmask = cols < N
+                xv = tl.load(xrow + cols, mask=cmask, other=0.0)
+                if HAS_RES:
+                    rv = tl.load(rrow + cols, mask=cmask, other=0.0)
+                    sv = (xv.to(ACC) + rv.to(ACC)).to(xv.dtype)
+                    tl.store(srow + cols, sv, mask=cmask)
+                    x = sv.to(ACC)
+                else:
+                    x = xv.to(ACC)
+                if IS_RMS:
+                    m2 += tl.sum(x * x, axis=0)
+                else:
+                    zero = tl.zeros([], dtype=tl.int32)
+                    cnt = tl.minimum(N - start + zero, CHUNK).to(ACC)
+                    xs = tl.where(cmask, x - shift, 0.0)
+                    cmean = tl.sum(xs, axis=0) / cnt
+                    d = tl.where(cmask, xs - cmean, 0.0)
+                    cm2 = tl.sum(d * d, axis=0)
+                    seen = (start + zero).to(ACC)
+                    tot = seen + cnt
+                    delta = cmean - mean
+                    mean = mean + delta * (cnt / tot)
+                    m2 = m2 + cm2 + delta * delta * (seen * cnt / tot)
             rstd = _rsqrt(m2 / N + eps, ACC)
             tl.store(RSTD + row, rstd)
             if not IS_RMS:
                 tl.store(MEAN + row, shift + mean)
-            if STAGES > 1:
-                for i in tl.range(0, nchunks, num_stages=STAGES):
-                    _loop_y_chunk(xrow, srow, yrow, W, B, (nchunks - 1 - i) * CHUNK, offs, N, shift, mean, rstd,
-                                  HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
-            else:
-                for i in range(0, nchunks):
-                    _loop_y_chunk(xrow, srow, yrow, W, B, (nchunks - 1 - i) * CHUNK, offs, N, shift, mean, rstd,
-                                  HAS_W, HAS_B, HAS_RES, IS_RMS, ACC)
+            for i in range(0, nchunks):
+                start = (nchunks - 1 - i) * CHUNK
+                cols = start + offs
+                cmask = cols < N
+                if HAS_RES:
+                    x = tl.load(srow + cols, mask=cmask, other=0.0).to(ACC)
+                else:
+                    x = tl.load(xrow + cols, mask=cmask, other=0.0).to(ACC)
+                if IS_RMS:
+                    y = x * rstd
+                else:
+                    y = ((x - shift) - mean) * rstd
+                if HAS_W:
+                    y = y * tl.load(W + cols, mask=cmask, other=0.0).to(ACC)
+                if HAS_B:
+                    y = y + tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+                tl.store(yrow + cols, y, mask=cmask)
 
 
 # --------------------------------------------------------------------------------------------------
