@@ -155,12 +155,6 @@ VARIANTS = {
     # session 30 (prepared): channels_last 7x7 at 2048 channels in 8 column blocks of 256 (min_rows 64, partials cap
     # 5 %), so that they take two register sets at 264 programs (session 27's pfr05m64 was this grid with one set)
     "rtbwide": {"min_rows": 64, "partial_frac_rows": 0.05},
-    # session 30 (prepared): the spread reduction's loop pipelined through shared memory (cp.async), one register set,
-    # 392 programs (target 512) or 196 (256)
-    "spst2": {"red_spread_stages": 2},
-    "spst3": {"red_spread_stages": 3},
-    "spst4": {"red_spread_stages": 4},
-    "spst3t256": {"red_spread_stages": 3, "target_programs_spread": 256},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -203,10 +197,6 @@ VARIANT_SCOPE = {
     "onebuf": ("ncs", ("fwd", "bwd")),
     "rowsonebuf": ("rows", ("fwd", "bwd")),
     "rtbwide": ("rows", ("fwd", "bwd")),
-    "spst2": ("ncs", ("fwd", "bwd")),
-    "spst3": ("ncs", ("fwd", "bwd")),
-    "spst4": ("ncs", ("fwd", "bwd")),
-    "spst3t256": ("ncs", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",

@@ -68,10 +68,6 @@ VARIANTS = {
     "spc2k": ({"spread_red_min_cols": 2048, "target_programs_spread": 400, "partial_frac_spread": 0.5}, ("fwd", "bwd")),
     # the spread reduction before red_two_buf_spread (session 30): one register set, 512 programs
     "onebuf": ({"red_two_buf_spread": 0, "target_programs_spread": 512}, ("fwd", "bwd")),
-    # the spread loop pipelined through shared memory (red_spread_stages; session 30, prepared)
-    "spst2": ({"red_spread_stages": 2}, ("fwd", "bwd")),
-    "spst3": ({"red_spread_stages": 3}, ("fwd", "bwd")),
-    "spst4": ({"red_spread_stages": 4}, ("fwd", "bwd")),
 }
 
 

@@ -925,23 +925,6 @@ def test_spread_two_buf_same_bits(programs, monkeypatch):
 
 
 @interp
-@pytest.mark.parametrize("stages", [2, 3])
-def test_spread_stages_same_bits(stages, monkeypatch):
-    """The spread reduction's loop pipelined through shared memory (red_spread_stages, a variant): the same steps
-    summed in the same order as one register set on the same grid, so the same bits in every mode."""
-    for k, v in dict(SPREAD_TINY, target_programs_spread=16).items():
-        monkeypatch.setitem(B._TUNE, k, v)
-    shape = (40, 16, 7, 7)
-    x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
-    cfgs = [BCFG._reduce_cfg_uncached(B._SpreadView(B._View(x)), 2, bwd) for bwd in (False, True)]
-    assert max(c["n_iter"] for c in cfgs) > stages
-    C = shape[1]
-    w, b = torch.rand(C) + 0.5, torch.randn(C)
-    got = _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_spread_stages": stages}, x, dy, w, b)
-    assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[torch.bfloat16]
-
-
-@interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
 def test_rows_two_buf_same_bits(dtype, monkeypatch):
     """The rows view's two register sets (red_two_buf_rows_max_blocks): the bits of one set on the same grid, in every
@@ -1051,21 +1034,6 @@ def test_cuda_spread_two_buf(shape, dtype, monkeypatch):
     same_grid = B._TUNE["target_programs_spread_two_buf"]
     _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0, "target_programs_spread": same_grid},
                           {"red_two_buf_spread": 1}, x, torch.randn_like(x), w, b)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("stages", [2, 4])
-@pytest.mark.parametrize("shape", [(256, 2048, 7, 7), (32, 512, 7, 7)])
-def test_cuda_spread_stages(shape, stages, monkeypatch):
-    """The spread reduction pipelined through shared memory (red_spread_stages, a variant): the outputs against
-    float64, and the bits of one register set on the same grid in every mode."""
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {"red_two_buf_spread": 0}, {"red_spread_stages": stages}, x,
-                          torch.randn_like(x), w, b)
-    _cuda_check(x, 1.2e-2)
 
 
 @pytest.mark.cuda

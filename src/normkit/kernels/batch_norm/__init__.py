@@ -148,7 +148,6 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
-            **({"STAGES": cfg["STAGES"]} if "STAGES" in cfg else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part

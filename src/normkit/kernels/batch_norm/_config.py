@@ -119,11 +119,6 @@ _TUNE = {
     # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
     "target_programs_rows_two_buf": 264,
-    # the spread reduction's loop pipelined by Triton through shared memory, this many stages (1: off; a variant, in
-    # place of two register sets): the spread grid is bounded by its few rows, so its programs' bytes in flight are
-    # what bounds it (session 16's pipelined rows / ncs loops lost where occupancy already gave them). Before it is
-    # adopted, its stages must go through _launch.fit_stages (the device's shared memory), as layer norm's do
-    "red_spread_stages": 1,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
 
@@ -254,14 +249,12 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         frac = _TUNE["partial_frac"]
     C = v.C
     if v.kind == "spread":  # few, very long rows: spread_red_min_cols (above)
-        if _TUNE["red_two_buf_spread"] and _TUNE["red_spread_stages"] <= 1:
+        if _TUNE["red_two_buf_spread"]:
             BC, BM, ncb, units, P = _spread_cols(v, tile, _TUNE["target_programs_spread_two_buf"], frac, esize)
             if cdiv(units, P) >= _TUNE["red_two_buf_min_chunks"]:  # a program's row chunks
                 return _reduce_cfg_done(dict(BM=BM, BC=BC, TWO_BUF=True), v, P, ncb, units, rows_like, bwd, wide_fwd)
         BC, BM, ncb, units, _ = _spread_cols(v, tile, target, frac, esize)
         cfg = dict(BM=BM, BC=BC)
-        if _TUNE["red_spread_stages"] > 1:
-            cfg["STAGES"] = _TUNE["red_spread_stages"]
     elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
         # enough rows per program that the partials stay a small fraction of the input

@@ -89,7 +89,6 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
-    STAGES: tl.constexpr = 1,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -102,9 +101,7 @@ def _bn_reduce_rows_kernel(
     TWO_BUF (``red_two_buf_spread``, ``red_two_buf_rows_max_blocks``): two steps' loads held in two sets of
     registers, each set reloaded right after its own sums, so one step stays in flight while the other is summed
     (with one set, ptxas reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the
-    same bits.
-    STAGES > 1 (``red_spread_stages``, a variant): a plain loop (a step's loads, then its sums) that Triton
-    pipelines through shared memory, STAGES - 1 steps in flight as cp.async copies; again the same bits."""
+    same bits."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -126,15 +123,8 @@ def _bn_reduce_rows_kernel(
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
-    if STAGES > 1:
-        for i in tl.range(0, n_iter, num_stages=STAGES):
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask,
-                                                                BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
-                                           ref2, BM, UNROLL, BWD, ACC)
-    elif TWO_BUF:
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
+    x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask, BM, UNROLL, BWD)
+    if TWO_BUF:
         # (a step past the program's n_iter reads row chunks past the last: masked off by their row limit)
         y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                             BM, UNROLL, BWD)
@@ -148,8 +138,6 @@ def _bn_reduce_rows_kernel(
             y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
     else:
-        x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 0, P, M, C, rr, cols, cmask,
-                                                            BM, UNROLL, BWD)
         for i in range(0, n_iter):
             c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
             x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols, cmask,
