@@ -105,30 +105,22 @@ class ScopedBackend(Backend):
 
     @contextlib.contextmanager
     def scope(self):
-        if self._depth:
+        with self._make_context() if self._depth == 0 else contextlib.nullcontext():
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
-            return
-        with self._make_context():
-            self._depth = 1
-            try:
-                yield
-            finally:
-                self._depth = 0
 
     def _wrap(self, fn):
         if fn is None:
             return None
 
+        @functools.wraps(fn)
         def inside(*args, **kwargs):
             with self.scope():
                 return fn(*args, **kwargs)
 
-        inside.__name__ = getattr(fn, "__name__", "op")
-        inside.__wrapped__ = fn  # signature inspection sees the real parameters
         return inside
 
     def aten(self, name):

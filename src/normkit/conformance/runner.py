@@ -29,7 +29,7 @@ import torch
 
 from normkit.conformance import rules
 from normkit.conformance._util import _NotOnDevice, _acc, _leaf, up
-from normkit.conformance.backends import Backend, TorchBackend
+from normkit.conformance.backends import Backend, ScopedBackend, TorchBackend
 from normkit.conformance.cases import SYNC_OPS, Case, ErrorCase, seed_of
 from normkit.conformance.check_batch_norm import BatchNormChecks
 from normkit.conformance.check_group_norm import GroupNormChecks
@@ -107,9 +107,10 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         self.torch = TorchBackend()
         self.self_baseline = backend.runs_torch_kernels
         self.not_present = {}  # op -> why
-        # op -> [outputs compared with torch's on the same inputs, of them bit-identical]: an override that
-        # never changes a bit (--within a context that overrides nothing on this device) is worth saying
-        self.same_bits = {}
+        # op -> [outputs compared with torch's on the same inputs, of them bit-identical], for a backend run
+        # within a context: an override that never changes a bit (one that reaches nothing on this device) is
+        # worth saying
+        self.same_bits = {} if isinstance(backend, ScopedBackend) else None
 
     # ------------------------------------------------------------------ public
     def run_case(self, case: Case):
@@ -218,7 +219,8 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         if got is None:
             self._rule(rule, op).add(False, f"{name}: missing (None)")
             return
-        if base is not None and (base_ref is None or base_ref is ref) and base.shape == got.shape:
+        if self.same_bits is not None and base is not None and (base_ref is None or base_ref is ref) \
+                and base.shape == got.shape:
             tally = self.same_bits.setdefault(op or self._op, [0, 0])
             tally[0] += 1
             a, b = got.detach().cpu(), base.detach().cpu()
@@ -232,7 +234,7 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
 
     def ops_with_torchs_bits(self):
         """Ops whose every output compared with torch's own kernel (same inputs) was bit-identical to it."""
-        return sorted(op for op, (n, same) in self.same_bits.items() if n and same == n)
+        return sorted(op for op, (n, same) in (self.same_bits or {}).items() if n and same == n)
 
     def _meta(self, name, got, shape, dtype, formats, rule="meta", op=None):
         if got is None:
