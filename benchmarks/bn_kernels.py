@@ -155,6 +155,10 @@ VARIANTS = {
     # session 30 (prepared): channels_last 7x7 at 2048 channels in 8 column blocks of 256 (min_rows 64, partials cap
     # 5 %), so that they take two register sets at 264 programs (session 27's pfr05m64 was this grid with one set)
     "rtbwide": {"min_rows": 64, "partial_frac_rows": 0.05},
+    # session 33: the rows reduction at a fixed column block (two register sets where the rule allows), to map each
+    # row's time against its block (rtbwide: 65536x1024 bf16 fwd -5 % at 1024 columns, 256x512x7x7 bwd -15 % at 64)
+    # (partials cap 5 % as rtbwide: at 0.5 % wide blocks of the small layers would get 15-81 programs)
+    **{f"bc{b}": {"red_rows_block_cols": b, "partial_frac_rows": 0.05} for b in (32, 64, 128, 256, 512, 1024)},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -197,6 +201,7 @@ VARIANT_SCOPE = {
     "onebuf": ("ncs", ("fwd", "bwd")),
     "rowsonebuf": ("rows", ("fwd", "bwd")),
     "rtbwide": ("rows", ("fwd", "bwd")),
+    **{f"bc{b}": ("rows", ("fwd", "bwd")) for b in (32, 64, 128, 256, 512, 1024)},
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",

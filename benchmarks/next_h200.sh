@@ -919,6 +919,25 @@ elif [ "$PART" = 101 ]; then  # session 32: sessions 31-32's CPU-made changes on
     timeout ${WITHIN_S:-130} python3 -m normkit check --impl torch --within normkit.enabled --device cuda --quiet \
         --json "$W/check_within_normkit.json" > "$W/check_within_normkit.log" 2>&1; echo "check rc=$?"
     sed -n '1,12p' "$W/check_within_normkit.log" | cut -c1-200; grep -E "^same bits|cases passed" "$W/check_within_normkit.log"
+elif [ "$PART" = 102 ]; then  # session 33: the rows reduction's time against its column block; resnet50's other kernels
+    stamp "batch norm: the rows reduction at fixed column blocks (bc32..bc1024, partials cap 5 %; pfr05: today's rule)"
+    timeout 170 python3 benchmarks/bn_kernels.py --out "$W" --budget 140 \
+        --only-variants pfr05,bc32,bc64,bc128,bc256,bc512,bc1024 --dtypes bf16 --layouts cl,contig --modes fwd,bwd \
+        --shapes 256x64x56x56,256x256x56x56,256x512x28x28,256x1024x14x14,256x2048x7x7,65536x1024,256x128x28x28,256x256x14x14,256x512x7x7 \
+        > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-200 | tail -30
+    stamp "resnet50 training steps (both layouts), with and without enable(); the other kernels by name in the JSON"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
+    python3 -c "
+import json; d = json.load(open('$W/models/bench.json'))
+rows = {(m['layout'], m['setting']): m.get('top_other_kernels') or {} for m in d['models']}
+for lay in ('channels_last', 'contiguous'):
+    e, n = rows.get((lay, 'eager'), {}), rows.get((lay, 'normkit'), {})
+    print(lay, 'other kernels ms a step: eager', round(sum(e.values()), 3), 'normkit', round(sum(n.values()), 3))
+    for k in sorted(set(e) | set(n), key=lambda k: -abs(n.get(k, 0) - e.get(k, 0)))[:10]:
+        print('  %+.3f  %.3f -> %.3f  %s' % (n.get(k, 0) - e.get(k, 0), e.get(k, 0), n.get(k, 0), k[:90]))
+"
 elif [ "$PART" = 100 ]; then  # for session 33 (carry .whl): torch's ops under normkit.enable() and under FlagGems
     use_wheels
     # FlagGems' norm ops only: its full set re-registers ~400 ops on every entry of the context (each backend call)

@@ -452,12 +452,16 @@ def test_norm_share_attribution_cuda_logic():
     annotation.is_user_annotation = True
     events.append(annotation)
     prof = NS(events=lambda: events)
-    total, norm, by_name, top, busy, norm_busy = _kernel_times(prof, "cuda")
+    total, norm, by_name, top, busy, norm_busy, other = _kernel_times(prof, "cuda")
     assert math.isclose(busy, total) and math.isclose(norm_busy, by_name)  # nothing overlaps here
     assert math.isclose(total, 92e-3)
     assert math.isclose(norm, (10 + 1 + 20 + 5 + 4 + 2) * 1e-3)
     assert math.isclose(by_name, (10 + 20 + 4 + 2) * 1e-3)
     assert "sm90_xmma_fprop" not in top
+    # the rest of the kernel time, by name: the conv, and the add only where no norm op launched it (none here)
+    assert math.isclose(other["sm90_xmma_fprop"], 50e-3)
+    assert math.isclose(other.get("vectorized_elementwise_kernel", 0.0), 0.0, abs_tol=1e-12)
+    assert math.isclose(sum(other.values()), total - norm)
 
 
 def test_union_of_kernel_intervals():

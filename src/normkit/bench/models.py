@@ -186,16 +186,17 @@ def _union_us(intervals) -> float:
 
 
 def _kernel_times(prof, device: str):
-    """(total ms, norm ms, norm ms by kernel name only, top norm kernels, busy ms, norm busy ms) over the
-    profiled steps; busy: the union of the kernels' intervals (by name only for norm), which overlapping
-    kernels (programmatic dependent launch) do not inflate.
+    """(total ms, norm ms, norm ms by kernel name only, top norm kernels, busy ms, norm busy ms, top other
+    kernels) over the profiled steps. busy: the union of the kernels' intervals (by name only for norm), which
+    overlapping kernels (programmatic dependent launch) do not inflate. other: the kernels counted in neither norm
+    figure, by name (what a setting changes outside normalization).
 
     CUDA: a kernel counts as normalization when its name says so (ATen, cuDNN, Inductor, Liger, FlagGems,
     normkit's Triton kernels) or when the op that launched it is a normalization op or autograd node
     (which also catches the elementwise helpers those ops launch). CPU: aten op self-times by op name."""
     total = norm = by_name = 0.0
     busy = norm_busy = None
-    top = {}
+    top, other = {}, {}
     if device == "cuda":
         from torch.autograd import DeviceType
 
@@ -221,6 +222,8 @@ def _kernel_times(prof, device: str):
                 norm_spans.append(span)
                 by_name += dur
                 top[evt.name[:100]] = top.get(evt.name[:100], 0.0) + dur
+            else:
+                other[evt.name[:100]] = other.get(evt.name[:100], 0.0) + dur
         # plus the kernels of any other name launched under a normalization op or autograd node
         anc_only = 0.0
         for evt in events:
@@ -238,6 +241,7 @@ def _kernel_times(prof, device: str):
                     continue
                 anc_only += k.duration
                 top[k.name[:100]] = top.get(k.name[:100], 0.0) + k.duration
+                other[k.name[:100]] = other.get(k.name[:100], 0.0) - k.duration
         norm = by_name + anc_only
         busy, norm_busy = _union_us(spans) / 1e3, _union_us(norm_spans) / 1e3
     else:
@@ -251,7 +255,9 @@ def _kernel_times(prof, device: str):
                 by_name += t
                 top[evt.key[:100]] = top.get(evt.key[:100], 0.0) + t
     top = dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])
-    return total / 1e3, norm / 1e3, by_name / 1e3, {k: v / 1e3 for k, v in top.items()}, busy, norm_busy
+    other = dict(sorted(((k, v) for k, v in other.items() if v > 0), key=lambda kv: -kv[1])[:16])
+    return (total / 1e3, norm / 1e3, by_name / 1e3, {k: v / 1e3 for k, v in top.items()}, busy, norm_busy,
+            {k: v / 1e3 for k, v in other.items()})
 
 
 def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed: int, lr: float = 0.01,
@@ -306,12 +312,13 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
                 for _ in range(profile_steps):
                     step()
                 sync()
-        total, norm, by_name, top, busy, norm_busy = _kernel_times(prof, device)
+        total, norm, by_name, top, busy, norm_busy, other = _kernel_times(prof, device)
         row.update(step_ms=step_ms, gpu_kernel_ms=total / profile_steps, norm_ms=norm / profile_steps,
                    gpu_busy_ms=busy / profile_steps if busy is not None else None,
                    norm_busy_ms=norm_busy / profile_steps if norm_busy is not None else None,
                    norm_ms_by_kernel_name=by_name / profile_steps,
                    norm_share=(norm / total) if total else None, top_norm_kernels=top,
+                   top_other_kernels={k: v / profile_steps for k, v in other.items()},
                    losses=[float(v) for v in torch.stack(losses).float().cpu()],
                    final_loss=float(losses[-1].float().item()), status="ok")
         if device != "cuda":

@@ -118,6 +118,9 @@ _TUNE = {
     # (s30/call7-part95) confirmed the rule, except the fp32 backward: 256x128x28x28 0.1193 -> 0.1224 (+2.6 %; call 6
     # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
+    # the rows reduction's column block fixed to this power of two (at most C's; 0: the min_rows rule above). For
+    # sweeps (bn_kernels.py bc* variants): session 33 mapped each row's time against its block
+    "red_rows_block_cols": 0,
     "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
 }
@@ -257,8 +260,11 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         cfg = dict(BM=BM, BC=BC)
     elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
+        if _TUNE["red_rows_block_cols"]:  # a sweep's fixed column block
+            BC = min(BC, _TUNE["red_rows_block_cols"])
         # enough rows per program that the partials stay a small fraction of the input
-        while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
+        while (not _TUNE["red_rows_block_cols"] and BC > 32
+               and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]):
             BC //= 2
         BM = max(1, tile // BC)
         ncb = cdiv(C, BC)
