@@ -938,6 +938,13 @@ for lay in ('channels_last', 'contiguous'):
     for k in sorted(set(e) | set(n), key=lambda k: -abs(n.get(k, 0) - e.get(k, 0)))[:10]:
         print('  %+.3f  %.3f -> %.3f  %s' % (n.get(k, 0) - e.get(k, 0), e.get(k, 0), n.get(k, 0), k[:90]))
 "
+elif [ "$PART" = 103 ]; then  # session 33 (carry .whl): batch norm's headline dtype against every peer (FlagGems' BN rows
+    use_wheels                  # last ran in session 6; the every-dtype bench's budget leaves them out)
+    stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"
+    timeout 540 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
+        --budget 500 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
+    grep -cE "\| (ok|skip)" "$W/bench.log"; grep -E "unavailable|skip" "$W/bench.log" | head -5
 elif [ "$PART" = 100 ]; then  # for session 33 (carry .whl): torch's ops under normkit.enable() and under FlagGems
     use_wheels
     # FlagGems' norm ops only: its full set re-registers ~400 ops on every entry of the context (each backend call)
