@@ -244,9 +244,9 @@
 #          it passed), PART=100 (conformance of torch's ops under normkit.enabled and under FlagGems' norm ops) and
 #          session 30's PART=97 / 98 (both variants lost and were deleted with their blocks; results/h200-2026-12-05-s32).
 # For the next session: PART=96 (carry .whl: rtbwide A/B, the batch-norm suite bench with FlagGems, resnet50 steps).
-# Session 33: PART=96 ran (results/h200-2026-12-05-s33/call1-part96). For the next session: PART=102 (the rows
-#          reduction at fixed column blocks bc32..bc1024; resnet50 with the other kernels diffed; prediction in
-#          NOTES-batch_norm.md, session 33), then PART=103 (carry .whl: batch norm against FlagGems / torch.compile).
+# Session 33: PART=96 and 102 ran (results/h200-2026-12-05-s33). For the next session: check out branch s33-rows-full
+#          (1024-column blocks for 16-bit rows of >= 1024 channels) and run its PART=104 (CUDA tests, conformance, A/B
+#          against oldrows, resnet50); merge if they pass. Then PART=103 (carry .whl: batch norm against FlagGems).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
