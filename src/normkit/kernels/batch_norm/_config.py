@@ -262,10 +262,10 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         BC = min(next_pow2(C), tile, 1024)
         if _TUNE["red_rows_block_cols"]:  # a sweep's fixed column block
             BC = min(BC, _TUNE["red_rows_block_cols"])
-        # enough rows per program that the partials stay a small fraction of the input
-        while (not _TUNE["red_rows_block_cols"] and BC > 32
-               and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]):
-            BC //= 2
+        else:
+            # enough rows per program that the partials stay a small fraction of the input
+            while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
+                BC //= 2
         BM = max(1, tile // BC)
         ncb = cdiv(C, BC)
         units = cdiv(v.M, BM)
