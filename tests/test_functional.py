@@ -319,6 +319,15 @@ def test_gradgradcheck_layer_norm_and_rms_norm():
      "batch_norm(): argument 'momentum' (position 7) must be float, not NoneType"),
     (lambda rm, rv: normkit.instance_norm(_fresh((2, 3, 4)), rm, rv, momentum=None), TypeError,
      "instance_norm(): argument 'momentum' (position 7) must be float, not NoneType"),
+    (lambda rm, rv: normkit.batch_norm(_fresh((4, 3)), rm.requires_grad_(), rv, training=True), RuntimeError,
+     "The function 'native_batch_norm' is not differentiable with respect to argument 'running_mean'. "
+     "This input cannot have requires_grad True."),
+    (lambda rm, rv: normkit.batch_norm(_fresh((4, 3)), rm, rv.requires_grad_()), RuntimeError,
+     "The function 'native_batch_norm' is not differentiable with respect to argument 'running_var'."),
+    (lambda rm, rv: normkit.instance_norm(_fresh((2, 3, 4)), rm.requires_grad_(), rv), RuntimeError,
+     "The function 'native_batch_norm' is not differentiable with respect to argument 'running_mean'."),
+    (lambda rm, rv: normkit.instance_norm(_fresh((0, 3, 4)), rm.requires_grad_(), rv), RuntimeError,
+     "a view of a leaf Variable that requires grad is being used in an in-place operation."),
 ])
 def test_functional_errors_exact_and_stats_untouched(call, exc, msg):
     rm, rv = _fresh((3,)), torch.rand(3) + 0.5
@@ -327,6 +336,37 @@ def test_functional_errors_exact_and_stats_untouched(call, exc, msg):
         call(rm, rv)
     assert msg in str(info.value)
     assert torch.equal(rm, rm0) and torch.equal(rv, rv0)
+
+
+@pytest.mark.parametrize("fn", ["batch_norm", "instance_norm"])
+def test_running_stats_requiring_grad_are_updated_under_no_grad_like_torch(fn):
+    x, rm, rv = _fresh((4, 3, 5)), _fresh((3,)), torch.rand(3) + 0.5
+    rm0, expected = rm.clone(), [rm.clone(), rv.clone()]
+    kwargs = {"training": True} if fn == "batch_norm" else {}
+    with torch.no_grad():
+        getattr(F, fn)(x, *expected, **kwargs)
+        getattr(normkit, fn)(x, rm.requires_grad_(), rv.requires_grad_(), **kwargs)
+    assert not torch.equal(rm.detach(), rm0)
+    torch.testing.assert_close(rm.detach(), expected[0])
+    torch.testing.assert_close(rv.detach(), expected[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("strided_stats", [False, True])
+def test_eval_backward_after_a_training_step_on_the_same_running_stats(dtype, strided_stats):
+    """aten writes running stats without bumping their autograd version: an eval forward saves them, a training
+    step updates them in place, and the eval output's backward still runs, with the updated values (as torch's).
+    The reference path (fp64, CPU) and the kernel path's write-back of strided stats used to bump it and raise."""
+    rm = _fresh((8,), dtype)[::2] if strided_stats else _fresh((4,), dtype)
+    rv = (torch.rand(8, dtype=dtype) + 0.5)[::2] if strided_stats else torch.rand(4, dtype=dtype) + 0.5
+    x, g = _leaf(_fresh((5, 4, 3), dtype)), _fresh((5, 4, 3), dtype)
+    y = normkit.batch_norm(x, rm, rv, training=False, eps=1e-5)
+    rv_before = rv.clone()
+    normkit.batch_norm(_fresh((6, 4, 3), dtype), rm, rv, training=True, momentum=0.5)
+    assert not torch.equal(rv, rv_before)
+    (gx,) = torch.autograd.grad(y, x, g)
+    expected = g.double() * torch.rsqrt(rv.double() + 1e-5).view(1, 4, 1)
+    torch.testing.assert_close(gx.double(), expected, **_tol(dtype))
 
 
 def _bad_argument_calls():

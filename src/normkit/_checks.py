@@ -183,6 +183,7 @@ def check_batch_norm(
     if bias is not None and bias.numel() != c:
         _check_numel("bias", bias, c)
     if functional:  # (raw aten checked this first, above)
+        check_running_stats_need_no_grad(running_mean, running_var)
         check_batch_norm_running_stats(running_mean, running_var)
     if input.dtype not in _FLOATING:
         check_floating(input, kernel)
@@ -195,6 +196,17 @@ def check_batch_norm(
             "input tensor must have at least one element, but got input_sizes = "
             f"{_shape(input)}"
         )
+
+
+def check_running_stats_need_no_grad(running_mean: Optional[Tensor], running_var: Optional[Tensor]) -> None:
+    """The autograd kernel of ``native_batch_norm`` refuses running stats that require grad while grad mode is on
+    (they are updated in place, never differentiated)."""
+    if not torch.is_grad_enabled():
+        return
+    for name, stat in (("running_mean", running_mean), ("running_var", running_var)):
+        if stat is not None and stat.requires_grad:
+            raise RuntimeError(f"The function 'native_batch_norm' is not differentiable with respect to argument "
+                               f"'{name}'. This input cannot have requires_grad True.")
 
 
 def check_weight_required(weight: Optional[Tensor], arg_index: int = 2, name: str = "weight") -> None:
@@ -503,36 +515,33 @@ def _check_group_norm_inputs(input: Tensor, weight, bias, C: int, group: int) ->
         )
 
 
-def _check_nchw(input: Tensor, N: int, C: int, HxW: int) -> None:
-    if input.numel() != N * C * HxW:
-        raise RuntimeError(
-            "Expected X.numel() == N * C * HxW to be true, but got false.  (Could this error message be "
-            "improved?  If so, please report an enhancement request to PyTorch.)"
-        )
-
-
 def check_group_norm(input: Tensor, weight, bias, N: int, C: int, HxW: int, group: int) -> None:
     """``native_group_norm``. Unlike aten on CPU, any input strides are accepted."""
     _check_group_norm_inputs(input, weight, bias, C, group)
-    _check_nchw(input, N, C, HxW)
+    _check_true(input.numel() == N * C * HxW, "X.numel() == N * C * HxW")
     check_floating(input, "GroupNormKernelImpl")
     _param_dtype_error(input, (("weight", weight), ("bias", bias)))
 
 
+def _check_true(ok: bool, condition: str) -> None:
+    """A bare ``TORCH_CHECK(condition)``'s message."""
+    if not ok:
+        raise RuntimeError(f"Expected {condition} to be true, but got false.  (Could this error message be improved?  "
+                           "If so, please report an enhancement request to PyTorch.)")
+
+
 def check_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, weight,
                               N: int, C: int, HxW: int, group: int) -> None:
-    _check_group_norm_inputs(input, weight, None, C, group)
-    _check_nchw(input, N, C, HxW)
+    """``native_group_norm_backward``: aten's kernel checks, which go by element counts (any shapes of those
+    counts), after a group count that divides C (aten's kernels would divide by zero or misread the groups)."""
+    _check_group_norm_inputs(input, None, None, C, group)
     if grad_out.dtype != input.dtype:
         raise RuntimeError("Expected scalar types of X and dY are same.")
-    if grad_out.shape != input.shape:
-        raise RuntimeError(
-            f"Expected grad_out to have the same shape as input, but got grad_out of shape "
-            f"{_shape(grad_out)} and input of shape {_shape(input)}"
-        )
-    for name, stat in (("mean", mean), ("rstd", rstd)):
-        if stat.numel() != N * group:
-            raise RuntimeError(f"{name} should contain {N * group} elements not {stat.numel()}")
+    _check_true(grad_out.numel() == N * C * HxW, "dY.numel() == N * C * HxW")
+    _check_true(input.numel() == N * C * HxW, "X.numel() == N * C * HxW")
+    _check_true(mean.numel() == N * group, "mean.numel() == N * group")
+    _check_true(rstd.numel() == N * group, "rstd.numel() == N * group")
+    _check_true(weight is None or weight.numel() == C, "!gamma.defined() || gamma.numel() == C")
     check_floating(input, "GroupNormBackwardKernelImpl")
 
 
@@ -540,9 +549,7 @@ def check_group_norm_functional(input: Tensor, num_groups: int) -> None:
     """``F.group_norm``'s own checks, before aten's: rank, then group size (always, not only training)."""
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
-    if num_groups == 0:
-        raise ZeroDivisionError("integer division or modulo by zero")
-    shape = list(input.shape)
+    shape = list(input.shape)  # (a zero num_groups: the division raises what F.group_norm's does, by its type)
     verify_batch_size([shape[0] * shape[1] // num_groups, num_groups] + shape[2:])
 
 
@@ -561,12 +568,29 @@ def check_instance_norm(input: Tensor, weight, bias, running_mean, running_var, 
         raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
     check_channel_dim(input)
     n, c = input.shape[0], input.shape[1]
+    if any(t is not None and t.dim() > 1 for t in (weight, bias, running_mean, running_var)):
+        # aten repeats each of them N times along one dim
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
         if t is not None and t.numel() * n != n * c:
             raise RuntimeError(f"{name} should contain {n * c} elements not {t.numel() * n}")
+    if input.numel():
+        check_running_stats_need_no_grad(running_mean, running_var)  # (their repeats reach native_batch_norm)
+    elif use_input_stats and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad and t.is_leaf for t in (running_mean, running_var)):
+        # an empty batch skips batch norm; aten then writes the stats back through a view, which autograd refuses
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     check_batch_norm_running_stats(running_mean, running_var)
-    check_floating(input, "batch_norm")
+    if input.numel():  # (aten's batch norm returns an empty input before its dtype checks)
+        check_floating(input, "batch_norm")
+        _param_dtype_error(input, (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                                   ("running_var", running_var)))
+    elif (use_input_stats and (running_mean is not None or running_var is not None)
+          and not (input.is_floating_point() or input.is_complex())):
+        # an empty batch's running-stat write-back takes the mean of the (empty) input statistics in its dtype
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {dtype_name(input.dtype)}")
 
 
 def verify_spatial_size(size) -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import normkit.reference as R
+from normkit import ops
 from refhelpers import F64, close, make
 
 A = torch.ops.aten
@@ -140,6 +141,27 @@ def test_group_norm(shape, G, eps):
         for a, e in zip(R.native_group_norm(x, None, None, n, c, hxw, G, eps),
                         A.native_group_norm(x.contiguous(), None, None, n, c, hxw, G, eps)):
             close(a, e, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", [R, ops], ids=["reference", "ops"])
+@pytest.mark.parametrize("shape", [(2, 120), (4, 3, 20), (240,), (2, 6, 20)], ids=str)
+def test_group_norm_reads_the_callers_dims_by_element_count(shape, impl):
+    """aten takes any input of N*C*HxW elements as (N, C, HxW), and in the backward any weight of C elements;
+    results keep the input's and the weight's shapes."""
+    n, c, hxw, g = 2, 6, 20, 3
+    x, dy = make(shape, offset=1.0, dtype=torch.float32), make(shape, dtype=torch.float32)
+    w, b = torch.randn(c), torch.randn(c)
+    exp = A.native_group_norm(x, w, b, n, c, hxw, g, 1e-5)
+    act = impl.native_group_norm(x, w, b, n, c, hxw, g, 1e-5)
+    for name, a, e in zip(("out", "mean", "rstd"), act, exp):
+        assert a.shape == e.shape
+        close(a, e, rtol=1e-5, atol=1e-5, what=name)
+    w2 = w.reshape(2, 3)
+    exp = A.native_group_norm_backward(dy, x, exp[1], exp[2], w2, n, c, hxw, g, [True] * 3)
+    act = impl.native_group_norm_backward(dy.reshape(n, c, hxw), x, act[1], act[2], w2, n, c, hxw, g, [True] * 3)
+    for name, a, e in zip(("grad_input", "grad_weight", "grad_bias"), act, exp):
+        assert a.shape == e.shape
+        close(a, e, rtol=1e-4, atol=1e-4, what=name)
 
 
 def test_group_norm_stat_dtypes():

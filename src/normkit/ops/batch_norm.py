@@ -21,7 +21,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.kernels import _plan, dense_param
 from normkit.ops._select import PLAIN_TENSORS, kernels_for, params_ok, reference
-from normkit.reference._common import acc_dtype
+from normkit.reference._common import acc_dtype, write_running_stat
 
 __all__ = [
     "native_batch_norm",
@@ -73,9 +73,9 @@ def _forward_core(x, weight, bias, running_mean, running_var, training, momentum
         rm, rv = dense_param(running_mean), dense_param(running_var)
         out = tuple(mod.bn_forward_train(x, weight, bias, rm, rv, momentum, eps))
         if rm is not running_mean:
-            running_mean.copy_(rm)
+            write_running_stat(running_mean, rm)
         if rv is not running_var:
-            running_var.copy_(rv)
+            write_running_stat(running_var, rv)
         return out
     y = mod.bn_forward_eval(x, weight, bias, dense_param(running_mean), dense_param(running_var), eps)
     return (y,) + _empty_stats(x)

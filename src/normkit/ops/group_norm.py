@@ -78,7 +78,8 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
 def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     mask = [bool(m) for m in output_mask]
     mod = _gn_kernels(input, N, C, weight)
-    if mod is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape or not any(mask):
+    if (mod is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape or not any(mask)
+            or (weight is not None and weight.dim() != 1)):
         return tuple(reference().native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
                                                             mask))
     return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, param_dtype(weight, input))

@@ -103,3 +103,10 @@ def invstd_from_var(var: Tensor, eps: float) -> Tensor:
     zero = var == 0
     return torch.where(zero, torch.zeros_like(var), torch.rsqrt(torch.where(zero, torch.ones_like(var), var)))
 
+
+def write_running_stat(running: Tensor, value: Tensor) -> None:
+    """running[...] = value in place without bumping running's autograd version, as aten's kernels write running
+    statistics: an eval-mode batch norm saved them for its backward, and a training step in between must not make
+    that backward raise (torch's does not)."""
+    with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(running):
+        running.copy_(value)

@@ -26,6 +26,7 @@ from normkit.reference._common import (
     param_dtype,
     dense_memory_format,
     to_format,
+    write_running_stat,
 )
 
 __all__ = [
@@ -66,10 +67,10 @@ def _update_running_stats(running_mean: Optional[Tensor], running_var: Optional[
     with torch.no_grad():
         if running_mean is not None:
             rm = running_mean.to(torch.promote_types(running_mean.dtype, mean.dtype))
-            running_mean.copy_((1 - momentum) * rm + momentum * mean)
+            write_running_stat(running_mean, (1 - momentum) * rm + momentum * mean)
         if running_var is not None:
             rv = running_var.to(torch.promote_types(running_var.dtype, unbiased_var.dtype))
-            running_var.copy_((1 - momentum) * rv + momentum * unbiased_var)
+            write_running_stat(running_var, (1 - momentum) * rv + momentum * unbiased_var)
 
 
 def _normalize(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], mean: Tensor,

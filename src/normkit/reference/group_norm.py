@@ -30,10 +30,19 @@ def _grouped(t: Tensor, N: int, C: int, HxW: int, group: int) -> Tensor:
     return t.reshape(N, group, (C // group) * HxW)
 
 
+def _is_nc(t: Tensor, N: int, C: int) -> bool:
+    """Whether t's dims 0 and 1 are the caller's N and C. aten reads its tensors as (N, C, HxW) by element count
+    alone, so a caller may pass another shape of the same numel (the results then take that shape)."""
+    return t.dim() >= 2 and t.shape[0] == N and t.shape[1] == C
+
+
 def native_group_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], N: int, C: int,
                       HxW: int, group: int, eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     """``aten::native_group_norm`` → (out, mean (N, group), rstd (N, group))."""
     _checks.check_group_norm(input, weight, bias, N, C, HxW, group)
+    if not _is_nc(input, N, C):
+        out, mean, rstd = native_group_norm(input.reshape(N, C, HxW), weight, bias, N, C, HxW, group, eps)
+        return out.reshape(input.shape), mean, rstd
     cdt = opmath_dtype(input)
     sdt = _stat_dtype(input, weight, bias)
     x = _grouped(input.to(cdt), N, C, HxW, group)
@@ -65,6 +74,10 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
     per channel: dw = Σ g·x̂, db = Σ g (weight's dtype, the input's when weight is None).
     """
     _checks.check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
+    if not (_is_nc(input, N, C) and grad_out.shape == input.shape):
+        grads = native_group_norm_backward(grad_out.reshape(N, C, HxW), input.reshape(N, C, HxW), mean, rstd,
+                                           weight, N, C, HxW, group, output_mask)
+        return (None if grads[0] is None else grads[0].reshape(input.shape),) + grads[1:]
     cdt = opmath_dtype(input)
     nd = input.dim()
     # Per-channel reductions over every dim but 1 (the batch and spatial dims).
@@ -84,8 +97,9 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
             gi = (r * (gw_grp - gw_grp.mean(-1, keepdim=True)
                        - xhat_grp * (gw_grp * xhat_grp).mean(-1, keepdim=True))).reshape(input.shape)
         grad_input = to_format(gi.to(input.dtype), suggest_memory_format(input))
+    pshape = (C,) if weight is None else weight.shape  # aten's are empty_like(weight): any shape of C elements
     if output_mask[1]:
-        grad_weight = (g * xhat).sum(dims).to(param_dtype(weight, input))
+        grad_weight = (g * xhat).sum(dims).to(param_dtype(weight, input)).reshape(pshape)
     if output_mask[2]:
-        grad_bias = g.sum(dims).to(param_dtype(weight, input))
+        grad_bias = g.sum(dims).to(param_dtype(weight, input)).reshape(pshape)
     return grad_input, grad_weight, grad_bias
