@@ -275,6 +275,23 @@ def test_torch_func_transforms_use_torchs_op(op):
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("op", list(_TRANSFORM_CALLS))
+def test_compiled_torch_func_transforms(op):
+    """The same per-sample gradients (vmap of grad) compiled with fullgraph: Dynamo must see the transform too
+    (normkit's autograd Functions under a functorch transform failed to compile)."""
+    from torch.func import grad, vmap
+
+    ours, theirs = _TRANSFORM_CALLS[op]
+    x, w = _fresh((4, 2, 3, 6), torch.float64), _fresh((3,), torch.float64)
+
+    def per_sample(f):
+        return vmap(grad(lambda t, w: (f(t, w) ** 3).sum(), argnums=1), in_dims=(0, None))(x, w)
+
+    torch._dynamo.reset()
+    got = torch.compile(lambda: per_sample(ours), fullgraph=True, backend="aot_eager")()
+    torch.testing.assert_close(got, per_sample(theirs))
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_gradgradcheck_batch_norm(training):
     x = _leaf(_fresh((3, 2, 4), F64))

@@ -42,6 +42,11 @@ _functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current
 _is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
 
 
+@torch.compiler.assume_constant_result  # Dynamo runs it while tracing (it guards the functorch stack it traced under)
+def _in_functorch() -> bool:
+    return _functorch_level is not None and _functorch_level() is not None  # wrapped tensors exist only in there
+
+
 def _in_transform(*tensors: Optional[Tensor]) -> bool:
     """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) is active, `torch.jit.trace` is
     recording, or any of these tensors is a forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's
@@ -50,11 +55,9 @@ def _in_transform(*tensors: Optional[Tensor]) -> bool:
     functional op (whose batching and derivative rules exist; under `enable()` its CUDA kernels still reach
     normkit's). `torch.export` gets torch's ops too: an exported program then holds aten ops only (it loads and
     differentiates without normkit; under `enable()` they still run normkit's kernels)."""
-    if torch.compiler.is_compiling():  # Dynamo cannot trace these checks (nor needs them)
-        return _is_exporting()
-    if torch._C._is_tracing():
-        return True
-    if _functorch_level is not None and _functorch_level() is not None:  # wrapped tensors exist only in there
+    if torch.compiler.is_compiling():  # Dynamo cannot trace the jit and forward-AD checks (nor needs them)
+        return _is_exporting() or _in_functorch()
+    if torch._C._is_tracing() or _in_functorch():
         return True
     return _forward_ad._current_level >= 0 and any(
         t is not None and _forward_ad.unpack_dual(t).tangent is not None for t in tensors)
