@@ -278,7 +278,7 @@ def test_enable_runs_backward_on_the_calling_thread_and_disable_restores():
     assert torch._C._is_multithreading_enabled()
 
 
-def test_disable_in_another_thread_leaves_this_threads_flag_alone():
+def test_disable_in_another_thread_leaves_this_threads_flag_saved():
     import threading
 
     normkit.enable(_dispatch_key="CPU")
@@ -286,8 +286,48 @@ def test_disable_in_another_thread_leaves_this_threads_flag_alone():
     t.start()
     t.join()
     assert not normkit.is_enabled()
-    assert not torch._C._is_multithreading_enabled()  # only enable()'s thread could restore it
-    torch._C._set_multithreading_enabled(True)
+    assert not torch._C._is_multithreading_enabled()  # thread-local: only this thread can restore it
+    normkit.enable(_dispatch_key="CPU")
+    normkit.disable()
+    assert torch._C._is_multithreading_enabled()  # this thread's own setting, kept through the other's disable()
+
+
+def test_enabled_blocks_in_two_threads_keep_normkit_on_until_the_last_closes():
+    import threading
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with normkit.enabled(_dispatch_key="CPU"):
+            first_in.set()
+            second_in.wait()
+        first_out.set()
+
+    def second():
+        first_in.wait()
+        with normkit.enabled(_dispatch_key="CPU"):
+            second_in.set()
+            first_out.wait()
+            seen["on"] = normkit.is_enabled()
+            seen["flag"] = torch._C._is_multithreading_enabled()
+        seen["flag_after"] = torch._C._is_multithreading_enabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"on": True, "flag": False, "flag_after": True}
+    assert not normkit.is_enabled()
+    with normkit.enabled(_dispatch_key="CPU"):
+        with normkit.enabled(_dispatch_key="CPU"):
+            pass
+        assert normkit.is_enabled() and not torch._C._is_multithreading_enabled()  # the outer block still holds
+        normkit.enable(_dispatch_key="CPU")
+    assert normkit.is_enabled()  # an explicit enable() outlives the blocks
+    normkit.disable()
+    assert torch._C._is_multithreading_enabled()
 
 
 def test_cudnn_ops_contract_through_the_dispatcher():

@@ -91,6 +91,7 @@ class _State(threading.local):
     than getattr(local, "depth", 0): every thread starts at 0, and the read is ~10x cheaper."""
 
     depth = 0
+    blocks = 0  # `with enabled():` blocks open in this thread
 
 
 _state = _State()
@@ -99,7 +100,9 @@ _lib = None
 _key = None
 _active = False
 _registered: list = []
-_saved_multithreading = None  # (thread id, autograd's setting there) from enable(), for disable()
+_saved_multithreading: dict = {}  # thread id -> autograd's multithreading setting there before enable() changed it
+_open_blocks = 0  # `with enabled():` blocks open in any thread
+_on_for_blocks = False  # normkit is on only for those blocks (the last one to close turns it off)
 _counts: Counter = Counter()
 _fallbacks: Counter = Counter()
 _routed: Counter = Counter()  # of _counts, the calls a fast route answered
@@ -325,18 +328,15 @@ def _register(lib, name, kernel, key, original) -> None:
 
 
 def _backward_on_calling_thread(on: bool) -> None:
-    """Set (on) or restore (off) autograd's thread-local multithreading flag; only the thread that set
-    it restores it (another thread's flag was never changed)."""
-    global _saved_multithreading
+    """Set (on) or restore (off) autograd's multithreading flag of the calling thread. The flag is thread-local:
+    each thread's own setting is kept until that thread restores it (a disable() in another thread cannot reach
+    it; the thread's next enable() / disable() finds it still saved)."""
     me = threading.get_ident()
-    if on and _saved_multithreading is None:
-        _saved_multithreading = (me, torch._C._is_multithreading_enabled())
+    if on:
+        _saved_multithreading.setdefault(me, torch._C._is_multithreading_enabled())
         torch._C._set_multithreading_enabled(False)
-    elif not on and _saved_multithreading is not None:
-        owner, prev = _saved_multithreading
-        if owner == me:
-            torch._C._set_multithreading_enabled(prev)
-        _saved_multithreading = None
+    elif me in _saved_multithreading:
+        torch._C._set_multithreading_enabled(_saved_multithreading.pop(me))
 
 
 def enable(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUDA") -> None:
@@ -344,8 +344,9 @@ def enable(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUD
 
     ``backward_on_calling_thread``: run autograd's backward on this thread instead of the CUDA worker
     thread (see the module doc: halves normkit's host cost per backward); restored by ``disable()``."""
-    global _lib, _key, _active
+    global _lib, _key, _active, _on_for_blocks
     with _lock:
+        _on_for_blocks = False  # on until disable(), whatever blocks close
         _backward_on_calling_thread(backward_on_calling_thread)
         if _active:
             if _dispatch_key != _key:
@@ -385,9 +386,9 @@ def enable(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUD
 
 def disable() -> None:
     """Restore every kernel that `enable()` replaced (idempotent)."""
-    global _lib, _active
+    global _lib, _active, _on_for_blocks
     with _lock:
-        _active = False
+        _active = _on_for_blocks = False
         _backward_on_calling_thread(False)
         if _lib is None:
             return
@@ -401,12 +402,26 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def enabled(*, backward_on_calling_thread: bool = True, _dispatch_key: str = "CUDA"):
-    """`with normkit.enabled(): ...` — enable() for the block, then restore the previous state."""
-    was = _active
-    if not was:
-        enable(backward_on_calling_thread=backward_on_calling_thread, _dispatch_key=_dispatch_key)
+    """`with normkit.enabled(): ...` — enable() for the block, then restore the previous state. Blocks in several
+    threads share the one (process-wide) registration: normkit stays on until the last of them closes, unless
+    enable() or disable() was called meanwhile. The block's thread runs backward passes on itself, as enable()'s."""
+    global _open_blocks, _on_for_blocks
+    with _lock:
+        if not _active:
+            enable(backward_on_calling_thread=backward_on_calling_thread, _dispatch_key=_dispatch_key)
+            _on_for_blocks = True
+        elif backward_on_calling_thread and _on_for_blocks:
+            _backward_on_calling_thread(True)
+        _open_blocks += 1
+        _state.blocks += 1
     try:
         yield
     finally:
-        if not was:
-            disable()
+        with _lock:
+            _open_blocks -= 1
+            _state.blocks -= 1
+            if _on_for_blocks:
+                if _open_blocks == 0:
+                    disable()
+                elif _state.blocks == 0:
+                    _backward_on_calling_thread(False)
