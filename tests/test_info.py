@@ -66,3 +66,15 @@ def test_info_reports_the_host_launch_switches():
         for text in expect:
             assert text in line, line
         assert ("group norm's: on" in line) == (env_on[1] == "1")
+
+
+def test_top_level_usage_goes_to_stderr_when_no_command_is_given(capsys):
+    from normkit.cli import main
+
+    assert main([]) == 2
+    out = capsys.readouterr()
+    assert "usage: python -m normkit" in out.err and not out.out
+    assert main(["--help"]) == 0
+    assert "usage: python -m normkit" in capsys.readouterr().out
+    assert main(["bogus"]) == 2
+    assert "unknown command 'bogus'" in capsys.readouterr().err

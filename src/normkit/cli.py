@@ -1,6 +1,8 @@
 """`python -m normkit {check,bench,info}`: each subcommand owns its own argument parser."""
 
+import os
 import sys
+from typing import Optional
 
 USAGE = """usage: python -m normkit {check,bench,info} [options]
 
@@ -10,10 +12,35 @@ USAGE = """usage: python -m normkit {check,bench,info} [options]
 """
 
 
+def cannot_write_file(path: str) -> Optional[str]:
+    """Why a file cannot be written at ``path`` (asked before a run of minutes, so that a bad path is a usage error
+    up front, not a crash after the run), or None. A file the probe creates is removed again."""
+    if os.path.isdir(path):
+        return "it is a folder"
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.remove(path)
+    return None
+
+
+def cannot_make_folder(path: str) -> Optional[str]:
+    """Why ``path`` cannot be (made) a writable folder, or None; the folder is made."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None if os.access(path, os.W_OK) else "it is not writable"
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "check":

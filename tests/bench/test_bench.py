@@ -391,6 +391,21 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "rms_norm" in capsys.readouterr().out
 
 
+def test_cli_output_paths_and_steps_are_checked_before_the_run(tmp_path, capsys):
+    # a bad --out crashed after the run; a bad --json printed "wrote" and exited 0; --steps 0 gave error rows
+    from normkit.bench.cli import main
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["--quick", "--no-progress", "--out", str(a_file)]) == 2
+    assert main(["--quick", "--no-progress", "--json", str(tmp_path / "no" / "r.json")]) == 2
+    assert main(["--quick", "--no-progress", "--json", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("cannot write there") == 3
+    with pytest.raises(SystemExit) as e:
+        main(["--models", "tiny", "--steps", "0"])
+    assert e.value.code == 2 and "--steps: must be at least 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["--layouts", "channel_last"], "unknown layout(s) ['channel_last']"),
     (["--modes", "training"], "unknown mode(s) ['training']"),

@@ -80,6 +80,7 @@ def test_bad_arguments():
     (["--ops", " , "], "--ops names no op family"),
     (["--ops", "layer_norm", "--device", "tpu"], "--device tpu:"),   # used to be a traceback with status 1
     (["--ops", "rms_norm", "--device", "meta"], "--device meta:"),   # used to crash mid-run
+    (["--ops", "rms_norm", "--device", "xla"], "--device xla: check runs on"),   # a known type without a backend
 ])
 def test_bad_ops_and_device_are_usage_errors(argv, msg, capsys):
     assert main(argv + ["--quiet"]) == 2
@@ -90,8 +91,24 @@ def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):
     # used to run every case, then crash in write_json with a traceback and exit status 1 ("a case failed")
     assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path / "no" / "such" / "r.json")]) == 2
     assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path)]) == 2
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    try:
+        probe = read_only / "probe"
+        writable = True
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError:
+            writable = False
+        if not writable:  # (root writes anywhere: then only the two paths above are checked)
+            assert main(["--ops", "rms_norm", "--quiet", "--json", str(read_only / "r.json")]) == 2
+    finally:
+        read_only.chmod(0o700)
     err = capsys.readouterr().err
-    assert err.count("cannot write a file there") == 2
+    assert err.count("cannot write a file there") == 2 + (not writable)
+    assert not list(tmp_path.glob("**/*.json"))  # the probe leaves nothing behind
 
 
 def test_negative_max_failures_is_rejected(capsys):

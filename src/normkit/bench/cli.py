@@ -17,6 +17,7 @@ from normkit.bench.impls import ALL_PEERS, make_impls
 from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, device_info, estimate_seconds, fmt_s,
                                   git_sha, headline_dtypes, run_accuracy, run_case, unscoped)
 from normkit.bench.timing import Progress, Timer
+from normkit.cli import cannot_make_folder, cannot_write_file
 
 COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled {once}{scope}; every "
                 "implementation (compile included) is timed on CUDA as the replay of a CUDA graph that holds the "
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="*", default=None,
                    help="whole training steps: resnet50 (both layouts), resnet50-nchw, resnet50-cl, vit_b16, "
                         "gpt2, tiny (CPU); no names = the suite's models")
-    p.add_argument("--steps", type=int, default=20, help="training steps per model and setting (default 20)")
+    p.add_argument("--steps", type=_positive_int, default=20, help="training steps per model and setting (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", dest="json_path", default=None, help="write results JSON here")
     p.add_argument("--out", default=None, help="directory for summary.md and PNG plots")
@@ -116,9 +117,22 @@ def _on_term(signum, frame):  # pragma: no cover - signal path
     raise _Stop(f"signal {signum}")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     t_start = time.time()
+    # output paths are checked before the run (minutes): a bad one used to crash, or be skipped, after it
+    for flag, path, why in (("--json", args.json_path, args.json_path and cannot_write_file(args.json_path)),
+                            ("--out", args.out, args.out and cannot_make_folder(args.out))):
+        if why:
+            print(f"bench: {flag} {path}: cannot write there ({why})", file=sys.stderr)
+            return 2
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         print("bench: --device cuda but no CUDA device", file=sys.stderr)
@@ -295,8 +309,10 @@ def main(argv=None) -> int:
         try:
             report.write_json(report.clean_floats(result), args.json_path)
             last_save[0] = time.time()
+            return True
         except Exception as e:
             print(f"bench: could not write {args.json_path}: {e}", file=sys.stderr)
+            return False
 
     units = 1
     if sections["perf"]:
@@ -359,7 +375,6 @@ def main(argv=None) -> int:
 
     plots = []
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
         if result["rows"]:
             try:
                 plots = report.plot(result, args.out)
@@ -373,8 +388,9 @@ def main(argv=None) -> int:
         with open(os.path.join(args.out, "summary.md"), "w") as f:
             f.write(report.summary_markdown(result, plots))
         print(f"wrote {os.path.join(args.out, 'summary.md')}" + (f" and {len(plots)} plots" if plots else ""))
-    save(final=True)
     if args.json_path:
+        if not save(final=True):
+            return 1
         print(f"wrote {args.json_path}")
     if args.strict:
         bad = [r for r in result["rows"] + result["accuracy"] if r["impl"] == "normkit"

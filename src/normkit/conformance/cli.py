@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
 
+from normkit.cli import cannot_write_file
 from normkit.conformance.cases import FAMILIES
 
 
@@ -63,9 +63,9 @@ def main(argv=None) -> int:
 
     if args.json_path:
         # checked before the run (minutes): a bad path used to crash after it, with the "cases failed" status
-        folder = os.path.dirname(os.path.abspath(args.json_path))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(args.json_path):
-            print(f"--json {args.json_path}: cannot write a file there", file=sys.stderr)
+        why = cannot_write_file(args.json_path)
+        if why:
+            print(f"--json {args.json_path}: cannot write a file there ({why})", file=sys.stderr)
             return 2
 
     import torch
@@ -78,6 +78,9 @@ def main(argv=None) -> int:
         dev = torch.device(args.device)
     except RuntimeError as e:  # exit status 1 means "a case failed": a bad flag is a usage error
         print(f"--device {args.device}: {e}", file=sys.stderr)
+        return 2
+    if dev.type not in ("cpu", "cuda", "mps", "meta"):  # torch knows the name; its cases would crash on it
+        print(f"--device {args.device}: check runs on cpu, cuda, cuda:N or mps", file=sys.stderr)
         return 2
     if dev.type == "meta":  # the rules compare values: meta tensors have none (the run would crash)
         print("--device meta: meta tensors hold no values to check; use cpu, cuda or mps", file=sys.stderr)
