@@ -186,6 +186,49 @@ def test_add_norms_promote_and_broadcast_as_torch_sum(fn, torch_norm):
         fn(x, r[:, :2].transpose(0, 1), (16,), w)
 
 
+@pytest.mark.parametrize("fn, torch_norm", [(normkit.add_layer_norm, F.layer_norm), (normkit.add_rms_norm, F.rms_norm)])
+@pytest.mark.parametrize("case", ["channels_last", "transposed", "complex"])
+def test_add_norms_keep_torchs_layout_and_complex_grads(fn, torch_norm, case):
+    """Pairs the fused kernels do not take (their outputs are contiguous and real): s keeps the layout torch's
+    x + residual gives, y the norm's (RMS keeps channels_last), and complex pairs differentiate (the fused
+    backward refused them)."""
+    if case == "complex" and fn is normkit.add_layer_norm:
+        pytest.skip("torch's layer_norm takes no complex input")
+    shape, ns = {"channels_last": ((2, 3, 4, 5), [5]), "transposed": ((6, 4), [6]), "complex": ((4, 6), [6])}[case]
+    x, r = _fresh(shape, F64), _fresh(shape, F64)
+    if case == "channels_last":
+        x, r = x.contiguous(memory_format=torch.channels_last), r.contiguous(memory_format=torch.channels_last)
+    elif case == "transposed":
+        x, r = x.t(), r.t()
+    else:
+        x, r = torch.complex(x, _fresh(shape, F64)), torch.complex(r, _fresh(shape, F64))
+    x, r, x2, r2 = _leaf(x), _leaf(r), _leaf(x), _leaf(r)
+    y, s = fn(x, r, ns)
+    y2 = torch_norm(x2 + r2, ns)
+    assert s.stride() == (x2 + r2).stride() and y.stride() == y2.stride()
+    torch.testing.assert_close(y, y2)
+    gy = torch.randn_like(y)
+    for a, e in zip(torch.autograd.grad(y, (x, r), gy), torch.autograd.grad(y2, (x2, r2), gy)):
+        torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("call, norm_call", [
+    (lambda x, w: normkit.add_layer_norm(x, x, [8], eps="a"), lambda x, w: normkit.layer_norm(x + x, [8], eps="a")),
+    (lambda x, w: normkit.add_layer_norm(x, x, [8], [1.0] * 8), lambda x, w: normkit.layer_norm(x + x, [8], [1.0] * 8)),
+    (lambda x, w: normkit.add_layer_norm(x, x, 8), lambda x, w: normkit.layer_norm(x + x, 8)),
+    (lambda x, w: normkit.add_rms_norm(x, x, [8], w, "a"), lambda x, w: normkit.rms_norm(x + x, [8], w, "a")),
+    (lambda x, w: normkit.add_rms_norm(x, x, [8], [1.0] * 8), lambda x, w: normkit.rms_norm(x + x, [8], [1.0] * 8)),
+    (lambda x, w: normkit.add_rms_norm([1.0] * 8, x, [8]), lambda x, w: normkit.rms_norm([1.0] * 8 + x, [8])),
+])
+def test_add_norms_bad_arguments_get_the_norms_errors(call, norm_call):
+    x, w = _fresh((2, 8)), _fresh((8,))
+    with pytest.raises(Exception) as expected:
+        norm_call(x, w)
+    with pytest.raises(type(expected.value)) as got:
+        call(x, w)
+    assert str(got.value) == str(expected.value)
+
+
 _AUTOCAST_CALLS = {  # (normkit's call, torch's), on a (4, 6, 5, 5) bf16 input and fp32 parameters
     "batch_norm": (lambda t, w: normkit.batch_norm(t, None, None, w[:6], None, training=True),
                    lambda t, w: F.batch_norm(t, None, None, w[:6], None, training=True)),

@@ -144,10 +144,13 @@ def _shape_list(normalized_shape, name="layer_norm") -> List[int]:
 
 
 def _fuses(x: Tensor, residual: Tensor) -> bool:
-    """Whether the fused kernels take ``x + residual``: same shape and dtype. Other pairs (a residual stream kept
-    in fp32 beside 16-bit branches, a broadcast residual) get torch's sum, its promotion and broadcasting, then the
-    plain norm."""
-    return isinstance(residual, Tensor) and residual.shape == x.shape and residual.dtype == x.dtype
+    """Whether the fused kernels take ``x + residual``: two contiguous tensors of one shape and one real dtype.
+    Other pairs (a residual stream kept in fp32 beside 16-bit branches, a broadcast residual, channels_last or
+    transposed tensors, complex ones) get torch's sum, with its promotion, broadcasting and memory format, then
+    the plain norm: the fused kernels' outputs are contiguous."""
+    return (isinstance(x, Tensor) and isinstance(residual, Tensor) and residual.shape == x.shape
+            and residual.dtype == x.dtype and not x.dtype.is_complex and x.is_contiguous()
+            and residual.is_contiguous())
 
 
 def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
@@ -236,11 +239,13 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                    bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)`, one kernel on GPU where x and
-    residual have one shape and dtype (else torch's sum, with its broadcasting and type promotion, then the norm)."""
-    if _in_transform(x, residual, weight, bias) or _autocast_fp32("layer_norm", x) or not _fuses(x, residual):
+    residual are contiguous, of one shape and one real dtype (else torch's sum, with its broadcasting, type
+    promotion and memory format, then the norm)."""
+    if _in_transform(x, residual, weight, bias) or not _fuses(x, residual) or _autocast_fp32("layer_norm", x):
         s = x + residual  # autocast: the sum in the input dtype, its norm in fp32 (as torch's)
         return layer_norm(s, normalized_shape, weight, bias, eps), s
-    ns = _shape_list(normalized_shape, "add_layer_norm")
+    ns = _shape_list(normalized_shape)  # the same checks and errors as layer_norm(x + residual)
+    _check_args("layer_norm", tensors=(("weight", 3, weight), ("bias", 4, bias)), floats=(("eps", 5, eps),))
     _checks.check_layer_norm(x, ns, weight, bias)
     y, s, _, _ = _ops().add_layer_norm_autograd(x, residual, ns, weight, bias, float(eps))
     return y, s
@@ -249,12 +254,13 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`, fused as `add_layer_norm`."""
-    if _in_transform(x, residual, weight) or _autocast_fp32("rms_norm", x) or not _fuses(x, residual):
+    if _in_transform(x, residual, weight) or not _fuses(x, residual) or _autocast_fp32("rms_norm", x):
         s = x + residual
         return rms_norm(s, normalized_shape, weight, eps), s
     from normkit.ops.layer_norm import check_rms_norm_rank
 
-    ns = _shape_list(normalized_shape, "add_rms_norm")
+    ns = _shape_list(normalized_shape, "rms_norm")  # the same checks and errors as rms_norm(x + residual)
+    _check_args("rms_norm", tensors=(("weight", 3, weight),), floats=() if eps is None else (("eps", 4, eps),))
     check_rms_norm_rank(x, ns, weight)
     _checks.check_rms_norm(x, ns, weight)
     y, s, _ = _ops().add_rms_norm_autograd(x, residual, ns, weight, _rms_eps(x.dtype, eps))
