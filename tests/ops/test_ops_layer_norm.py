@@ -29,6 +29,25 @@ def test_native_layer_norm_forward_backward(shape, ns, affine):
             torch.testing.assert_close(a, e)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])  # the kernels' dtype and the reference's
+def test_param_grads_asked_without_the_params_are_the_reference_sums(dtype):
+    """A raw backward call asking for dw / db without weight / bias (aten raises, autograd never asks): both
+    normkit paths return the same sums, Σ g·x̂ and Σ g, in the input's dtype."""
+    x, g = torch.randn(6, 40, dtype=dtype) * 2 + 1, torch.randn(6, 40, dtype=dtype)
+    _, mean, rstd = ops.native_layer_norm(x, [40], None, None, 1e-5)
+    xhat = (x.double() - x.double().mean(1, keepdim=True)) / torch.sqrt(x.double().var(1, unbiased=False,
+                                                                                        keepdim=True) + 1e-5)
+    dx, dw, db = ops.native_layer_norm_backward(g, x, [40], mean, rstd, None, None, [True, True, True])
+    tol = dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dw.double(), (g.double() * xhat).sum(0), **tol)
+    torch.testing.assert_close(db.double(), g.double().sum(0), **tol)
+    assert dw.dtype == db.dtype == dtype and dx.shape == x.shape
+    _, rstd = ops._fused_rms_norm(x, [40], None, 1e-5)
+    dx, dw = ops._fused_rms_norm_backward(g, x, [40], rstd, None, [True, True])
+    xr = x.double() * torch.rsqrt(x.double().square().mean(1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(dw.double(), (g.double() * xr).sum(0), **tol)
+
+
 def test_layer_norm_stats_dtype_and_contiguous_output():
     x = torch.randn(2, 4, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
     y, mean, rstd = ops.native_layer_norm(x, [3, 3], None, None, 1e-5)

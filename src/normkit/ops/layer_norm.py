@@ -105,7 +105,8 @@ def _layer_norm_backward_core(grad_out, input, normalized_shape, mean, rstd, wei
     x2d = input.reshape(m, n)
     w = _flat(weight)
     mod = _ln_kernels("layer_norm", x2d, w, _flat(bias))
-    if mod is None or grad_out.dtype != input.dtype:
+    # a gradient asked of an absent weight / bias (a raw aten call; autograd never asks): the reference's sums
+    if mod is None or grad_out.dtype != input.dtype or (mask[1] and weight is None) or (mask[2] and bias is None):
         return tuple(reference().native_layer_norm_backward(grad_out, input, ns, mean, rstd, weight, bias, mask))
     dx, dw, db = mod.ln_backward(grad_out.reshape(m, n), x2d, _row_stat(mean, m, input.dtype),
                                  _row_stat(rstd, m, input.dtype), w, mask,
@@ -147,7 +148,7 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
     x2d = input.reshape(m, n)
     w = _flat(weight)
     mod = _ln_kernels("rms_norm", x2d, w)
-    if mod is None or grad_out.dtype != input.dtype:
+    if mod is None or grad_out.dtype != input.dtype or (mask[1] and weight is None):
         return tuple(reference()._fused_rms_norm_backward(grad_out, input, ns, rstd, weight, mask))
     dx, dw = mod.rms_backward(grad_out.reshape(m, n), x2d, _row_stat(rstd, m, input.dtype), w, mask)
     return (None if dx is None else dx.view(*input.shape), None if dw is None else dw.view(*ns))
