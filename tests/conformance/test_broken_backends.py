@@ -132,6 +132,25 @@ def test_biased_running_variance():
     assert rules_of(out) == {"running_stats"}
 
 
+def _f_bn_bumping_running_stats(input, running_mean, running_var, *args, **kwargs):
+    """F.batch_norm whose running-stat update goes through an autograd-visible in-place copy."""
+    if running_mean is None or running_var is None:
+        return torch.nn.functional.batch_norm(input, running_mean, running_var, *args, **kwargs)
+    stats = (running_mean.clone(), running_var.clone())
+    out = torch.nn.functional.batch_norm(input, *stats, *args, **kwargs)
+    with torch.no_grad():
+        running_mean.copy_(stats[0]), running_var.copy_(stats[1])
+    return out
+
+
+def test_running_stats_update_must_not_bump_their_autograd_version():
+    out = run(backend_with("broken_version", functional={"batch_norm": _f_bn_bumping_running_stats}),
+              case="F.batch_norm/")
+    assert rules_of(out) == {"running_stats"}
+    assert details(out, "running_stats") and all("autograd version" in d for d in details(out, "running_stats"))
+    assert all("train" in c for c in failed_cases(out))
+
+
 def test_wrong_grad_weight():
     out = run(backend_with("broken_grad", native_batch_norm_backward=_bn_bwd_wrong_grad_weight),
               case="native_batch_norm/")

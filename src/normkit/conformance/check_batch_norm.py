@@ -177,9 +177,17 @@ class BatchNormChecks:
         x, w, b = I["x"], I["weight"], I["bias"]
         rm, rv = _clone(I["running_mean"]), _clone(I["running_var"])
         rm0 = _clone(rm)
+        versions = None if rm is None else (rm._version, rv._version)
         xi, wi, bi = _leaf(x), _leaf(w), _leaf(b)
         out = self._call(fn, xi, running_mean=rm, running_var=rv, weight=wi, bias=bi, training=case.training,
                          momentum=case.momentum, eps=case.eps)
+        if versions is not None and case.training:
+            # aten's kernels write running stats without bumping their autograd version: an eval-mode call saved
+            # them for its backward, which a training step in between must not make raise
+            same = (rm._version, rv._version) == versions
+            self._rule("running_stats").add(same, "autograd version unchanged by the update" if same else
+                                            "the update bumped the running stats' autograd version (an eval-mode "
+                                            "backward that saved them then raises)")
         x64 = up(x)
         use_batch = case.training or rm is None
         ref = self._bn_oracle(x64, up(w), up(b), up(rm0), up(I["running_var"]), use_batch, case)
