@@ -275,3 +275,65 @@ def test_convert_sync_batchnorm_takes_the_new_process_group_like_torch():
                                                            process_group=group)
     assert theirs[0].process_group is group
     assert type(ours[0]) is SyncBatchNorm and ours[0].process_group is group
+
+
+# --------------------------------------------------------------------------------------------------------------
+# edges: a rank outside the module's group, every rank empty, bias without weight, eps 0
+
+
+def _edge_worker(rank, path, seed, out_dir):
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=WORLD)
+    try:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(WORLD * 2, 3, 4, generator=g, dtype=F64) * 2 + 1
+        dy = torch.randn(WORLD * 2, 3, 4, generator=g, dtype=F64)
+        mine = slice(2 * rank, 2 * rank + 2)
+        out = {}
+        pair = dist.new_group([0, 1])  # every rank creates it; rank 2 is not in it
+        m = SyncBatchNorm(3, affine=False, process_group=pair).double()
+        out["pair_y"] = m(x[mine])
+        out["pair_rm"] = m.running_mean.clone()
+        m = SyncBatchNorm(3, momentum=0.25).double()
+        m.running_mean.fill_(0.5)
+        y = m(torch.empty(0, 3, 4, dtype=F64, requires_grad=True))
+        y.sum().backward()
+        out["empty"] = (y.shape, m.running_mean.clone(), m.running_var.clone())
+        b = torch.randn(3, generator=g, dtype=F64).requires_grad_()
+        xs = x[mine].clone().requires_grad_()
+        normkit.distributed.sync_batch_norm(xs, None, None, None, b).backward(dy[mine])
+        out["db"] = b.grad.clone()
+        m = SyncBatchNorm(3, eps=0.0).double()
+        out["eps0"] = m(x[mine]).detach()
+        torch.save(out, os.path.join(out_dir, f"edge{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+    _exit_without_teardown()
+
+
+def test_sync_edges_like_torchs_module(tmp_path):
+    """A rank outside the module's process group normalizes its own batch (torch's module: world size -1 means no
+    sync; it used to crash in the gather); a step where every rank is empty decays the running stats by
+    (1 - momentum) as aten's gather of no rows does (it turned them NaN); a bias without a weight gets its gradient
+    (it got None); eps = 0 is taken in synchronized training (torch's sync path has F.batch_norm's eps rule
+    nowhere)."""
+    seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24
+    mp.spawn(_edge_worker, args=(str(tmp_path / "store"), seed, str(tmp_path)), nprocs=WORLD, join=True)
+    got = [torch.load(tmp_path / f"edge{r}.pt") for r in range(WORLD)]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(WORLD * 2, 3, 4, generator=g, dtype=F64) * 2 + 1
+    dy = torch.randn(WORLD * 2, 3, 4, generator=g, dtype=F64)
+    rm = torch.zeros(3, dtype=F64)
+    pair_y = F.batch_norm(x[:4], rm, torch.ones(3, dtype=F64), training=True)
+    torch.testing.assert_close(torch.cat([got[0]["pair_y"], got[1]["pair_y"]]), pair_y)
+    rm2 = torch.zeros(3, dtype=F64)
+    torch.testing.assert_close(got[2]["pair_y"], F.batch_norm(x[4:], rm2, torch.ones(3, dtype=F64), training=True))
+    torch.testing.assert_close(got[0]["pair_rm"], rm)
+    torch.testing.assert_close(got[2]["pair_rm"], rm2)
+    eps0 = (x - x.mean((0, 2), keepdim=True)) / x.var((0, 2), unbiased=False, keepdim=True).sqrt()
+    for r, res in enumerate(got):
+        shape, erm, erv = res["empty"]
+        assert shape == (0, 3, 4)
+        torch.testing.assert_close(erm, torch.full((3,), 0.5 * 0.75, dtype=F64))
+        torch.testing.assert_close(erv, torch.full((3,), 0.75, dtype=F64))
+        torch.testing.assert_close(res["db"], dy[2 * r:2 * r + 2].sum((0, 2)))  # local, as the dw / db of torch's
+        torch.testing.assert_close(res["eps0"], eps0[2 * r:2 * r + 2])

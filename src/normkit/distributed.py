@@ -67,7 +67,7 @@ class _SyncBatchNorm(torch.autograd.Function):
     def backward(ctx, grad_out):
         input, weight, mean, invstd, counts = ctx.saved_tensors
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
-        need_dw, need_db = need_dw and weight is not None, need_db and weight is not None
+        need_dw = need_dw and weight is not None
         dx = dw = db = None
         C = input.shape[1]
         if input.numel() > 0:
@@ -103,7 +103,7 @@ def sync_batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: 
     if input.size(1) == 0:
         raise ValueError("SyncBatchNorm number of input channels should be non-zero")
     world_size = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
-    if world_size == 1:
+    if world_size <= 1:  # (-1: this rank is not in the group; it normalizes its own batch, as torch's module)
         return functional.batch_norm(input, running_mean, running_var, weight, bias, True, momentum, eps)
     return _SyncBatchNorm.apply(input, weight, bias, running_mean, running_var, eps, momentum,
                                 group or dist.group.WORLD, world_size)

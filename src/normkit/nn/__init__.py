@@ -52,6 +52,7 @@ class _BatchNormMixin:
             from normkit import _checks
 
             _checks.verify_batch_size(input.size())
+            _checks.check_batch_norm_eps(self.eps, True)
             self._check_training_input(input, running_mean, running_var)
         factor = self._factor()
         return _F.batch_norm(input, running_mean, running_var, self.weight, self.bias, bn_training, factor,
@@ -64,9 +65,10 @@ class _BatchNormMixin:
         return bn_training, self.running_mean if use_stats else None, self.running_var if use_stats else None
 
     def _check_training_input(self, input, running_mean, running_var):
+        """The checks before the batch statistics' running-stat update (F.batch_norm's eps rule is the caller's:
+        torch's synchronized path has none)."""
         from normkit import _checks
 
-        _checks.check_batch_norm_eps(self.eps, True)
         if input.numel() > 0:  # torch.batch_norm checks nothing more for an empty batch
             _checks.check_batch_norm(input, self.weight, self.bias, running_mean, running_var, True,
                                      allow_empty=True)
@@ -109,7 +111,7 @@ class SyncBatchNorm(_BatchNormMixin, torch.nn.SyncBatchNorm):
 
         sync = bn_training and self.training and dist.is_available() and dist.is_initialized()
         group = (self.process_group or dist.group.WORLD) if sync else None
-        if not sync or dist.get_world_size(group) == 1:
+        if not sync or dist.get_world_size(group) <= 1:  # (-1: this rank is not in the group)
             return self._batch_norm(input, bn_training, running_mean, running_var)
         self._check_training_input(input, running_mean, running_var)
         from normkit.distributed import sync_batch_norm

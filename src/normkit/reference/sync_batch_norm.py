@@ -58,7 +58,9 @@ def batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Ten
     w = counts.to(cdt)[: mean.shape[0]].unsqueeze(1)
     means, invstds = mean.to(cdt), invstd.to(cdt)
     n = w.sum(0)
-    gmean = (w * means).sum(0) / n
+    # no rows (every rank empty): mean 0 and M2 0 as aten's merge loop leaves them, so the running stats decay
+    # by (1 - momentum) (M2 / (n - 1) = -0) instead of turning NaN
+    gmean = (w * means).sum(0) / n.clamp_min(1)
     var_r = 1 / (invstds * invstds) - eps
     m2 = (w * (var_r + (means - gmean).square())).sum(0)
     gvar = m2 / n
