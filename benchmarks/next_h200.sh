@@ -247,6 +247,10 @@
 # Session 33: PART=96 and 102 ran (results/h200-2026-12-05-s33). For the next session: check out branch s33-rows-full
 #          (1024-column blocks for 16-bit rows of >= 1024 channels) and run its PART=104 (CUDA tests, conformance, A/B
 #          against oldrows, resnet50); merge if they pass. Then PART=103 (carry .whl: batch norm against FlagGems).
+# Session 34 (no GPU lent): a CPU audit fixed host-side defects on main and moved group norm's backward to form the
+#          sum times rstd before rstd**3 on branch s34-gn-rstd (a kernel change): check it out and run PART=105
+#          (CUDA tests of the group-norm kernels and of session 34's host changes, conformance on CUDA); merge if they
+#          pass. Order: 104 (s33-rows-full), 105 (s34-gn-rstd), 103.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -922,6 +926,11 @@ elif [ "$PART" = 101 ]; then  # session 32: sessions 31-32's CPU-made changes on
     timeout ${WITHIN_S:-130} python3 -m normkit check --impl torch --within normkit.enabled --device cuda --quiet \
         --json "$W/check_within_normkit.json" > "$W/check_within_normkit.log" 2>&1; echo "check rc=$?"
     sed -n '1,12p' "$W/check_within_normkit.log" | cut -c1-200; grep -E "^same bits|cases passed" "$W/check_within_normkit.log"
+elif [ "$PART" = 105 ]; then  # session 34 (no GPU lent): the audit's host-side fixes on CUDA; run it on branch s34-gn-rstd
+    stamp "pytest -m cuda: group-norm kernels (rstd**3 order on s34-gn-rstd), functional, aten, ops, nn, distributed"
+    cuda_tests ${PYTEST_S:-240} tests/kernels/test_group_norm_kernels.py tests/test_functional.py tests/test_aten.py \
+        tests/ops tests/nn/test_modules.py tests/test_distributed.py tests/reference
+    cuda_check ${CHECK_S:-180}
 elif [ "$PART" = 102 ]; then  # session 33: the rows reduction's time against its column block; resnet50's other kernels
     stamp "batch norm: the rows reduction at fixed column blocks (bc32..bc1024, partials cap 5 %; pfr05: today's rule)"
     timeout 170 python3 benchmarks/bn_kernels.py --out "$W" --budget 140 \
