@@ -63,6 +63,7 @@ def test_quick_json_schema(quick_run):
     assert d["schema"] == report.SCHEMA and d["complete"] is True
     assert d["versions"]["torch"] == torch.__version__
     assert d["copy_bandwidth_gbps"] > 0
+    assert d["copy_bytes"] == 32 << 20  # what the CPU run copied (the suite's 1 GiB is a GPU's)
     rows = d["rows"]
     assert rows
     for r in rows:
@@ -260,6 +261,41 @@ def test_correct_backward_behind_wrong_forward_gets_every_round():
     assert st["wrong-fwd-only", "bwd"]["ms"] == min(st["wrong-fwd-only", "bwd"]["ms_rounds"])
 
 
+class _WrongThenRaisingBackward(AtenImpl):
+    """A backward that is WRONG in the first round and raises in the second."""
+    def __init__(self):
+        super().__init__(True)
+        self.name, self.builds = "wrong-then-raising", 0
+
+    def build(self, case):
+        self.builds += 1
+        raises = self.builds >= 2
+
+        class Grad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, y):
+                return y.view_as(y)
+
+            @staticmethod
+            def backward(ctx, g):
+                if raises:
+                    raise RuntimeError("round-2 failure")
+                return g * 1.5
+
+        return lambda x, w, b, rm, rv: Grad.apply(F.layer_norm(x, x.shape[-1:], w, b, C.EPS))
+
+
+def test_a_later_timing_round_failure_keeps_the_rows_status():
+    # the second round's exception used to overwrite WRONG with "error", and the row left the WRONG counts
+    case = C.Case("layer_norm", (64, 32), "float32", "float32")
+    ctx = _ctx()
+    ctx.rounds = 2
+    rows = run_case(case, [AtenImpl(True), _WrongThenRaisingBackward()], ctx)
+    bwd = next(r for r in rows if r["impl"] == "wrong-then-raising" and r["direction"] == "bwd")
+    assert bwd["status"] == "WRONG" and "timing round 2: " in bwd["note"] and "round-2 failure" in bwd["note"]
+    assert len(bwd["ms_rounds"]) == 1 and bwd["ms"] == bwd["ms_rounds"][0]
+
+
 def test_cpu_summary_says_it_is_not_a_gpu_measurement(quick_run):
     p, js, out = quick_run
     summary = (out / "summary.md").read_text()
@@ -298,8 +334,17 @@ def test_headline_counts_normkit_and_peer_wrong_rows_apart():
     head = report.headline(rows).splitlines()
     cols = [c.strip() for c in head[0].strip("|").split("|")]
     fwd = next([c.strip() for c in line.strip("|").split("|")] for line in head[2:] if "| fwd |" in line)
-    assert fwd[cols.index("normkit WRONG rows")] == "0"
+    assert fwd[cols.index("normkit WRONG / error rows")] == "0"
     assert fwd[cols.index("peer WRONG rows")] == "wrong-fwd 1"
+    assert fwd[cols.index("normkit timed")] == "1"
+    assert fwd[cols.index("vs wrong-fwd (geomean, rows)")] == ""  # no correct row to compare with
+    assert fwd[cols.index("vs aten (geomean, rows)")].endswith("x (1/1)")
+    for r in rows:  # a normkit row that raised is a failure of the headline, not a row left out
+        if r["impl"] == "normkit" and r["direction"] == "fwd":
+            r["status"] = "error"
+    head = report.headline(rows).splitlines()
+    fwd = next([c.strip() for c in line.strip("|").split("|")] for line in head[2:] if "| fwd |" in line)
+    assert fwd[cols.index("normkit WRONG / error rows")] == "1" and fwd[cols.index("normkit timed")] == "0"
 
 
 def test_wrong_batch_norm_running_stats_flagged():

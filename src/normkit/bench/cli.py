@@ -14,8 +14,9 @@ import torch
 from normkit.bench import cases as C
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
-from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, device_info, estimate_seconds, fmt_s,
-                                  git_sha, headline_dtypes, run_accuracy, run_case, unscoped)
+from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, device_info,
+                                  estimate_seconds, fmt_s, git_sha, headline_dtypes, run_accuracy, run_case,
+                                  unscoped)
 from normkit.bench.timing import Progress, Timer
 from normkit.cli import cannot_make_folder, cannot_write_file
 
@@ -288,7 +289,7 @@ def main(argv=None) -> int:
         },
         "implementations": {i.name: i.note for i in impls},
         "oracle": "normkit.reference in float64 (torch float64 where a row's oracle field says so)",
-        "copy_bytes": suite.get("copy_bytes", 1 << 30),
+        "copy_bytes": copy_nbytes(device, suite.get("copy_bytes", 1 << 30)),
         "copy_bandwidth_gbps": None,
         "rows": [],
         "accuracy": [],

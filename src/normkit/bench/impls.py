@@ -159,8 +159,8 @@ class CompileImpl(Impl):
         self.mode = mode
         self._cache = {}
         self.note = (f"torch.compile(dynamic={dynamic}{', mode=' + repr(mode) if mode else ''}) of the eager "
-                     "call; timed as CUDA-graph replay, so guard and launch overhead are excluded; compile "
-                     "time reported separately (compile_s)")
+                     "call, timed as every implementation is (CUDA-graph replay on a GPU: guard and launch "
+                     "overhead excluded there); the first call (compilation) is reported as first_call_s")
         try:  # one code object serves every case: let its cache hold them all
             import torch._dynamo
 

@@ -142,17 +142,20 @@ def headline(rows) -> str:
     for (op, d, dt), bys in buckets.items():
         nks = [b.get("normkit") for b in bys]
         sols = [r["sol"] for r in nks if timed(r) and r.get("sol") is not None]
-        wrong_nk = sum(1 for b in bys if (b.get("normkit") or {}).get("status") == "WRONG")
+        n_timed = sum(1 for r in nks if timed(r))
+        # a normkit row that is wrong or raised counts as a failure, not as a row left out
+        failed_nk = sum(1 for r in nks if (r or {}).get("status") in ("WRONG", "error"))
         wrong_peers = OrderedDict()
         for b in bys:
             for impl, r in b.items():
                 if impl != "normkit" and r.get("status") == "WRONG":
                     wrong_peers[impl] = wrong_peers.get(impl, 0) + 1
-        line = [op, d, dt, str(len(bys)),
+        line = [op, d, dt, str(len(bys)), str(n_timed),
                 f"{min(sols):.2f}" if sols else "", f"{geomean(sols):.2f}" if sols else ""]
-        for p in peers:
-            gm = geomean([speedup(b.get("normkit"), b.get(p)) for b in bys])
-            line.append(f"{gm:.2f}x" if gm else "")
+        for p in peers:  # each geomean with the rows it covers: a peer that failed or was skipped covers fewer
+            ups = [x for x in (speedup(b.get("normkit"), b.get(p)) for b in bys) if x]
+            gm = geomean(ups)
+            line.append(f"{gm:.2f}x ({len(ups)}/{len(bys)})" if gm else "")
         best = []
         for b in bys:
             nk = b.get("normkit")
@@ -160,12 +163,12 @@ def headline(rows) -> str:
             if ms and timed(nk):
                 best.append(min(ms) / nk["ms"])
         gm = geomean(best)
-        line += [f"{gm:.2f}x" if gm else "", f"{sum(1 for s in best if s < 1)}", str(wrong_nk),
-                 ", ".join(f"{k} {v}" for k, v in wrong_peers.items()) or "0"]
+        line += [f"{gm:.2f}x ({len(best)}/{len(bys)})" if gm else "", f"{sum(1 for s in best if s < 1)}",
+                 str(failed_nk), ", ".join(f"{k} {v}" for k, v in wrong_peers.items()) or "0"]
         body.append(line)
-    head = ["op", "dir", "dtype", "rows", "normkit SOL min", "SOL geomean"] + \
-        [f"vs {p} (geomean)" for p in peers] + ["vs best peer", "rows slower than best", "normkit WRONG rows",
-                                                 "peer WRONG rows"]
+    head = ["op", "dir", "dtype", "rows", "normkit timed", "normkit SOL min", "SOL geomean"] + \
+        [f"vs {p} (geomean, rows)" for p in peers] + ["vs best peer (rows)", "rows slower than best",
+                                                      "normkit WRONG / error rows", "peer WRONG rows"]
     return _md_table(head, body)
 
 

@@ -104,8 +104,8 @@ def device_info(device: str) -> dict:
 
 
 def git_sha() -> str | None:
-    if os.environ.get("NORMKIT_GIT_SHA"):
-        return os.environ["NORMKIT_GIT_SHA"]
+    if os.environ.get("NORMKIT_GIT_SHA"):  # a copy of the tree without its .git: the caller's word, unchecked
+        return os.environ["NORMKIT_GIT_SHA"] + " (NORMKIT_GIT_SHA; the tree was not checked against it)"
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -117,11 +117,14 @@ def git_sha() -> str | None:
         return None
 
 
+def copy_nbytes(device: str, nbytes: int) -> int:
+    """The bytes ``copy_bandwidth`` copies: the suite's on a GPU, at most 32 MiB on the CPU."""
+    return nbytes if device == "cuda" else min(nbytes, 32 << 20)
+
+
 def copy_bandwidth(ctx: Context, nbytes: int) -> float:
-    """Device-to-device copy, GB/s counting bytes read + written (the SOL ceiling)."""
-    if ctx.device != "cuda":
-        nbytes = min(nbytes, 32 << 20)
-    n = nbytes // 4
+    """Device-to-device copy of ``copy_nbytes(nbytes)``, GB/s counting bytes read + written (the SOL ceiling)."""
+    n = copy_nbytes(ctx.device, nbytes) // 4
     src = torch.randn(n, device=ctx.device, dtype=torch.float32)
     dst = torch.empty_like(src)
     _sync(ctx)
@@ -227,6 +230,10 @@ def _time_directions(case: C.Case, fn, sets, fwd: dict, bwd: dict | None, ctx: C
             bwd["peak_mem_bytes"] = _peak(ctx, bfns[0])
         del bfns, graphs
     except Exception as e:
+        if bwd["ms_rounds"]:  # an earlier round timed it: keep its status (a WRONG stays WRONG), say what this hit
+            bwd["note"] = ((bwd["note"] + "; ") if bwd["note"] else "") + \
+                f"timing round {len(bwd['ms_rounds']) + 1}: {_err(e)}"
+            return False
         bwd["status"], bwd["note"] = "error", _err(e)
         return True
     return False
@@ -564,4 +571,4 @@ def fmt_s(s: float) -> str:
     return f"{int(s // 60)}m{int(s % 60):02d}s"
 
 
-__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "device_info", "git_sha"]
+__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "copy_nbytes", "device_info", "git_sha"]
