@@ -15,8 +15,11 @@ import pytest  # noqa: E402
 os.environ.setdefault("NORMKIT_RANDOM_SEED", str(int.from_bytes(os.urandom(4), "little")))
 
 
-def pytest_report_header(config):
-    return f"NORMKIT_RANDOM_SEED={os.environ['NORMKIT_RANDOM_SEED']} (tests/test_randomized.py)"
+def pytest_sessionstart(session):
+    # written at the start even under -q (which hides pytest's header), so a run cut short still names its seed
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"NORMKIT_RANDOM_SEED={os.environ['NORMKIT_RANDOM_SEED']} (tests/test_randomized.py)")
 
 
 def pytest_collection_modifyitems(config, items):
