@@ -18,7 +18,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.ops.batch_norm import _bn_kernels
-from normkit.reference._common import acc_dtype, param_dtype
+from normkit.reference._common import acc_dtype, dims_are_nc, param_dtype
 
 __all__ = [
     "native_group_norm",
@@ -36,7 +36,7 @@ __all__ = [
 def _gn_kernels(input: Tensor, N: int, C: int, *params):
     """The kernel module when it handles this input (whose dims 0 and 1 are the caller's N and C), else None."""
     mod = kernels_for("group_norm", input)
-    if mod is None or input.dim() < 2 or input.shape[0] != N or input.shape[1] != C:
+    if mod is None or not dims_are_nc(input, N, C):
         return None
     if not params_ok(input, *params) or not mod.supports(input, *params):
         return None

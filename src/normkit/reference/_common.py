@@ -104,6 +104,12 @@ def invstd_from_var(var: Tensor, eps: float) -> Tensor:
     return torch.where(zero, torch.zeros_like(var), torch.rsqrt(torch.where(zero, torch.ones_like(var), var)))
 
 
+def dims_are_nc(t: Tensor, N: int, C: int) -> bool:
+    """Whether t's dims 0 and 1 are a group-norm caller's N and C. aten reads group norm's tensors as (N, C, HxW) by
+    element count alone, so a caller may pass another shape of the same numel (the results then take that shape)."""
+    return t.dim() >= 2 and t.shape[0] == N and t.shape[1] == C
+
+
 def write_running_stat(running: Tensor, value: Tensor) -> None:
     """running[...] = value in place without bumping running's autograd version, as aten's kernels write running
     statistics: an eval-mode batch norm saved them for its backward, and a training step in between must not make

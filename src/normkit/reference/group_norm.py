@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import acc_dtype, channel_view, opmath_dtype, param_dtype, suggest_memory_format, to_format
+from normkit.reference._common import (acc_dtype, channel_view, dims_are_nc, opmath_dtype, param_dtype,
+                                      suggest_memory_format, to_format)
 
 __all__ = ["native_group_norm", "native_group_norm_backward"]
 
@@ -30,17 +31,11 @@ def _grouped(t: Tensor, N: int, C: int, HxW: int, group: int) -> Tensor:
     return t.reshape(N, group, (C // group) * HxW)
 
 
-def _is_nc(t: Tensor, N: int, C: int) -> bool:
-    """Whether t's dims 0 and 1 are the caller's N and C. aten reads its tensors as (N, C, HxW) by element count
-    alone, so a caller may pass another shape of the same numel (the results then take that shape)."""
-    return t.dim() >= 2 and t.shape[0] == N and t.shape[1] == C
-
-
 def native_group_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], N: int, C: int,
                       HxW: int, group: int, eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     """``aten::native_group_norm`` → (out, mean (N, group), rstd (N, group))."""
     _checks.check_group_norm(input, weight, bias, N, C, HxW, group)
-    if not _is_nc(input, N, C):
+    if not dims_are_nc(input, N, C):
         out, mean, rstd = native_group_norm(input.reshape(N, C, HxW), weight, bias, N, C, HxW, group, eps)
         return out.reshape(input.shape), mean, rstd
     cdt = opmath_dtype(input)
@@ -74,7 +69,7 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
     per channel: dw = Σ g·x̂, db = Σ g (weight's dtype, the input's when weight is None).
     """
     _checks.check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
-    if not (_is_nc(input, N, C) and grad_out.shape == input.shape):
+    if not (dims_are_nc(input, N, C) and grad_out.shape == input.shape):
         grads = native_group_norm_backward(grad_out.reshape(N, C, HxW), input.reshape(N, C, HxW), mean, rstd,
                                            weight, N, C, HxW, group, output_mask)
         return (None if grads[0] is None else grads[0].reshape(input.shape),) + grads[1:]
