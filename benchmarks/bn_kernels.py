@@ -159,6 +159,8 @@ VARIANTS = {
     # row's time against its block (rtbwide: 65536x1024 bf16 fwd -5 % at 1024 columns, 256x512x7x7 bwd -15 % at 64)
     # (partials cap 5 % as rtbwide: at 0.5 % wide blocks of the small layers would get 15-81 programs)
     **{f"bc{b}": {"red_rows_block_cols": b, "partial_frac_rows": 0.05} for b in (32, 64, 128, 256, 512, 1024)},
+    # session 33: the rows rule before red_rows_full_min_cols_16bit / partial_frac_rows_bwd
+    "oldrows": {"red_rows_full_min_cols_16bit": 0, "partial_frac_rows_bwd": 0.005},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -202,6 +204,7 @@ VARIANT_SCOPE = {
     "rowsonebuf": ("rows", ("fwd", "bwd")),
     "rtbwide": ("rows", ("fwd", "bwd")),
     **{f"bc{b}": ("rows", ("fwd", "bwd")) for b in (32, 64, 128, 256, 512, 1024)},
+    "oldrows": ("rows", ("fwd", "bwd")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",

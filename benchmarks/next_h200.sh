@@ -950,6 +950,19 @@ for lay in ('channels_last', 'contiguous'):
     for k in sorted(set(e) | set(n), key=lambda k: -abs(n.get(k, 0) - e.get(k, 0)))[:10]:
         print('  %+.3f  %.3f -> %.3f  %s' % (n.get(k, 0) - e.get(k, 0), e.get(k, 0), n.get(k, 0), k[:90]))
 "
+elif [ "$PART" = 104 ]; then  # session 33: 1024-column blocks for 16-bit rows of >= 1024 channels, 5 % partials cap bwd
+    stamp "pytest -m cuda: batch-norm kernels (rows full width, two sets, knob paths, all)"
+    cuda_tests ${PYTEST_S:-200} tests/kernels/test_batch_norm_kernels.py
+    stamp "conformance on CUDA: batch norm"
+    timeout 200 python3 -m normkit check --impl normkit --device cuda --ops batch_norm --quiet --json "$W/check_cuda.json" \
+        > "$W/check_cuda.log" 2>&1; echo "check rc=$?"; grep -E "cases passed|FAIL" "$W/check_cuda.log" | head -5
+    stamp "batch norm A/B: today's rows rule against the old one (oldrows)"
+    timeout 120 python3 benchmarks/bn_kernels.py --out "$W" --budget 90 --only-variants oldrows --layouts cl,contig \
+        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-120 | tail -50
+    stamp "resnet50 training steps"
+    timeout 140 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" --no-progress \
+        > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet" "$W/models/summary.md" | head -20
 elif [ "$PART" = 103 ]; then  # session 33 (carry .whl): batch norm's headline dtype against every peer (FlagGems' BN rows
     use_wheels                  # last ran in session 6; the every-dtype bench's budget leaves them out)
     stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"

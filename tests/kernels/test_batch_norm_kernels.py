@@ -931,7 +931,7 @@ def test_rows_two_buf_same_bits(dtype, monkeypatch):
     mode; 49 / 98 steps (odd / even), 4 / 2 chunks a step (forward / backward), two column blocks."""
     programs = 5
     for k, v in dict(ROWS4_TINY, target_programs_rows_two_buf=programs, red_two_buf_min_chunks=2,
-                     red_two_buf_rows_max_blocks=64).items():
+                     red_two_buf_rows_max_blocks=64, partial_frac_rows_bwd=0.005).items():
         monkeypatch.setitem(B._TUNE, k, v)
     shape = (13, 100, 5, 3)
     x, dy = make_x(shape, dtype, "cl"), make_x(shape, dtype, "cl")
@@ -946,6 +946,27 @@ def test_rows_two_buf_same_bits(dtype, monkeypatch):
                  "target_programs_rows_fwd_fp32": programs, "target_programs_rows_bwd": programs}
     got = _same_bits_either_way(monkeypatch, same_grid, {"red_two_buf_rows_max_blocks": 64}, x, dy, w, b)
     assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[dtype]
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", [(13, 40, 5, 3), (150, 48)], ids=["cl", "2d"])
+def test_rows_full_width_blocks(shape, dtype, monkeypatch, poison):
+    """16-bit rows of >= red_rows_full_min_cols_16bit channels: one column block as wide as the tile allows, the
+    partials cap of partial_frac_rows_full, many programs down the rows; training forward / backward and eval against
+    float64, both directions on the full-width grid (and 16-bit only: fp32 keeps min_rows' blocks)."""
+    knobs = dict(TINY, red_rows_full_min_cols_16bit=32, partial_frac_rows_full=1.0, red_tile_bytes=128,
+                 target_programs_rows_bwd=5)
+    for k, v in knobs.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    layout = "cl" if len(shape) == 4 else "contig"
+    v = B._View(make_x(shape, dtype, layout))
+    for bwd in (False, True):
+        cfg = BCFG._reduce_cfg_uncached(v, 2, bwd)
+        assert cfg["NCB"] == 1 and cfg["BC"] >= shape[1] and cfg["P"] > 1, cfg
+    assert BCFG._reduce_cfg_uncached(v, 4, False)["NCB"] > 1  # fp32: min_rows splits C
+    test_train_forward_backward(shape, layout, dtype, "full", poison)
+    test_eval_forward_backward(shape, layout, dtype, "full", poison)
 
 
 @interp
@@ -1059,6 +1080,27 @@ def test_cuda_rows_two_buf(shape, dtype, monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("shape,dtype", [((256, 2048, 7, 7), torch.bfloat16), ((256, 1024, 14, 14), torch.float16),
+                                         ((65536, 1024), torch.bfloat16), ((4096, 1500), torch.bfloat16)])
+def test_cuda_rows_full_width(shape, dtype, monkeypatch):
+    """16-bit rows of >= 1024 channels take 1024-column blocks (the default): outputs against float64 in every
+    mode, the same bits on a second call."""
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    v = B._View(x)
+    for bwd in (False, True):
+        assert BCFG._reduce_cfg_uncached(v, 2, bwd)["BC"] == 1024
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 4e-3)
+    w, b = torch.rand(shape[1], device="cuda") + 0.5, torch.randn(shape[1], device="cuda")
+    r1 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+    r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
+    for a, c in zip(r1, r2):
+        assert torch.equal(a, c)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("knob,shape,layout,dtype", [
     ("rows4", (256, 512, 28, 28), "cl", torch.bfloat16),
     ("rows4", (65536, 1024), "contig", torch.bfloat16),
@@ -1136,7 +1178,8 @@ def test_rows_reduction_warps_by_row_segment():
     """Rows reduction programs (forward and backward) run 4 warps where a program's row segment is >= 256 bytes,
     8 below (bf16 NHWC at 64 channels; H200 A/B, session 20)."""
     cases = [((256, 1024, 14, 14), torch.bfloat16, 4), ((65536, 1024), torch.bfloat16, 4),
-             ((256, 64, 56, 56), torch.bfloat16, 8), ((256, 2048, 7, 7), torch.bfloat16, 8),
+             ((256, 64, 56, 56), torch.bfloat16, 8), ((256, 2048, 7, 7), torch.bfloat16, 4),
+             ((256, 512, 7, 7), torch.bfloat16, 8),
              ((256, 2048, 7, 7), torch.float32, 4), ((256, 64, 56, 56), torch.float32, 4)]
     for shape, dt, warps in cases:
         v = B._View(_meta(shape, dt, cl=len(shape) == 4))

@@ -24,6 +24,10 @@ _TUNE = {
     "partial_frac": 0.05,  # ncs: partial sums (2 x P x C fp32) at most this fraction of the input bytes
     # (0.02 -> 0.05: resnet50 512x7x7 NCHW fwd / bwd -6 / -5 %, the other layers within 0.5 %)
     "partial_frac_rows": 0.005,  # the same, rows view
+    # ... its backward. H200 session 33 (s33/call2-part102, bn_kernels.py pfr05), bf16 graph ms, 0.005 -> 0.05:
+    # 256x512x7x7 CL bwd 0.0296 -> 0.0238 (15 -> 41 programs a column block), the other rows the rule below leaves
+    # alone -0.8..0 % (the forward: 256x512x7x7 +7 %, so it keeps 0.005); 16-bit only (fp32 not measured)
+    "partial_frac_rows_bwd": 0.05,
     "min_rows": 256,  # rows-layout reduction: at least this many rows per program before splitting C finer
     "combine_elems": 4096,  # elements of the [BLOCK_P, BLOCK_C] tile in the forward combine kernel
     # ... and in the backward's: 4096 took 96-252 registers (2 programs of 4 warps a SM), 1024 60-72; H200
@@ -118,6 +122,14 @@ _TUNE = {
     # (s30/call7-part95) confirmed the rule, except the fp32 backward: 256x128x28x28 0.1193 -> 0.1224 (+2.6 %; call 6
     # +1.6 %), elsewhere within -0.9..+0.9 %: it keeps one set
     "red_two_buf_rows_max_blocks": 8,
+    # 16-bit rows of at least this many channels: column blocks of 1024 (2 KB row segments) with the partials cap
+    # below, instead of min_rows' narrower blocks (0: off). H200 session 33 (s33/call2-part102, bn_kernels.py bc1024),
+    # bf16 graph ms, fwd / bwd: 256x2048x7x7 CL 0.0483 / 0.0708 -> 0.0463 / 0.0685 (64 -> 1024 columns, 2 x 132
+    # programs with two register sets), 256x1024x14x14 CL 0.0844 / 0.1249 -> 0.0819 / 0.1240, 65536x1024 0.1099 /
+    # 0.1619 -> 0.1047 / 0.1596. Narrower channel counts lost with full-width blocks (256x256x14x14 fwd +13 %,
+    # 256x512x7x7 +15 %, 256x128x28x28 +5 %); fp32 not measured
+    "red_rows_full_min_cols_16bit": 1024,
+    "partial_frac_rows_full": 0.05,
     # the rows reduction's column block fixed to this power of two (at most C's; 0: the min_rows rule above). For
     # sweeps (bn_kernels.py bc* variants): session 33 mapped each row's time against its block
     "red_rows_block_cols": 0,
@@ -243,7 +255,8 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
                        "target_programs_rows_fwd_fp32" if wide_fwd else "target_programs_rows_fwd"]
         # (a spread input's N rows are few: its partials may take the ncs share, so that a few hundred rows still
         # split into several programs a column block)
-        frac = _TUNE["partial_frac_spread" if v.kind == "spread" else "partial_frac_rows"]
+        frac = _TUNE["partial_frac_spread" if v.kind == "spread" else
+                     "partial_frac_rows_bwd" if bwd and esize == 2 else "partial_frac_rows"]
     else:
         tile = _tile(esize, "red_tile_bytes_ncs_bwd" if bwd else "red_tile_bytes_ncs_fwd")
         target = _TUNE["target_programs"]
@@ -260,8 +273,11 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
         cfg = dict(BM=BM, BC=BC)
     elif v.kind == "rows":
         BC = min(next_pow2(C), tile, 1024)
+        full = esize == 2 and 0 < _TUNE["red_rows_full_min_cols_16bit"] <= C
         if _TUNE["red_rows_block_cols"]:  # a sweep's fixed column block
             BC = min(BC, _TUNE["red_rows_block_cols"])
+        elif full:  # the widest block (2 KB row segments), more programs down the rows
+            frac = _TUNE["partial_frac_rows_full"]
         else:
             # enough rows per program that the partials stay a small fraction of the input
             while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
