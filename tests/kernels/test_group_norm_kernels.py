@@ -1031,3 +1031,22 @@ def test_cuda_plans_same_bits(shape, G, cl, dtype, stat, mask, monkeypatch):
     K.gn_forward(xs, None, None, G, 1e-5, stat)
     K.gn_forward(xs, None, None, G, 1e-5, stat)
     assert any(p is None for k, p in _plan._plans.items() if k[0][0] == "gn_forward")
+
+
+@interp
+@pytest.mark.parametrize("split", [False, True], ids=["whole-group", "split"])
+def test_backward_with_rstd_past_fp32s_cube_root_stays_finite(split, monkeypatch):
+    """rstd ~ 1e13 (values ~1e-13, eps 1e-30): rstd**3 alone overflows fp32, so the backward forms the sum times
+    rstd first (the two-launch whole-group kernel and the split group kernel); dx matches float64."""
+    _set_cfg(monkeypatch, SMALL_CFG if split else WHOLE_CFG)
+    seen = _record_launches(monkeypatch)
+    gen = torch.Generator().manual_seed(360 + split)
+    x = (torch.randn((4, 8, 5, 6), generator=gen, dtype=torch.float64) * 1e-13).float()
+    dy = torch.randn(x.shape, generator=gen).float()
+    _, mean, rstd = K.gn_forward(x, None, None, 2, 1e-30, F32)
+    dx, _, _ = K.gn_backward(dy, x, mean, rstd, None, 2, [True, False, False], F32)
+    assert any(n == ("_bwd_group_kernel" if split else "_bwd_whole_kernel") for n, *_ in seen)
+    x64 = x.double().requires_grad_()
+    want, = torch.autograd.grad(torch.nn.functional.group_norm(x64, 2, eps=1e-30), x64, dy.double())
+    assert torch.isfinite(dx).all()
+    torch.testing.assert_close(dx.double(), want, rtol=1e-3, atol=1e-3 * want.abs().max().item())

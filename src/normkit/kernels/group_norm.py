@@ -346,7 +346,7 @@ def _bwd_whole_kernel(DY, X, DX, W, MEAN, RSTD, RB, N, C, HW, Cg, G,
         w = tl.load(W + c, mask=c_ok, other=0.0).to(tl.float32)
     else:
         w = tl.where(c_ok, 1.0, 0.0)
-    p = rstd * rstd * rstd * tl.sum(w * sdyx, 0) / K
+    p = tl.sum(w * sdyx, 0) / K * rstd * rstd * rstd  # the sum first: rstd**3 alone overflows fp32 past rstd 7e12
     q = rstd * tl.sum(w * sdy, 0) / K
     dx = (rstd * w)[:, None] * dy - xc * p - q
     tl.store(DX + off, dx.to(DX.dtype.element_ty), mask=m)
@@ -417,7 +417,7 @@ def _bwd_group_kernel(PB, TOT, W, RSTD, PQ, RB, R, N, G, Cg, C, n_sch, K,
             a += cdy
             b += cdyx
     rstd = tl.load(RSTD + r).to(tl.float32)
-    tl.store(PQ + r, rstd * rstd * rstd * tl.sum(b, 0) / K)
+    tl.store(PQ + r, tl.sum(b, 0) / K * rstd * rstd * rstd)  # (the sum first, as in _bwd_whole_kernel)
     tl.store(PQ + R + r, rstd * tl.sum(a, 0) / K)
 
 
