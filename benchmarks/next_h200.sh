@@ -251,6 +251,12 @@
 #          sum times rstd before rstd**3 on branch s34-gn-rstd (a kernel change): check it out and run PART=105
 #          (CUDA tests of the group-norm kernels and of session 34's host changes, conformance on CUDA); merge if they
 #          pass. Order: 104 (s33-rows-full), 105 (s34-gn-rstd), 103.
+# Session 35: PART=106 = 104 + 105 in one call (branch s35-gpu). Batch norm's forward shifts by a median of three of
+#          each program's elements (branch s35-bn-robust, CPU-built): PART=107 runs every touched CUDA test and
+#          conformance on s35-all (both branches merged, and s35-gn-median: instance norm's median-of-three shift and
+#          group reference), PART=108 (carry ab_old = s35-gpu's src) the batch-norm A/B and the randomized batch-norm
+#          cases on CUDA (predictions: NOTES-batch_norm.md and NOTES-group_norm.md, session 35). PART=107 also runs
+#          the bench timer's CUDA test (s35-bench-graph: graphs sized from device time).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -926,6 +932,49 @@ elif [ "$PART" = 101 ]; then  # session 32: sessions 31-32's CPU-made changes on
     timeout ${WITHIN_S:-130} python3 -m normkit check --impl torch --within normkit.enabled --device cuda --quiet \
         --json "$W/check_within_normkit.json" > "$W/check_within_normkit.log" 2>&1; echo "check rc=$?"
     sed -n '1,12p' "$W/check_within_normkit.log" | cut -c1-200; grep -E "^same bits|cases passed" "$W/check_within_normkit.log"
+elif [ "$PART" = 106 ]; then  # session 35: PART=104 and 105 in one call on branch s35-gpu (both branches merged)
+    stamp "pytest -m cuda: batch-norm kernels (rows full width), group-norm kernels (rstd order), functional, aten, ops, nn, distributed, reference"
+    cuda_tests ${PYTEST_S:-300} tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py \
+        tests/test_functional.py tests/test_aten.py tests/ops tests/nn/test_modules.py tests/test_distributed.py tests/reference
+    cuda_check ${CHECK_S:-150}
+    stamp "batch norm A/B: today's rows rule against the old one (oldrows)"
+    timeout 100 python3 benchmarks/bn_kernels.py --out "$W" --budget 70 --only-variants oldrows --layouts cl,contig \
+        --modes fwd,bwd > "$W/bn_kernels.log" 2>&1; echo "bn rc=$?"
+    sed -n '/variants, graph ms/,$p' "$W/bn_kernels.log" | cut -c1-120 | tail -50
+elif [ "$PART" = 107 ]; then  # session 35, branch s35-all (s35-gpu + s35-bn-robust + s35-gn-median): every touched CUDA test
+    stamp "pytest -m cuda: batch-norm kernels (rows full width, median-of-three shifts), group-norm kernels, functional, aten, ops, nn, distributed, reference"
+    cuda_tests ${PYTEST_S:-330} tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py \
+        tests/test_functional.py tests/test_aten.py tests/ops tests/nn/test_modules.py tests/test_distributed.py \
+        tests/reference tests/bench/test_bench.py
+    cuda_check ${CHECK_S:-150}
+elif [ "$PART" = 108 ]; then  # session 35 (carry ab_old: s35-gpu's src): the median-of-three shifts' forward A/B
+    for round in ${AB_ROUNDS:-1 2}; do
+        for side in before after; do
+            stamp "batch norm, every kernel path's rows, $side (round $round)"
+            src=src; [ "$side" = before ] && src=ab_old/src
+            PYTHONPATH=$src timeout 150 python3 benchmarks/bn_kernels.py --out "$W/$side$round" --no-variants \
+                --modes ${AB_MODES:-fwd,bwd} --dtypes bf16,fp32 --budget ${AB_BUDGET:-45} > "$W/$side$round.log" 2>&1
+            echo "bn_kernels rc=$?"
+        done
+        python3 benchmarks/ab_compare.py "$W/before$round/bn_kernels.jsonl" "$W/after$round/bn_kernels.jsonl" \
+            --json "$W/ab$round.json" | tail -${AB_TAIL:-40}
+    done
+    stamp "randomized test on CUDA: batch norm, modules (seed 20261235)"
+    random_cuda_tests 20261235 ${RANDOM_S:-80} -k "batch_norm or module"
+elif [ "$PART" = 109 ]; then  # session 35, after PART=107 (H100): the group-norm compile fix, the tests PART=107's limit cut
+    stamp "pytest -m cuda: group-norm kernels (HW == 1 reference fix), bench timer, distributed, reference, nn modules"
+    cuda_tests ${PYTEST_S:-150} tests/kernels/test_group_norm_kernels.py tests/bench/test_bench.py \
+        tests/test_distributed.py tests/reference tests/nn/test_modules.py
+    stamp "conformance on CUDA: group and instance norm"
+    timeout 60 python3 -m normkit check --impl normkit --device cuda --ops group_norm instance_norm --quiet \
+        --json "$W/check_gn.json" > "$W/check_gn.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check_gn.log" | cut -c1-160
+    for side in before after; do  # (carry ab_old: s35-gpu's src)
+        stamp "batch norm, every kernel path's rows, $side"
+        src=src; [ "$side" = before ] && src=ab_old/src
+        PYTHONPATH=$src timeout 110 python3 benchmarks/bn_kernels.py --out "$W/$side" --no-variants --modes fwd \
+            --dtypes bf16,fp32 --budget ${AB_BUDGET:-35} > "$W/$side.log" 2>&1; echo "bn_kernels rc=$?"
+    done
+    python3 benchmarks/ab_compare.py "$W/before/bn_kernels.jsonl" "$W/after/bn_kernels.jsonl" --json "$W/ab.json" | tail -45
 elif [ "$PART" = 105 ]; then  # session 34 (no GPU lent): the audit's host-side fixes on CUDA; run it on branch s34-gn-rstd
     stamp "pytest -m cuda: group-norm kernels (rstd**3 order on s34-gn-rstd), functional, aten, ops, nn, distributed"
     cuda_tests ${PYTEST_S:-240} tests/kernels/test_group_norm_kernels.py tests/test_functional.py tests/test_aten.py \
