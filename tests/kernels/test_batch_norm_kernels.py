@@ -669,14 +669,20 @@ def test_cuda_over_2_31_elements(kind):
     _cuda_check(x, 1.2e-2)
 
 
-@pytest.mark.cuda
-def test_cuda_deterministic_and_eval_layouts():
-    x = torch.randn(64, 256, 28, 28, device="cuda", dtype=torch.bfloat16)
-    w, b = torch.rand(256, device="cuda") + 0.5, torch.randn(256, device="cuda")
+def _assert_forward_same_bits(x):
+    """Two training forwards of x (random affine parameters) give the same bits; returns (w, b)."""
+    w, b = torch.rand(x.shape[1], device=x.device) + 0.5, torch.randn(x.shape[1], device=x.device)
     r1 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
     r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
     for a, c in zip(r1, r2):
         assert torch.equal(a, c)
+    return w, b
+
+
+@pytest.mark.cuda
+def test_cuda_deterministic_and_eval_layouts():
+    x = torch.randn(64, 256, 28, 28, device="cuda", dtype=torch.bfloat16)
+    w, b = _assert_forward_same_bits(x)
     rm, rv = torch.randn(256, device="cuda"), torch.rand(256, device="cuda") + 0.5
     y1 = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
     y2 = B.bn_forward_eval(x.contiguous(memory_format=torch.channels_last), w, b, rm, rv, 1e-5)
@@ -1093,11 +1099,7 @@ def test_cuda_rows_full_width(shape, dtype, monkeypatch):
     for bwd in (False, True):
         assert BCFG._reduce_cfg_uncached(v, 2, bwd)["BC"] == 1024
     _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 4e-3)
-    w, b = torch.rand(shape[1], device="cuda") + 0.5, torch.randn(shape[1], device="cuda")
-    r1 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-    r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-    for a, c in zip(r1, r2):
-        assert torch.equal(a, c)
+    _assert_forward_same_bits(x)
 
 
 @pytest.mark.cuda
@@ -1113,11 +1115,7 @@ def test_cuda_knob_paths(knob, shape, layout, dtype, monkeypatch):
     if layout == "cl":
         x = x.contiguous(memory_format=torch.channels_last)
     _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
-    w, b = torch.rand(shape[1], device="cuda") + 0.5, torch.randn(shape[1], device="cuda")
-    r1 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-    r2 = B.bn_forward_train(x, w, b, None, None, 0.1, 1e-5)
-    for a, c in zip(r1, r2):
-        assert torch.equal(a, c)
+    _assert_forward_same_bits(x)
 
 
 @pytest.mark.cuda
