@@ -257,6 +257,13 @@
 #          group reference), PART=108 (carry ab_old = s35-gpu's src) the batch-norm A/B and the randomized batch-norm
 #          cases on CUDA (predictions: NOTES-batch_norm.md and NOTES-group_norm.md, session 35). PART=107 also runs
 #          the bench timer's CUDA test (s35-bench-graph: graphs sized from device time).
+#          PART=107 ran on an H100 (results/h100-2026-12-05-s35); s33-rows-full and s34-gn-rstd landed after it.
+# For the next session: check out branch s35-all (everything pending: batch norm's median-of-three shifts, instance
+#          norm's median shift / group reference with its HW == 1 compile fix, the bench's graph sizing), recreate
+#          ab_old/src from main (`git archive main src | tar -x -C ab_old`), then PART=109 (carry ab_old: group-norm
+#          kernel and bench-timer CUDA tests, group / instance conformance, the forward A/B) and PART=108 (the full
+#          A/B in two rounds, randomized batch-norm cases); merge s35-all into main if the tests pass and the A/B
+#          stays within the NOTES' prediction. Then PART=103 (carry .whl: batch norm against FlagGems).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
