@@ -76,6 +76,9 @@ def record_launches(ops, quick):
         shapes += [] if quick else [(256, 96, 56, 56), (128, 160, 17, 17), (128, 768, 17, 17), (64, 32, 112, 112),
                                     (32, 3, 224, 224), (128, 40, 28, 28), (8, 256, 128, 128), (2, 512, 64, 64),
                                     (4096, 512), (1024, 4096), (16, 64, 16, 16, 16)]
+        # sizes of 1 (C, HW, N * HW = 2), which Triton passes as compile-time constants: code that a size of 1 breaks
+        # compiles only here, never under the interpreter (session 35: a group-norm `(HW - 1).to(...)`)
+        shapes += [] if quick else [(2, 1), (2, 3), (2, 5, 1), (1, 7, 2), (2, 1, 1, 1), (2, 3, 1, 1)]
         for shape in shapes[:3] if quick else shapes:
             for cl in (False, True):
                 if cl and len(shape) < 4:
@@ -106,6 +109,8 @@ def record_launches(ops, quick):
     if "group_norm" in ops:
         shapes = [((32, 256, 64, 64), 32), ((16, 512, 64, 64), 32), ((8, 128, 256, 256), 32),
                   ((64, 1280, 16, 16), 32), ((4, 64, 32, 128, 128), 8), ((16, 64, 128, 128), 64)]
+        # sizes of 1 (HW, a group's channels, N), compile-time constants to Triton (see batch norm's)
+        shapes += [] if quick else [((1, 3, 1, 1), 1), ((2, 4, 1, 1), 4), ((2, 6, 1, 1), 2), ((1, 8, 3, 3), 8)]
         for shape, G in shapes[:2] if quick else shapes:
             for cl in (False, True):
                 for dt in dtypes:
