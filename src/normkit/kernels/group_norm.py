@@ -111,9 +111,10 @@ def _group_ref(first, HW, sS, mask):
     the median of that channel's first, middle and last elements, fp32. Every partials program and the combine load
     the same three, and unlike the first element alone it is never a lone outlier, whose distance an fp32 mean
     relative to it would carry (session 35: instance norm rstd 1e-6 off with an outlier first element)."""
+    h = tl.cast(HW - 1, tl.int64)  # (HW == 1 arrives as a constant int: tl.cast, not .to)
     a = tl.load(first, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(first + ((HW - 1) // 2).to(tl.int64) * sS, mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(first + (HW - 1).to(tl.int64) * sS, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(first + (h // 2) * sS, mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(first + h * sS, mask=mask, other=0.0).to(tl.float32)
     return _median3(a, b, c)
 
 
