@@ -257,9 +257,10 @@
 #          group reference), PART=108 (carry ab_old = s35-gpu's src) the batch-norm A/B and the randomized batch-norm
 #          cases on CUDA (predictions: NOTES-batch_norm.md and NOTES-group_norm.md, session 35). PART=107 also runs
 #          the bench timer's CUDA test (s35-bench-graph: graphs sized from device time).
-#          PART=107 ran on an H100 (results/h100-2026-12-05-s35); s33-rows-full and s34-gn-rstd landed after it.
-# For the next session: check out branch s35-all (everything pending: batch norm's median-of-three shifts, instance
-#          norm's median shift / group reference with its HW == 1 compile fix, the bench's graph sizing), recreate
+#          PART=107 ran on an H100 (results/h100-2026-12-05-s35); s33-rows-full and s34-gn-rstd landed after it;
+#          a second short call passed the group-norm kernel / bench-timer CUDA tests and group / instance conformance,
+#          after which s35-gn-median (with its fix) and s35-bench-graph landed too.
+# For the next session: check out branch s35-all (pending there: batch norm's median-of-three shifts), recreate
 #          ab_old/src from main (`git archive main src | tar -x -C ab_old`), then PART=109 (carry ab_old: group-norm
 #          kernel and bench-timer CUDA tests, group / instance conformance, the forward A/B) and PART=108 (the full
 #          A/B in two rounds, randomized batch-norm cases); merge s35-all into main if the tests pass and the A/B
@@ -972,7 +973,7 @@ elif [ "$PART" = 109 ]; then  # session 35, after PART=107 (H100): the group-nor
     stamp "pytest -m cuda: group-norm kernels (HW == 1 reference fix), the bench timer's graph sizing"
     cuda_tests ${PYTEST_S:-110} tests/kernels/test_group_norm_kernels.py tests/bench/test_bench.py
     stamp "conformance on CUDA: group and instance norm"
-    timeout 50 python3 -m normkit check --impl normkit --device cuda --ops group_norm instance_norm --quiet \
+    timeout 50 python3 -m normkit check --impl normkit --device cuda --ops group_norm,instance_norm --quiet \
         --json "$W/check_gn.json" > "$W/check_gn.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check_gn.log" | cut -c1-160
     for side in before after; do  # (carry ab_old: s35-gpu's src)
         stamp "batch norm, every kernel path's rows, $side"
