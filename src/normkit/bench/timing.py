@@ -84,7 +84,7 @@ class Timer:
             return self._time_cpu(fns, est), "cpu-wall"
         if self.graphs and graph:
             try:
-                return self._time_graph(fns, est), "cuda-graph"
+                return self._time_graph(fns), "cuda-graph"
             except Exception as e:  # capture refused: time eagerly, say so
                 self.sync()
                 self.last_graph_error = f"{type(e).__name__}: {e}"[:200]
@@ -143,7 +143,7 @@ class Timer:
         self.sync()
         return [s.elapsed_time(e) for s, e in evs]
 
-    def _time_graph(self, fns, est):
+    def _time_graph(self, fns):
         """The graph is sized from the device time of a one-rotation graph, not from the eager estimate: that
         one includes each implementation's host time, which gave implementations of the same kernels different
         call counts (128 of 192 cases in session 33) and so a different share of the replay's launch cost."""

@@ -101,28 +101,18 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 
 
 @triton.jit
-def _median3(a, b, c):
+def _median_of_three(first, lo, hi, sS, mask):
+    """The median of the elements at positions lo, (lo + hi - 1) // 2 and hi - 1 (positions lo..hi - 1 nonempty,
+    stride sS) past the pointers ``first``, fp32: a reference or shift that is an element of the data and never a
+    lone outlier, whose distance from the data fp32 sums or means relative to it would carry (session 35: instance
+    norm's rstd 1.5e-4 off with an outlier first element). (An int equal to 1 arrives as a constant: tl.cast, not
+    .to.)"""
+    lo = tl.cast(lo, tl.int64)
+    last = tl.cast(hi - 1, tl.int64)
+    a = tl.load(first + lo * sS, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(first + ((lo + last) // 2) * sS, mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(first + last * sS, mask=mask, other=0.0).to(tl.float32)
     return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
-
-
-@triton.jit
-def _group_ref(first, HW, sS, mask):
-    """Groups' reference for their partial means (first: pointers to each group's first channel at position 0):
-    the median of that channel's first, middle and last elements, fp32. Every partials program and the combine load
-    the same three, and unlike the first element alone it is never a lone outlier, whose distance an fp32 mean
-    relative to it would carry (session 35: instance norm rstd 1e-6 off with an outlier first element)."""
-    h = tl.cast(HW - 1, tl.int64)  # (HW == 1 arrives as a constant int: tl.cast, not .to)
-    a = tl.load(first, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(first + (h // 2) * sS, mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(first + h * sS, mask=mask, other=0.0).to(tl.float32)
-    return _median3(a, b, c)
-
-
-@triton.jit
-def _channel_elem(base, s, offs_c, c_ok, sS, sC, I64: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The channels' elements at position s, fp32, [BLOCK_C]."""
-    return tl.load(base + _offsets(s + tl.arange(0, 1), offs_c, sS, sC, I64), mask=c_ok[None, :],
-                   other=0.0).to(tl.float32).reshape([BLOCK_C])
 
 
 @triton.jit
@@ -163,10 +153,7 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         # no reduction before the loop, so the program goes straight into its loads (channels_last, one channel a
         # group: `_one_channel_cl`), and, unlike the first element alone (session 34: an outlier there left rstd
         # 1.5e-4 off), never a lone outlier
-        a = _channel_elem(base, s_lo, offs_c, c_ok, sS, sC, I64, BLOCK_C)
-        b = _channel_elem(base, (s_lo + s_hi - 1) // 2, offs_c, c_ok, sS, sC, I64, BLOCK_C)
-        c = _channel_elem(base, s_hi - 1, offs_c, c_ok, sS, sC, I64, BLOCK_C)
-        shift = _median3(a, b, c)
+        shift = _median_of_three(base + offs_c.to(tl.int64) * sC, s_lo, s_hi, sS, c_ok)
         s1 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
         s2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
         s_next = s_lo
@@ -195,13 +182,13 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     # and var = 0 gave rstd = 1/sqrt(eps) and outputs ~1e22 for |x| ~ 1e20
     m2_c = tl.where(m2_c < 0.0, 0.0, m2_c)
 
-    # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's
-    # reference (`_group_ref`: an exact fp32 value every program and the combine read): at an offset of 1000 an
-    # absolute fp32 mean carries 3e-5 of rounding, which the merges would turn into variance error.
+    # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's reference
+    # (`_median_of_three` of its first channel: an exact fp32 value every program and the combine read): at an offset
+    # of 1000 an absolute fp32 mean carries 3e-5 of rounding, which the merges would turn into variance error.
     if CG1:  # one channel per group (instance norm): the channel statistics are the group's, same values
         g = offs_c
         g_ok = c_ok
-        ref_g = _group_ref(base + offs_c.to(tl.int64) * sC, HW, sS, c_ok)
+        ref_g = _median_of_three(base + offs_c.to(tl.int64) * sC, 0, HW, sS, c_ok)
         cnt_g = tl.where(c_ok, cnt_c, 0.0)
         mean_g = (shift - ref_g) + sum1 / cnt_c
         m2_g = m2_c
@@ -212,7 +199,7 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         onehot = (lg[None, :] == gl[:, None]) & c_ok[None, :]
         nch = tl.sum(onehot.to(tl.float32), 1)
         g_ok = (nch > 0) & (g < G)
-        ref_g = _group_ref(base + g.to(tl.int64) * Cg * sC, HW, sS, g_ok)
+        ref_g = _median_of_three(base + g.to(tl.int64) * Cg * sC, 0, HW, sS, g_ok)
         ref_c = tl.sum(tl.where(onehot, ref_g[:, None], 0.0), 0)
         mean_c = (shift - ref_c) + sum1 / cnt_c
         cnt_g = nch * cnt_c
@@ -263,7 +250,7 @@ def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = rows < R
     n = rows // G
-    ref = _group_ref(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, HW, sS, r_ok)
+    ref = _median_of_three(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, 0, HW, sS, r_ok)
     if PDL:  # x is the call's input; the partials are the previous kernel's output
         gdc_wait()
     cnt = tl.zeros([BLOCK_R], tl.float32)
