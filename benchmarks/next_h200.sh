@@ -276,7 +276,7 @@ stamp() { echo "=== $1 at +$(( $(date +%s) - T0 ))s"; }
 # the peers' wheels carried in .whl (liger-kernel, flag-gems and its needs), and the commit for the bench JSON
 use_wheels() {
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
-        export PYTHONPATH=/tmp/site:src
+        export PYTHONPATH=/tmp/site:${NORMKIT_SRC:-src}  # NORMKIT_SRC: another tree's src (e.g. ab_old/src)
     fi
     export NORMKIT_GIT_SHA=${NORMKIT_GIT_SHA:-unknown}
 }
@@ -969,6 +969,23 @@ elif [ "$PART" = 108 ]; then  # session 35 (carry ab_old: s35-gpu's src): the me
     done
     stamp "randomized test on CUDA: batch norm, modules (seed 20261235)"
     random_cuda_tests 20261235 ${RANDOM_S:-80} -k "batch_norm or module"
+elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
+    stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
+    cuda_tests ${PYTEST_S:-220} tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py
+    stamp "conformance on CUDA: batch, group and instance norm"
+    timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops batch_norm,group_norm,instance_norm \
+        --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
+    for round in ${AB_ROUNDS:-1}; do
+        for side in before after; do
+            stamp "batch norm ${AB_MODES:-fwd}, every kernel path's rows, $side (round $round)"
+            src=src; [ "$side" = before ] && src=ab_old/src
+            PYTHONPATH=$src timeout 110 python3 benchmarks/bn_kernels.py --out "$W/$side$round" --no-variants \
+                --modes ${AB_MODES:-fwd} --dtypes bf16,fp32 --budget ${AB_BUDGET:-35} > "$W/$side$round.log" 2>&1
+            echo "bn_kernels rc=$?"
+        done
+        python3 benchmarks/ab_compare.py "$W/before$round/bn_kernels.jsonl" "$W/after$round/bn_kernels.jsonl" \
+            --json "$W/ab$round.json" | tail -${AB_TAIL:-50}
+    done
 elif [ "$PART" = 109 ]; then  # session 35, after PART=107 (H100): the group-norm compile fix, the tests PART=107's limit cut
     stamp "pytest -m cuda: group-norm kernels (HW == 1 reference fix), the bench timer's graph sizing"
     cuda_tests ${PYTEST_S:-110} tests/kernels/test_group_norm_kernels.py tests/bench/test_bench.py

@@ -226,7 +226,9 @@ def main():
             regs, stack, smem, loads, convs, digest = audit(kernel, sig, consts, attrs, options, args.arch)
         except Exception as e:  # report and go on: one kernel's failure should not hide the others
             done[key] = None
-            print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            # (Triton's message: the failing line and its source; the constants say which specialization)
+            print(f"{kernel.fn.__name__}: compile failed: {type(e).__name__}: {str(e)[:400]}\n  constants {consts}",
+                  flush=True)
             continue
         names = list(inspect.signature(kernel.fn).parameters)
         declared = {n for n, prm in inspect.signature(kernel.fn).parameters.items()

@@ -36,6 +36,7 @@ import triton.language as tl
 
 from normkit.kernels import _plan, cdiv, dense_param, next_pow2
 from normkit.kernels._launch import alloc, gdc_launch_dependents, gdc_wait, launch, pdl_follow, pdl_on, pdl_trigger
+from normkit.kernels._jit import median_of_three
 from normkit.reference._common import suggest_memory_format
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -101,18 +102,13 @@ def _offsets(offs_s, offs_c, sS, sC, I64: tl.constexpr):
 
 
 @triton.jit
-def _median_of_three(first, lo, hi, sS, mask):
-    """The median of the elements at positions lo, (lo + hi - 1) // 2 and hi - 1 (positions lo..hi - 1 nonempty,
-    stride sS) past the pointers ``first``, fp32: a reference or shift that is an element of the data and never a
-    lone outlier, whose distance from the data fp32 sums or means relative to it would carry (session 35: instance
-    norm's rstd 1.5e-4 off with an outlier first element). (An int equal to 1 arrives as a constant: tl.cast, not
-    .to.)"""
+def _median_of_range(first, lo, hi, sS, mask):
+    """``median_of_three`` of the elements at positions lo, (lo + hi - 1) // 2 and hi - 1 (positions lo..hi - 1
+    nonempty, stride sS) past the pointers ``first``, fp32 (session 35: instance norm's rstd was 1.5e-4 off with an
+    outlier first element)."""
     lo = tl.cast(lo, tl.int64)
-    last = tl.cast(hi - 1, tl.int64)
-    a = tl.load(first + lo * sS, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(first + ((lo + last) // 2) * sS, mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(first + last * sS, mask=mask, other=0.0).to(tl.float32)
-    return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
+    span = tl.cast(hi - 1, tl.int64) - lo
+    return median_of_three(first + lo * sS, (span // 2) * sS, span * sS, mask, tl.float32)
 
 
 @triton.jit
@@ -153,7 +149,7 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         # no reduction before the loop, so the program goes straight into its loads (channels_last, one channel a
         # group: `_one_channel_cl`), and, unlike the first element alone (session 34: an outlier there left rstd
         # 1.5e-4 off), never a lone outlier
-        shift = _median_of_three(base + offs_c.to(tl.int64) * sC, s_lo, s_hi, sS, c_ok)
+        shift = _median_of_range(base + offs_c.to(tl.int64) * sC, s_lo, s_hi, sS, c_ok)
         s1 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
         s2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
         s_next = s_lo
@@ -183,12 +179,12 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
     m2_c = tl.where(m2_c < 0.0, 0.0, m2_c)
 
     # channels -> groups (Chan's merge; channels of equal count). Means are kept relative to the group's reference
-    # (`_median_of_three` of its first channel: an exact fp32 value every program and the combine read): at an offset
+    # (`_median_of_range` of its first channel: an exact fp32 value every program and the combine read): at an offset
     # of 1000 an absolute fp32 mean carries 3e-5 of rounding, which the merges would turn into variance error.
     if CG1:  # one channel per group (instance norm): the channel statistics are the group's, same values
         g = offs_c
         g_ok = c_ok
-        ref_g = _median_of_three(base + offs_c.to(tl.int64) * sC, 0, HW, sS, c_ok)
+        ref_g = _median_of_range(base + offs_c.to(tl.int64) * sC, 0, HW, sS, c_ok)
         cnt_g = tl.where(c_ok, cnt_c, 0.0)
         mean_g = (shift - ref_g) + sum1 / cnt_c
         m2_g = m2_c
@@ -199,7 +195,7 @@ def _fwd_partials_kernel(X, PART, TOT, HW, C, G, Cg, n_sch, n_cb, n_cc, SCH, BC,
         onehot = (lg[None, :] == gl[:, None]) & c_ok[None, :]
         nch = tl.sum(onehot.to(tl.float32), 1)
         g_ok = (nch > 0) & (g < G)
-        ref_g = _median_of_three(base + g.to(tl.int64) * Cg * sC, 0, HW, sS, g_ok)
+        ref_g = _median_of_range(base + g.to(tl.int64) * Cg * sC, 0, HW, sS, g_ok)
         ref_c = tl.sum(tl.where(onehot, ref_g[:, None], 0.0), 0)
         mean_c = (shift - ref_c) + sum1 / cnt_c
         cnt_g = nch * cnt_c
@@ -250,7 +246,7 @@ def _fwd_combine_kernel(PART, TOT, X, MEAN32, RSTD32, MEAN_OUT, RSTD_OUT, R, NCH
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = rows < R
     n = rows // G
-    ref = _median_of_three(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, 0, HW, sS, r_ok)
+    ref = _median_of_range(X + n.to(tl.int64) * sN + (rows - n * G).to(tl.int64) * Cg * sC, 0, HW, sS, r_ok)
     if PDL:  # x is the call's input; the partials are the previous kernel's output
         gdc_wait()
     cnt = tl.zeros([BLOCK_R], tl.float32)

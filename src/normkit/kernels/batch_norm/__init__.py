@@ -51,8 +51,8 @@ prefetch in the ncs reduction, the rows loop two steps ahead, and a flat reducti
 eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen's InvStd on CPU
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
 
-Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the
-channel's first element, in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
+Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the median
+of three of the channel's elements (first, middle, last: never a lone outlier), in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
 order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
 ``c = b - (mean - shift) * a``, so a large common offset costs no digits. No atomics, no host
 synchronisation, the same bits on every run (the split depends on the shape only, never on the
@@ -129,6 +129,16 @@ def _acc(x):
     return (tl.float64, torch.float64) if x.dtype == torch.float64 else (tl.float32, torch.float32)
 
 
+def _shift_samples(v):
+    """Offsets, from each channel's first element, of the other two elements the forward's shift is the median of
+    (``_bn_shift``): the channel's middle and last elements in v's view (rows: rows (M - 1) // 2 and M - 1; ncs:
+    the middle element of plane (N - 1) // 2 and the last plane's last)."""
+    if v.kind == "rows":
+        return ((v.M - 1) // 2) * v.C, (v.M - 1) * v.C
+    plane = v.C * v.S
+    return ((v.N - 1) // 2) * plane + (v.S - 1) // 2, (v.N - 1) * plane + v.S - 1
+
+
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
     partials a program and channel). pdl: its dependent (the combine) is launched with programmatic dependent
@@ -143,9 +153,10 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
+    o_mid, o_last = (0, 0) if bwd else _shift_samples(v)
     if rv.kind != "ncs":
         launch(_bn_reduce_rows_kernel, grid,
-            x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C,
+            x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, o_mid, o_last,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
@@ -154,7 +165,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
     nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
     launch(kern, grid,
-        x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"],
+        x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], o_mid, o_last,
         CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
         num_warps=nw,
     )
@@ -278,7 +289,7 @@ def _forward_train_fused(v, cfg, weight, bias, running_mean, running_var, moment
     launch(_bn_fused_fwd_kernel, (cfg["NCB"],),
         v.x, y, mean, invstd, weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
-        cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
+        cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1, e[0], e[1], e[2], m[0], m[1], m[2], *_shift_samples(v),
         ROWS=cfg["ROWS"], B0=cfg["B0"], B1=cfg["B1"], HAS_W=weight is not None, HAS_B=bias is not None,
         HAS_RS=has_rs, F64=acc_t == torch.float64, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0, num_warps=4,
     )
@@ -301,7 +312,7 @@ def _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl):
     BP, BCC, nprog = _combine_cfg(C, P)
     shift_stride = 1 if v.kind == "rows" else v.S
     launch(_bn_combine_fwd_kernel, (nprog,),
-        part, v.x, shift_stride, coef, mean, invstd,
+        part, v.x, shift_stride, *_shift_samples(v), coef, mean, invstd,
         weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
         C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],

@@ -5,7 +5,7 @@ direction is one launch with no partials, instead of reduction + combine + eleme
 import triton
 import triton.language as tl
 
-from normkit.kernels.batch_norm._reduce_kernels import _bn_finish_stats, _bn_from_f64, _bn_update_running
+from normkit.kernels.batch_norm._reduce_kernels import _bn_finish_stats, _bn_from_f64, _bn_shift, _bn_update_running
 
 
 @triton.jit
@@ -81,13 +81,13 @@ def _bn_fused_sums(x_ptr, g_ptr, ref2, cb, M, C, S, NSC, NT, ROWS: tl.constexpr,
 @triton.jit
 def _bn_fused_fwd_kernel(
     x_ptr, y_ptr, mean_ptr, invstd_ptr, w_ptr, b_ptr, rm_ptr, rv_ptr,
-    M, C, S, NSC, NT, n0, n1, e0, e1, e2, m0, m1, m2,
+    M, C, S, NSC, NT, n0, n1, e0, e1, e2, m0, m1, m2, o_mid, o_last,
     ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
     S_CONST: tl.constexpr = 0,
 ):
-    """Training forward of channel block program_id(0) in one program: shifted sums (shift = the channel's
-    first element, differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd and running
+    """Training forward of channel block program_id(0) in one program: shifted sums (shift = ``_bn_shift``,
+    o_mid / o_last its samples' offsets; differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd and running
     statistics as _bn_combine_fwd_kernel; then y = (x - shift) * a + c as the elementwise pass, tiles in
     reverse order. S_CONST: the plane length compiled in (short unaligned planes, as _const_s), else 0."""
     if S_CONST > 0:
@@ -95,9 +95,9 @@ def _bn_fused_fwd_kernel(
     cb = tl.program_id(0)
     ch, cmask = _bn_fused_channels(cb, C, ROWS, B1)
     if ROWS:
-        shift = tl.load(x_ptr + ch, mask=cmask, other=0.0).to(ACC)
+        shift = _bn_shift(x_ptr, ch, cmask, 1, o_mid, o_last, ACC)
     else:
-        shift = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)
+        shift = _bn_shift(x_ptr, ch, cmask, S, o_mid, o_last, ACC)
     shift2 = _bn_fused_spread(shift, ROWS)
     s1, s2 = _bn_fused_sums(x_ptr, x_ptr, shift2, cb, M, C, S, NSC, NT, ROWS, B0, B1, False, ACC)
     dmean, invstd, mean, var, nf = _bn_finish_stats(s1, s2, shift.to(tl.float64), ch, cmask, n0, n1, e0, e1, e2,

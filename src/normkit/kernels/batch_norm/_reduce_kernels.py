@@ -4,6 +4,7 @@ combine kernels that turn the partials into statistics, coefficients and weight 
 import triton
 import triton.language as tl
 
+from normkit.kernels._jit import median_of_three
 from normkit.kernels._launch import gdc_launch_dependents, gdc_wait
 
 
@@ -35,6 +36,25 @@ def _bn_acc_loaded(acc1, acc2, x, g, mask, ref, BWD: tl.constexpr):
 def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr, ACC: tl.constexpr):
     x, g = _bn_load_raw(x_ptr, g_ptr, offs, mask, BWD)
     return _bn_acc_loaded(acc1, acc2, x.to(ACC), g.to(ACC), mask, ref, BWD)
+
+
+@triton.jit
+def _bn_shift(x_ptr, ch, cmask, CS, o_mid, o_last, ACC: tl.constexpr):
+    """The forward's shift of channels ch: the median of three of each channel's elements (its first at
+    x_ptr + ch * CS, the others o_mid and o_last past it: ``_shift_samples``), the same value in every program and
+    in the combine. Sums about a lone outlier lose the digits its distance puts at stake (session 34: invstd 3e-3
+    off with an outlier first element); the median of three is never one."""
+    return median_of_three(x_ptr + ch.to(tl.int64) * CS, o_mid, o_last, cmask, ACC)
+
+
+@triton.jit
+def _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP: tl.constexpr, ACC: tl.constexpr):
+    """_bn_shift of the rows view's columns, [1, BC]: column j is channel j // SMAP of an ncs input when SMAP."""
+    if SMAP:
+        shift = _bn_shift(x_ptr, cols // SMAP, cmask, SMAP, o_mid, o_last, ACC)
+    else:
+        shift = _bn_shift(x_ptr, cols, cmask, 1, o_mid, o_last, ACC)
+    return shift[None, :]
 
 
 @triton.jit
@@ -86,14 +106,16 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 @triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    M, C, P, NCB, n_iter, CCH,
+    M, C, P, NCB, n_iter, CCH, o_mid, o_last,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
-    sum((x-shift)^2), shift = row 0. Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and
+    sum((x-shift)^2), shift = ``_bn_shift`` (o_mid, o_last: its samples' offsets), formed once the loop's first
+    two steps of loads are out (so the program waits on it no longer than on those). Backward: sum(g),
+    sum(g*(x-mean)). Writes part[0, p, c] and
     part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums).
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
@@ -109,17 +131,11 @@ def _bn_reduce_rows_kernel(
     p = pid // NCB
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
-    if SMAP:
-        ch = cols // SMAP
-        if BWD:
-            ref = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)
-        else:  # the channel's shift, its first element x[0, c, 0]: the combine's
-            ref = tl.load(x_ptr + ch * SMAP, mask=cmask, other=0.0).to(ACC)
-    elif BWD:
-        ref = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)
-    else:
-        ref = tl.load(x_ptr + cols, mask=cmask, other=0.0).to(ACC)
-    ref2 = ref[None, :]
+    if BWD:
+        if SMAP:
+            ref2 = tl.load(ref_ptr + cols // SMAP, mask=cmask, other=0.0).to(ACC)[None, :]
+        else:
+            ref2 = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)[None, :]
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
@@ -128,6 +144,8 @@ def _bn_reduce_rows_kernel(
         # (a step past the program's n_iter reads row chunks past the last: masked off by their row limit)
         y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                             BM, UNROLL, BWD)
+        if not BWD:
+            ref2 = _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP, ACC)
         for i in range(0, n_iter, 2):
             acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask, ref2,
                                            BM, UNROLL, BWD, ACC)
@@ -138,7 +156,16 @@ def _bn_reduce_rows_kernel(
             y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
     else:
-        for i in range(0, n_iter):
+        first = 0
+        if not BWD:  # step 0 peeled: the shift is formed once step 1's loads are out
+            c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
+                                                                BM, UNROLL, BWD)
+            ref2 = _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP, ACC)
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, 0, P, M, rr, cmask,
+                                           ref2, BM, UNROLL, BWD, ACC)
+            first = 1
+        for i in range(first, n_iter):
             c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
             x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 1, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
@@ -147,7 +174,7 @@ def _bn_reduce_rows_kernel(
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     if SMAP:
-        dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
+        dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + cols // SMAP
         tl.store(part_ptr + dst, s1, mask=cmask)
         tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
     else:
@@ -177,7 +204,7 @@ def _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS: tl.constexpr):
 @triton.jit
 def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S, NC, NSC, P, NCB, n_iter,
+    C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
@@ -190,23 +217,21 @@ def _bn_reduce_ncs(
     p = pid // NCB
     ch = cb * CB + tl.arange(0, CB)
     cmask = ch < C
-    if not BWD:  # the shift: the channel's first element
-        ref2 = tl.load(x_ptr + ch.to(tl.int64) * S, mask=cmask, other=0.0).to(ACC)[:, None]
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    first = 0
+    # step 0 peeled, its loads issued before the reference's (H200: NCHW bf16 backward 3-4.5 % faster with the
+    # saved mean's load after them, NOTES-batch_norm.md, session 13; the forward's shift as session 36 left it)
+    o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
+    xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
+    xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
     if BWD:
-        # step 0 peeled, its loads issued before the saved mean's (H200: NCHW bf16 backward 3-4.5 % faster;
-        # the same peel with the forward's shift load was not measured alone: NOTES-batch_norm.md, session 13)
-        o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
-        xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
-        xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
         ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[:, None]
-        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
-        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
-        first = 1
-    for i in range(first, n_iter):
+    else:
+        ref2 = _bn_shift(x_ptr, ch, cmask, S, o_mid, o_last, ACC)[:, None]
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
+    for i in range(1, n_iter):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
@@ -219,22 +244,22 @@ def _bn_reduce_ncs(
 @triton.jit
 def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S, NC, NSC, P, NCB, n_iter,
+    C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
 def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
-    C, S: tl.constexpr, NC, NSC, P, NCB, n_iter,
+    C, S: tl.constexpr, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC, PDL)
 
 
 @triton.jit
@@ -254,7 +279,7 @@ def _bn_sum_partials(part_ptr, ch, cmask, C, P, BP: tl.constexpr, BCC: tl.conste
 
 @triton.jit
 def _bn_combine_fwd_kernel(
-    part_ptr, x_ptr, shift_stride, coef_ptr, mean_ptr, invstd_ptr,
+    part_ptr, x_ptr, shift_stride, o_mid, o_last, coef_ptr, mean_ptr, invstd_ptr,
     w_ptr, b_ptr, rm_ptr, rv_ptr,
     C, P, n0, n1, e0, e1, e2, m0, m1, m2,
     BP: tl.constexpr, BCC: tl.constexpr,
@@ -271,7 +296,7 @@ def _bn_combine_fwd_kernel(
     ch = pid * BCC + tl.arange(0, BCC)
     cmask = ch < C
     # every per-channel load is issued before the partial sums: their latencies overlap
-    shift = tl.load(x_ptr + ch.to(tl.int64) * shift_stride, mask=cmask, other=0.0).to(tl.float64)
+    shift = _bn_shift(x_ptr, ch, cmask, shift_stride, o_mid, o_last, tl.float64)  # the reduction's, exactly
     if HAS_W:
         w = tl.load(w_ptr + ch, mask=cmask, other=1.0).to(tl.float64)
     if HAS_B:
