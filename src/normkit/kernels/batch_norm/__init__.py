@@ -52,8 +52,8 @@ eps == 0 on a constant channel gives invstd = 0 (so y = bias, dx = 0), like ATen
 and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for fp64 inputs).
 
 Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the median
-of three of the channel's elements (first, middle, last: never a lone outlier), in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed
-order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
+of three of the channel's elements (first, middle, last: never a lone outlier, so its distance from the data costs
+no digits), in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
 ``c = b - (mean - shift) * a``, so a large common offset costs no digits. No atomics, no host
 synchronisation, the same bits on every run (the split depends on the shape only, never on the
 device).

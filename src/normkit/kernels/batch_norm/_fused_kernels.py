@@ -87,8 +87,8 @@ def _bn_fused_fwd_kernel(
     S_CONST: tl.constexpr = 0,
 ):
     """Training forward of channel block program_id(0) in one program: shifted sums (shift = ``_bn_shift``,
-    o_mid / o_last its samples' offsets; differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd and running
-    statistics as _bn_combine_fwd_kernel; then y = (x - shift) * a + c as the elementwise pass, tiles in
+    o_mid / o_last its samples' offsets; differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd
+    and running statistics as _bn_combine_fwd_kernel; then y = (x - shift) * a + c as the elementwise pass, tiles in
     reverse order. S_CONST: the plane length compiled in (short unaligned planes, as _const_s), else 0."""
     if S_CONST > 0:
         S = S_CONST

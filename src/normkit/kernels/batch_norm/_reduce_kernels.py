@@ -220,8 +220,8 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    # step 0 peeled, its loads issued before the reference's (H200: NCHW bf16 backward 3-4.5 % faster with the
-    # saved mean's load after them, NOTES-batch_norm.md, session 13; the forward's shift as session 36 left it)
+    # step 0 peeled, its loads issued before the reference's: the saved mean (H200: NCHW bf16 backward 3-4.5 %
+    # faster, NOTES-batch_norm.md, session 13) or the forward's shift, whose median then waits no longer than step 0
     o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
     xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
     xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
@@ -248,7 +248,8 @@ def _bn_reduce_ncs_kernel(
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC,
+                   PDL)
 
 
 @triton.jit
@@ -259,7 +260,8 @@ def _bn_reduce_ncs_kernel_cs(
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
-    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC, PDL)
+    _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC,
+                   PDL)
 
 
 @triton.jit
