@@ -971,9 +971,9 @@ elif [ "$PART" = 108 ]; then  # session 35 (carry ab_old: s35-gpu's src): the me
     random_cuda_tests 20261235 ${RANDOM_S:-80} -k "batch_norm or module"
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
-    cuda_tests ${PYTEST_S:-220} tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py
-    stamp "conformance on CUDA: batch, group and instance norm"
-    timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops batch_norm,group_norm,instance_norm \
+    cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}
+    stamp "conformance on CUDA: ${CHECK_OPS:=batch_norm,group_norm,instance_norm}"
+    timeout ${CHECK_S:-120} python3 -m normkit check --impl normkit --device cuda --ops $CHECK_OPS \
         --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
     for round in ${AB_ROUNDS:-1}; do
         for side in before after; do

@@ -5,13 +5,24 @@ import triton.language as tl
 
 
 @triton.jit
-def median_of_three(first, o_mid, o_last, mask, DT: tl.constexpr):
-    """The median of the elements at ``first``, ``first + o_mid`` and ``first + o_last`` (element offsets, taken
-    as int64), in DT: a shift or reference that is an element of the data and never a lone outlier, whose
-    distance from the data the fp32 sums about it would carry (sessions 34-35: a channel's outlier first element
-    cost batch norm's invstd 3e-3 and instance norm's rstd 1.5e-4). (An int equal to 1 arrives as a constant:
-    tl.cast, not .to.)"""
+def load_three(first, o_mid, o_last, mask, DT: tl.constexpr):
+    """The elements at ``first``, ``first + o_mid`` and ``first + o_last`` (element offsets, taken as int64), in
+    DT. (An int equal to 1 arrives as a constant: tl.cast, not .to.)"""
     a = tl.load(first, mask=mask, other=0.0).to(DT)
     b = tl.load(first + tl.cast(o_mid, tl.int64), mask=mask, other=0.0).to(DT)
     c = tl.load(first + tl.cast(o_last, tl.int64), mask=mask, other=0.0).to(DT)
+    return a, b, c
+
+
+@triton.jit
+def median3(a, b, c):
     return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
+
+
+@triton.jit
+def median_of_three(first, o_mid, o_last, mask, DT: tl.constexpr):
+    """The median of ``load_three``'s elements: a shift or reference that is an element of the data and never a
+    lone outlier, whose distance from the data the fp32 sums about it would carry (sessions 34-35: a channel's
+    outlier first element cost batch norm's invstd 3e-3 and instance norm's rstd 1.5e-4)."""
+    a, b, c = load_three(first, o_mid, o_last, mask, DT)
+    return median3(a, b, c)

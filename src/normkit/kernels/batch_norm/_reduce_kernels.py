@@ -4,7 +4,7 @@ combine kernels that turn the partials into statistics, coefficients and weight 
 import triton
 import triton.language as tl
 
-from normkit.kernels._jit import median_of_three
+from normkit.kernels._jit import load_three, median3, median_of_three
 from normkit.kernels._launch import gdc_launch_dependents, gdc_wait
 
 
@@ -40,21 +40,13 @@ def _bn_accumulate(acc1, acc2, x_ptr, g_ptr, offs, mask, ref, BWD: tl.constexpr,
 
 @triton.jit
 def _bn_shift(x_ptr, ch, cmask, CS, o_mid, o_last, ACC: tl.constexpr):
-    """The forward's shift of channels ch: the median of three of each channel's elements (its first at
-    x_ptr + ch * CS, the others o_mid and o_last past it: ``_shift_samples``), the same value in every program and
-    in the combine. Sums about a lone outlier lose the digits its distance puts at stake (session 34: invstd 3e-3
-    off with an outlier first element); the median of three is never one."""
+    """The forward's shift of channels ch, the same value in every program, the combine and the one-launch kernel:
+    the median of three of each channel's elements, its first at x_ptr + ch * CS and the others o_mid and o_last
+    past it (``_shift_samples``). Sums about a lone outlier lose the digits its distance puts at stake (session 34:
+    invstd 3e-3 off with an outlier first element); the median of three is never one. The reductions load the
+    three before their first step's loads and take the median after those are out (session 13: a shift formed
+    before the loop's loads cost the forward 3-13 %)."""
     return median_of_three(x_ptr + ch.to(tl.int64) * CS, o_mid, o_last, cmask, ACC)
-
-
-@triton.jit
-def _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP: tl.constexpr, ACC: tl.constexpr):
-    """_bn_shift of the rows view's columns, [1, BC]: column j is channel j // SMAP of an ncs input when SMAP."""
-    if SMAP:
-        shift = _bn_shift(x_ptr, cols // SMAP, cmask, SMAP, o_mid, o_last, ACC)
-    else:
-        shift = _bn_shift(x_ptr, cols, cmask, 1, o_mid, o_last, ACC)
-    return shift[None, :]
 
 
 @triton.jit
@@ -113,10 +105,12 @@ def _bn_reduce_rows_kernel(
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
     any is used, and the next step's loads issued before this step's sums). Forward: sum(x-shift),
-    sum((x-shift)^2), shift = ``_bn_shift`` (o_mid, o_last: its samples' offsets), formed once the loop's first
-    two steps of loads are out (so the program waits on it no longer than on those). Backward: sum(g),
-    sum(g*(x-mean)). Writes part[0, p, c] and
-    part[1, p, c]. PDL: the combine may launch once every program has started (it waits for the sums).
+    sum((x-shift)^2), shift = ``_bn_shift`` (o_mid, o_last: its samples' offsets), its samples loaded first and
+    their median taken once the loop's loads are out: step 0 is peeled (with one set and with two alike, so their
+    sums see the same code: a peeled step's accumulators are a known 0, which changes how its products contract
+    into FMAs, and one set and two gave different bits when only one set peeled, H100, session 36).
+    Backward: sum(g), sum(g*(x-mean)). Writes part[0, p, c] and part[1, p, c]. PDL: the combine may launch once
+    every program has started (it waits for the sums).
     SMAP > 0: the (N, C*S) rows view of short ncs planes (S = SMAP, CCH channels): column j is element
     j % S of channel j // S, and its sums go to part[0 / 1, p*S + j % S, j // S] (S partials a program and
     channel, so the combine sees P*S partials per channel in the usual [P, C] layout).
@@ -131,11 +125,16 @@ def _bn_reduce_rows_kernel(
     p = pid // NCB
     cols = cb * BC + tl.arange(0, BC)
     cmask = cols < C
+    if SMAP:  # each column's channel, and that channel's first element
+        ch = cols // SMAP
+        firsts = x_ptr + ch.to(tl.int64) * SMAP
+    else:
+        ch = cols
+        firsts = x_ptr + cols
     if BWD:
-        if SMAP:
-            ref2 = tl.load(ref_ptr + cols // SMAP, mask=cmask, other=0.0).to(ACC)[None, :]
-        else:
-            ref2 = tl.load(ref_ptr + cols, mask=cmask, other=0.0).to(ACC)[None, :]
+        ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[None, :]
+    else:  # the shift's samples (_bn_shift), loaded first
+        sa, sb, sc = load_three(firsts, o_mid, o_last, cmask, ACC)
     acc1 = tl.zeros([BM, BC], dtype=ACC)
     acc2 = tl.zeros([BM, BC], dtype=ACC)
     rr = tl.arange(0, BM)
@@ -144,24 +143,38 @@ def _bn_reduce_rows_kernel(
         # (a step past the program's n_iter reads row chunks past the last: masked off by their row limit)
         y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                             BM, UNROLL, BWD)
-        if not BWD:
-            ref2 = _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP, ACC)
-        for i in range(0, n_iter, 2):
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask, ref2,
-                                           BM, UNROLL, BWD, ACC)
-            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols, cmask,
-                                                                BM, UNROLL, BWD)
-            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i + 1, P, M, rr, cmask,
+        if BWD:
+            for i in range(0, n_iter, 2):
+                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
+                                               ref2, BM, UNROLL, BWD, ACC)
+                x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols,
+                                                                    cmask, BM, UNROLL, BWD)
+                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i + 1, P, M, rr,
+                                               cmask, ref2, BM, UNROLL, BWD, ACC)
+                y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols,
+                                                                    cmask, BM, UNROLL, BWD)
+        else:  # step 0 peeled; then the sets' roles swap: y holds the odd steps, x the even ones
+            ref2 = median3(sa, sb, sc)[None, :]
+            acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, 0, P, M, rr, cmask,
                                            ref2, BM, UNROLL, BWD, ACC)
-            y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
+            x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 2, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
+            for i in range(1, n_iter, 2):
+                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i, P, M, rr, cmask,
+                                               ref2, BM, UNROLL, BWD, ACC)
+                y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols,
+                                                                    cmask, BM, UNROLL, BWD)
+                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i + 1, P, M, rr,
+                                               cmask, ref2, BM, UNROLL, BWD, ACC)
+                x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols,
+                                                                    cmask, BM, UNROLL, BWD)
     else:
         first = 0
-        if not BWD:  # step 0 peeled: the shift is formed once step 1's loads are out
+        if not BWD:  # step 0 peeled: the median taken once step 1's loads are out
             c0, h0, c1, h1, c2, h2, c3, h3 = x0, g0, x1, g1, x2, g2, x3, g3
             x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 1, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
-            ref2 = _bn_rows_shift(x_ptr, cols, cmask, o_mid, o_last, SMAP, ACC)
+            ref2 = median3(sa, sb, sc)[None, :]
             acc1, acc2 = _bn_rows_acc_step(acc1, acc2, c0, h0, c1, h1, c2, h2, c3, h3, p, 0, P, M, rr, cmask,
                                            ref2, BM, UNROLL, BWD, ACC)
             first = 1
@@ -174,7 +187,7 @@ def _bn_reduce_rows_kernel(
     s1 = tl.sum(acc1, axis=0)
     s2 = tl.sum(acc2, axis=0)
     if SMAP:
-        dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + cols // SMAP
+        dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
         tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
     else:
@@ -220,15 +233,18 @@ def _bn_reduce_ncs(
     acc1 = tl.zeros([CB, BS], dtype=ACC)
     acc2 = tl.zeros([CB, BS], dtype=ACC)
     sr = tl.arange(0, BS)
-    # step 0 peeled, its loads issued before the reference's: the saved mean (H200: NCHW bf16 backward 3-4.5 %
-    # faster, NOTES-batch_norm.md, session 13) or the forward's shift, whose median then waits no longer than step 0
+    # step 0 peeled. Backward: its loads issued before the saved mean's (H200: NCHW bf16 backward 3-4.5 % faster,
+    # NOTES-batch_norm.md, session 13). Forward: the shift's samples (_bn_shift) loaded first, their median taken
+    # once step 0's loads are out
+    if not BWD:
+        sa, sb, sc = load_three(x_ptr + ch.to(tl.int64) * S, o_mid, o_last, cmask, ACC)
     o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
     xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
     xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
     if BWD:
         ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[:, None]
     else:
-        ref2 = _bn_shift(x_ptr, ch, cmask, S, o_mid, o_last, ACC)[:, None]
+        ref2 = median3(sa, sb, sc)[:, None]
     acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
     acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
     for i in range(1, n_iter):
