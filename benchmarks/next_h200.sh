@@ -267,8 +267,8 @@
 #          stays within the NOTES' prediction. Then PART=103 (carry .whl: batch norm against FlagGems).
 # Session 36: s35-all was lost with the session's checkout; batch norm's median-of-three shift was rebuilt on
 #          s36-bn-median (one shift a channel: NOTES-batch_norm.md, session 36) and landed after PART=110 ran twice on
-#          an H100 (results/h100-2026-12-05-s36). For the next session: PART=103 (carry .whl and, for main's code,
-#          nothing else: the bench of batch norm with FlagGems / compile at the landed code), then PART=110 with
+#          an H100 (results/h100-2026-12-05-s36). For the next session: PART=103 (carry .whl: the bench of batch norm
+#          with FlagGems / torch.compile at the landed code, on an H200), then PART=110 (carry ab_old) with
 #          CHECK_S=150 (conformance on CUDA, not run this session) and the randomized batch-norm cases on CUDA
 #          (random_cuda_tests); then the constant-plane ncs forward (S = 196 fp32, +3-4 %) without its peel.
 set -u -o pipefail
