@@ -188,6 +188,10 @@ def launch(kernel, grid, *args, **kwargs):
     """``kernel[grid](*args, **kwargs)``, through the cached compiled kernel on CUDA (module doc).
     The first positional argument must be a tensor on the launch device."""
     global _direct
+    # FMA contraction stated, not left to Triton's default: the kernels were measured and their bits tested with
+    # it on (Triton <= 3.9's default), and Triton 3.10 turns the default off; a kernel that must not contract
+    # (layer norm's backward) passes False
+    kwargs.setdefault("enable_fp_fusion", True)
     rec = _recording.rec
     if rec is not None:  # (only a recorded call passes Scalar placeholders)
         held, args = args, tuple(a.value if type(a) is Scalar else a for a in args)
