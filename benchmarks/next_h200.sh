@@ -270,7 +270,10 @@
 #          an H100 (results/h100-2026-12-05-s36). For the next session: PART=103 (carry .whl: the bench of batch norm
 #          with FlagGems / torch.compile at the landed code, on an H200), then PART=110 (carry ab_old) with
 #          CHECK_S=150 (conformance on CUDA, not run this session) and the randomized batch-norm cases on CUDA
-#          (random_cuda_tests); then the constant-plane ncs forward (S = 196 fp32, +3-4 %) without its peel.
+#          (random_cuda_tests), its A/B with AB_SHAPES adding a channels_last C = 3 / 4 shape (the one-set rows
+#          forward at BC = 4 went 80 -> 123 registers with its peeled step, offline); then the constant-plane ncs
+#          forward (S = 196 fp32, +3-4 %) without its peel; then merge the two-set rows loops into one helper (the
+#          duplicate `duplicates --change` reports) and check its PTX and CUDA tests.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
