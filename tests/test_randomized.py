@@ -214,26 +214,11 @@ def spread(x64, dims):
     return ratio.max().item()
 
 
-def bn_rows_view(x):
-    """Whether the batch-norm kernels take x as the (M, C) rows view, M = N * S rows (else the (N, C, S) "ncs"
-    view), decided as they do (normkit.kernels.batch_norm._View): plain contiguous -> ncs; dense channels_last (4-D)
-    / channels_last_3d (5-D) -> rows; other strides are copied to their suggested memory format first; and rows
-    wherever S = prod(shape[2:]) == 1 (2-D inputs)."""
-    if math.prod(x.shape[2:]) == 1:
-        return True
-    if x.is_contiguous():
-        return False
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        return True
-    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
-        return True
-    return suggest_format(x) != torch.contiguous_format
-
-
 def shift_cancellation(x64, dims, like):
     """max over channels of 1 + ((mean - shift) / std)^2, shift = the median of three samples of the channel: its
     first, middle and last element in the view the kernels take for ``like`` (the tensor they were given; x64 is its
-    float64 contiguous copy): rows view (bn_rows_view) rows 0, (M - 1) // 2 and M - 1, flat row n * S + s; ncs view
+    float64 contiguous copy; the view is the kernels' own choice, ``_View``): rows view rows 0, (M - 1) // 2 and
+    M - 1, flat row n * S + s; ncs view
     (n, s) = (0, 0), ((N - 1) // 2, (S - 1) // 2), (N - 1, S - 1), s the flattened spatial index. The batch-norm
     kernels sum x - shift and (x - shift)^2 in fp32 across programs (the contract's shifted one-pass form), so the
     fp32 rounding of those sums reaches the variance amplified by this factor. Shifted by the first element it was
@@ -242,7 +227,7 @@ def shift_cancellation(x64, dims, like):
     N, C = x64.shape[:2]
     S = math.prod(x64.shape[2:])
     x3 = x64.reshape(N, C, S)
-    if bn_rows_view(like):
+    if KB._View(like.detach()).kind == "rows":
         M = N * S
         picks = [divmod(r, S) for r in (0, (M - 1) // 2, M - 1)]
     else:

@@ -53,10 +53,10 @@ and CUDA; eps reaches the kernels as three fp32 parts summed in fp64 (exact for 
 
 Numerics: the forward accumulates sums of ``x - shift`` and ``(x - shift)^2`` with ``shift`` the median
 of three of the channel's elements (first, middle, last: never a lone outlier, so its distance from the data costs
-no digits), in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed order. The normalisation is ``(x - shift) * a + c`` with ``a = w * invstd`` and
-``c = b - (mean - shift) * a``, so a large common offset costs no digits. No atomics, no host
-synchronisation, the same bits on every run (the split depends on the shape only, never on the
-device).
+no digits), in fp32 (fp64 for fp64 input); partials are combined in fp64 in a fixed order. The normalisation
+is ``(x - shift) * a + c`` with ``a = w * invstd`` and ``c = b - (mean - shift) * a``, so a large common offset
+costs no digits. No atomics, no host synchronisation, the same bits on every run (the split depends on the shape
+only, never on the device).
 
 Modules: this one holds the launchers (what ``normkit.ops`` calls); ``_config`` the views and the heuristics
 (``_TUNE``); ``_reduce_kernels``, ``_ew_kernels`` and ``_fused_kernels`` the Triton kernels.
@@ -139,10 +139,10 @@ def _shift_samples(v):
     return ((v.N - 1) // 2) * plane + (v.S - 1) // 2, (v.N - 1) * plane + v.S - 1
 
 
-def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
+def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
     partials a program and channel). pdl: its dependent (the combine) is launched with programmatic dependent
-    launch."""
+    launch. samples: the forward's ``_shift_samples(v)`` (unused by the backward)."""
     x = v.x
     sp = _spread(v)
     rv = _SpreadView(v) if sp else v
@@ -153,10 +153,9 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     grid = (P * ncb,)
     gg = g if g is not None else x
     rr = ref if ref is not None else x
-    o_mid, o_last = (0, 0) if bwd else _shift_samples(v)
     if rv.kind != "ncs":
         launch(_bn_reduce_rows_kernel, grid,
-            x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, o_mid, o_last,
+            x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
@@ -165,7 +164,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False):
     kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
     nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
     launch(kern, grid,
-        x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], o_mid, o_last,
+        x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], *samples,
         CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
         num_warps=nw,
     )
@@ -301,7 +300,8 @@ def _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl):
     acc_tl, acc_t = _acc(v.x)
     C = v.C
     dev = v.x.device
-    part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl)
+    samples = _shift_samples(v)
+    part, P = _reduce(v, None, None, False, acc_tl, acc_t, pdl, samples)
     mean = alloc(torch.empty((C,), device=dev, dtype=acc_t))
     invstd = alloc(torch.empty((C,), device=dev, dtype=acc_t))
     coef = alloc(torch.empty((4, C), device=dev, dtype=acc_t))
@@ -312,7 +312,7 @@ def _statistics(v, weight, bias, running_mean, running_var, momentum, eps, pdl):
     BP, BCC, nprog = _combine_cfg(C, P)
     shift_stride = 1 if v.kind == "rows" else v.S
     launch(_bn_combine_fwd_kernel, (nprog,),
-        part, v.x, shift_stride, *_shift_samples(v), coef, mean, invstd,
+        part, v.x, shift_stride, *samples, coef, mean, invstd,
         weight if weight is not None else mean, bias if bias is not None else mean,
         running_mean if has_rs else mean, running_var if has_rs else mean,
         C, P, n0, n1, e[0], e[1], e[2], m[0], m[1], m[2],
