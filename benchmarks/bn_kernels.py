@@ -458,7 +458,7 @@ def main():
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--warm-only", action="store_true")
-    ap.add_argument("--shapes", default="", help="comma list, e.g. 256x2048x7x7,65536x1024")
+    ap.add_argument("--shapes", default="", help="comma list, e.g. 256x2048x7x7,65536x1024 (any shapes)")
     ap.add_argument("--layouts", default="", help="comma list of contig,cl")
     ap.add_argument("--dtypes", default="", help="comma list of bf16,fp32")
     ap.add_argument("--modes", default="", help="comma list of fwd,bwd,eval")
@@ -482,6 +482,8 @@ def main():
         DEV = "cpu"
         SHAPES = [(4, 6, 5, 3), (2, 3, 4), (33, 5), (2, 3, 2, 3, 4)]
         a.jobs = 0
+    if "shapes" in FILTERS:  # exactly the named shapes, in or outside the lists above
+        SHAPES = [tuple(int(d) for d in s.split("x")) for s in sorted(FILTERS["shapes"])]
     if a.warm:
         warm(a.shard, a.nshard)
         return
