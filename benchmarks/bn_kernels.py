@@ -161,6 +161,8 @@ VARIANTS = {
     **{f"bc{b}": {"red_rows_block_cols": b, "partial_frac_rows": 0.05} for b in (32, 64, 128, 256, 512, 1024)},
     # session 33: the rows rule before red_rows_full_min_cols_16bit / partial_frac_rows_bwd
     "oldrows": {"red_rows_full_min_cols_16bit": 0, "partial_frac_rows_bwd": 0.005},
+    # session 37: rows kernels not told C's alignment (C % 16 in 2, 4, 8: element-by-element loads, as before)
+    "noalign": {"row_align": 0},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -205,10 +207,11 @@ VARIANT_SCOPE = {
     "rtbwide": ("rows", ("fwd", "bwd")),
     **{f"bc{b}": ("rows", ("fwd", "bwd")) for b in (32, 64, 128, 256, 512, 1024)},
     "oldrows": ("rows", ("fwd", "bwd")),
+    "noalign": ("rows", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -171,6 +171,8 @@ CASES = [
     ((3, 4, 9), "contig"),
     ((3, 5, 4, 3), "contig"),
     ((3, 5, 4, 3), "cl"),
+    ((2, 6, 3, 2), "cl"),  # rows of C % 16 == 2 and 8 elements: their alignment passed (C_ALIGN)
+    ((2, 24, 2, 3), "cl"),
     ((2, 3, 2, 3, 4), "contig"),
     ((2, 3, 2, 3, 4), "cl"),
     ((6, 4, 1, 1), "contig"),
@@ -888,6 +890,50 @@ def _same_bits_either_way(monkeypatch, off: dict, on: dict, x, dy, w, b):
     for a, c in zip(*outs):
         assert torch.equal(a, c)
     return outs[1]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [(64, 24, 28, 28), (32, 40, 14, 14), (256, 4, 56, 56), (16, 6, 9, 9), (4096, 1000),
+                                   (8, 24, 14, 14), (2, 8, 4, 8, 8)])
+@pytest.mark.parametrize("path", ["split", "default"])
+def test_cuda_row_align_same_bits(shape, dtype, path, monkeypatch):
+    """Rows of C % 16 in (2, 4, 8) elements told their alignment (``row_align``: vector loads, session 37): against
+    float64, and every mode's bits those of element-by-element loads, on the split path and the default (one
+    launch for the small layers)."""
+    if path == "split":
+        monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if x.dim() > 2:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    assert B._View(x).kind == "rows" and BCFG._row_align(shape[1]) > 1
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    _same_bits_either_way(monkeypatch, {"row_align": 0}, {"row_align": 1}, x, torch.randn_like(x), w, b)
+
+
+def test_row_align(monkeypatch):
+    """C_ALIGN: the power of two below 16 dividing C, 1 where Triton knows (C % 16 == 0) or for odd C; passed to
+    every rows kernel of a channels_last input, one launch or split."""
+    for n in range(1, 200):
+        a = BCFG._row_align(n)
+        assert n % a == 0 and a & (a - 1) == 0 and a < 16
+        assert a == (1 if n % 16 == 0 else math.gcd(n, 16))
+    launched = []
+    monkeypatch.setattr(B, "launch", lambda kernel, grid, *a, **k: launched.append((kernel.__name__, k.get("C_ALIGN"))))
+    x = torch.empty(8, 24, 5, 5, device="meta").contiguous(memory_format=torch.channels_last)
+    w = torch.empty(24, device="meta")
+    for knobs in (ALWAYS_ONE_LAUNCH, {"fused_max_rows": 0}):
+        for k, v in knobs.items():
+            monkeypatch.setitem(B._TUNE, k, v)
+        B.bn_forward_train(x, w, w, w.clone(), w.clone(), 0.1, 1e-5)
+        B.bn_backward(torch.empty_like(x), x, w, w, w, True, (True, True, True))
+    rows = [name for name, a in launched if "combine" not in name]
+    assert "_bn_fused_fwd_kernel" in rows and "_bn_reduce_rows_kernel" in rows and "_bn_ew_rows_kernel" in rows
+    assert all(a == 8 for name, a in launched if "combine" not in name), launched
+    monkeypatch.setitem(B._TUNE, "row_align", 0)
+    assert BCFG._row_align(24) == 1
 
 
 def test_flat_planes_choice():

@@ -26,3 +26,14 @@ def median_of_three(first, o_mid, o_last, mask, DT: tl.constexpr):
     outlier first element cost batch norm's invstd 3e-3 and instance norm's rstd 1.5e-4)."""
     a, b, c = load_three(first, o_mid, o_last, mask, DT)
     return median3(a, b, c)
+
+
+@triton.jit
+def known_multiple(n, K: tl.constexpr):
+    """n, which the host knows is a multiple of K (a power of two), in a form whose divisibility the compiler sees.
+    Triton marks an int argument divisible by 16 or by nothing, so row offsets r * n with n = 24 or 40 were loaded
+    element by element (sm_90 PTX: channels_last batch norm at C % 16 != 0, session 37); with (n // K) * K the
+    compiler proves r * n + j aligned to K and loads K elements at once."""
+    if K > 1:
+        n = (n // K) * K
+    return n

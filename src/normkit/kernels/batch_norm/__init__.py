@@ -74,7 +74,7 @@ from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigg
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
                                                 _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
                                                 _flat_planes, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
-                                                _spread, _warps)
+                                                _row_align, _spread, _warps)
 from normkit.kernels.batch_norm._ew_kernels import (_bn_ew_flat_kernel, _bn_ew_ncs_kernel, _bn_ew_ncs_kernel_cs,
                                                     _bn_ew_rows_kernel)
 from normkit.kernels.batch_norm._fused_kernels import _bn_fused_bwd_kernel, _bn_fused_fwd_kernel
@@ -156,7 +156,8 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     if rv.kind != "ncs":
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
-            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, **pdl_trigger(pdl),
+            BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, C_ALIGN=_row_align(rv.C),
+            **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
@@ -185,7 +186,7 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
         launch(_bn_ew_rows_kernel, grid,
             x, g, out, p0, p1, p2, p3, rv.M, rv.C, cfg["NCB"], cfg["NT"], v.C, e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, SMAP=sp,
-            num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
+            C_ALIGN=_row_align(rv.C), num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
     elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
@@ -290,7 +291,8 @@ def _forward_train_fused(v, cfg, weight, bias, running_mean, running_var, moment
         running_mean if has_rs else mean, running_var if has_rs else mean,
         cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1, e[0], e[1], e[2], m[0], m[1], m[2], *_shift_samples(v),
         ROWS=cfg["ROWS"], B0=cfg["B0"], B1=cfg["B1"], HAS_W=weight is not None, HAS_B=bias is not None,
-        HAS_RS=has_rs, F64=acc_t == torch.float64, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0, num_warps=4,
+        HAS_RS=has_rs, F64=acc_t == torch.float64, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0,
+        C_ALIGN=_row_align(v.C) if cfg["ROWS"] else 1, num_warps=4,
     )
     return y, mean, invstd
 
@@ -387,7 +389,7 @@ def _backward(grad_out, x, weight, mean, invstd, train, output_mask):
             cfg["M"], v.C, v.S, cfg["NSC"], cfg["NT"], n0, n1,
             ROWS=cfg["ROWS"], B0=cfg["B0"], B1=cfg["B1"], TRAIN=bool(train), HAS_W=weight is not None,
             NEED_DX=need_dx, NEED_GW=need_gw, NEED_GB=need_gb, ACC=acc_tl, S_CONST=v.S if _const_s(v) else 0,
-            num_warps=4,
+            C_ALIGN=_row_align(v.C) if cfg["ROWS"] else 1, num_warps=4,
         )
         return dx, gw, gb
     coef = None

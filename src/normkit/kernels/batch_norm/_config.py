@@ -135,6 +135,9 @@ _TUNE = {
     "red_rows_block_cols": 0,
     "target_programs_rows_two_buf": 264,
     "spread_ew_cols": 256,  # columns of a spread elementwise tile (rows fill the rest of ew_tile_bytes)
+    # rows kernels told C's power-of-two factor below 16 (_row_align; 0: not told, element-by-element loads where
+    # C % 16 != 0, as before session 37)
+    "row_align": 1,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -386,6 +389,13 @@ def _const_s(v):
     """Compile S in (one kernel per plane length) for short unaligned planes, so the compiler sees
     the alignment S does have (196 = 4 x 49: 16-byte fp32 / 8-byte bf16 accesses)."""
     return _unaligned(v) and v.S <= 1024
+
+
+def _row_align(n):
+    """C_ALIGN of the rows kernels (``known_multiple``): the power of two below 16 that rows of n elements are a
+    multiple of, or 1 where Triton already knows (n % 16 == 0), nothing can be gained (odd n) or ``row_align`` is
+    off."""
+    return 1 if n % 16 == 0 or not _TUNE["row_align"] else n & -n
 
 
 def _spread(v, ew=False):

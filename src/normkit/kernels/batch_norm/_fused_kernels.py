@@ -5,6 +5,7 @@ direction is one launch with no partials, instead of reduction + combine + eleme
 import triton
 import triton.language as tl
 
+from normkit.kernels._jit import known_multiple
 from normkit.kernels.batch_norm._reduce_kernels import _bn_finish_stats, _bn_from_f64, _bn_shift, _bn_update_running
 
 
@@ -84,14 +85,16 @@ def _bn_fused_fwd_kernel(
     M, C, S, NSC, NT, n0, n1, e0, e1, e2, m0, m1, m2, o_mid, o_last,
     ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RS: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    S_CONST: tl.constexpr = 0,
+    S_CONST: tl.constexpr = 0, C_ALIGN: tl.constexpr = 1,
 ):
     """Training forward of channel block program_id(0) in one program: shifted sums (shift = ``_bn_shift``,
     o_mid / o_last its samples' offsets; differences in ACC, summed in fp64: a lane sums many tiles); mean, invstd
     and running statistics as _bn_combine_fwd_kernel; then y = (x - shift) * a + c as the elementwise pass, tiles in
-    reverse order. S_CONST: the plane length compiled in (short unaligned planes, as _const_s), else 0."""
+    reverse order. S_CONST: the plane length compiled in (short unaligned planes, as _const_s), else 0. C_ALIGN:
+    as the rows reduction's."""
     if S_CONST > 0:
         S = S_CONST
+    C = known_multiple(C, C_ALIGN)
     cb = tl.program_id(0)
     ch, cmask = _bn_fused_channels(cb, C, ROWS, B1)
     if ROWS:
@@ -127,15 +130,16 @@ def _bn_fused_bwd_kernel(
     M, C, S, NSC, NT, n0, n1,
     ROWS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr, TRAIN: tl.constexpr, HAS_W: tl.constexpr,
     NEED_DX: tl.constexpr, NEED_GW: tl.constexpr, NEED_GB: tl.constexpr, ACC: tl.constexpr,
-    S_CONST: tl.constexpr = 0,
+    S_CONST: tl.constexpr = 0, C_ALIGN: tl.constexpr = 1,
 ):
     """Backward of channel block program_id(0) in one program: sum(dy), sum(dy * (x - mean)) (products in ACC,
     summed in fp64), grad_weight / grad_bias as _bn_combine_bwd_kernel, then grad_input as the elementwise
     pass (training: dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean)), times invstd w; eval: dy invstd w).
     mean / invstd: the saved statistics (training) or running mean and rsqrt(running var + eps) (eval).
-    S_CONST: as the forward's."""
+    S_CONST, C_ALIGN: as the forward's."""
     if S_CONST > 0:
         S = S_CONST
+    C = known_multiple(C, C_ALIGN)
     cb = tl.program_id(0)
     ch, cmask = _bn_fused_channels(cb, C, ROWS, B1)
     mean = tl.load(mean_ptr + ch, mask=cmask, other=0.0).to(ACC)

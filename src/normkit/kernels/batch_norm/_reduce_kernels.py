@@ -4,7 +4,7 @@ combine kernels that turn the partials into statistics, coefficients and weight 
 import triton
 import triton.language as tl
 
-from normkit.kernels._jit import load_three, median3, median_of_three
+from normkit.kernels._jit import known_multiple, load_three, median3, median_of_three
 from normkit.kernels._launch import gdc_launch_dependents, gdc_wait
 
 
@@ -101,6 +101,7 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH, o_mid, o_last,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
+    C_ALIGN: tl.constexpr = 1,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -117,9 +118,10 @@ def _bn_reduce_rows_kernel(
     TWO_BUF (``red_two_buf_spread``, ``red_two_buf_rows_max_blocks``): two steps' loads held in two sets of
     registers, each set reloaded right after its own sums, so one step stays in flight while the other is summed
     (with one set, ptxas reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the
-    same bits."""
+    same bits. C_ALIGN: rows of C elements are a multiple of it (``known_multiple``)."""
     if PDL:
         gdc_launch_dependents()
+    C = known_multiple(C, C_ALIGN)
     pid = tl.program_id(0)
     cb = pid % NCB
     p = pid // NCB
