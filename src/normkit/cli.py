@@ -14,9 +14,16 @@ USAGE = """usage: python -m normkit {check,bench,info} [options]
 
 def cannot_write_file(path: str) -> Optional[str]:
     """Why a file cannot be written at ``path`` (asked before a run of minutes, so that a bad path is a usage error
-    up front, not a crash after the run), or None. A file the probe creates is removed again."""
+    up front, not a crash after the run), or None. Missing folders above it are made, as ``--out``'s are; a file
+    the probe creates is removed again."""
     if os.path.isdir(path):
         return "it is a folder"
+    parent = os.path.dirname(path)
+    if parent:
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            return e.strerror or str(e)
     existed = os.path.exists(path)
     try:
         with open(path, "a"):

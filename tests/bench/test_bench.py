@@ -444,9 +444,12 @@ def test_cli_output_paths_and_steps_are_checked_before_the_run(tmp_path, capsys)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     assert main(["--quick", "--no-progress", "--out", str(a_file)]) == 2
-    assert main(["--quick", "--no-progress", "--json", str(tmp_path / "no" / "r.json")]) == 2
+    assert main(["--quick", "--no-progress", "--json", str(a_file / "r.json")]) == 2  # under a file
     assert main(["--quick", "--no-progress", "--json", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("cannot write there") == 3
+    # a missing folder above --json is made, as --out's (session 37: a device call lost to one)
+    assert main(["--quick", "--no-progress", "--dry-run", "--json", str(tmp_path / "no" / "r.json")]) == 0
+    assert (tmp_path / "no").is_dir()
     with pytest.raises(SystemExit) as e:
         main(["--models", "tiny", "--steps", "0"])
     assert e.value.code == 2 and "--steps: must be at least 1" in capsys.readouterr().err

@@ -89,7 +89,9 @@ def test_bad_ops_and_device_are_usage_errors(argv, msg, capsys):
 
 def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):
     # used to run every case, then crash in write_json with a traceback and exit status 1 ("a case failed")
-    assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path / "no" / "such" / "r.json")]) == 2
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["--ops", "rms_norm", "--quiet", "--json", str(a_file / "such" / "r.json")]) == 2  # under a file
     assert main(["--ops", "rms_norm", "--quiet", "--json", str(tmp_path)]) == 2
     read_only = tmp_path / "ro"
     read_only.mkdir()
@@ -109,6 +111,13 @@ def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("cannot write a file there") == 2 + (not writable)
     assert not list(tmp_path.glob("**/*.json"))  # the probe leaves nothing behind
+
+
+def test_json_path_folders_are_made(tmp_path):
+    # (session 37: a missing folder above --json was an error, unlike --out's)
+    path = tmp_path / "no" / "such" / "r.json"
+    assert main(["--ops", "rms_norm", "--quiet", "--device", "cpu", "--json", str(path)]) == 0
+    assert json.loads(path.read_text())
 
 
 def test_negative_max_failures_is_rejected(capsys):
