@@ -163,6 +163,11 @@ VARIANTS = {
     "oldrows": {"red_rows_full_min_cols_16bit": 0, "partial_frac_rows_bwd": 0.005},
     # session 37: rows kernels not told C's alignment (C % 16 in 2, 4, 8: element-by-element loads, as before)
     "noalign": {"row_align": 0},
+    # session 37 (prepared, not measured): odd 17x17 planes (Inception-v3's 768 / 160 channels), whose ncs kernels
+    # load element by element (offline sm_90: 76 b16 loads, no vectors), as the spread rows view (16-byte loads
+    # where C * 289 % 16 == 0) or through the flat gather pass (elementwise only)
+    "spread320": {"spread_max_plane": 320, "spread_max_plane_ew": 320},
+    "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -208,10 +213,13 @@ VARIANT_SCOPE = {
     **{f"bc{b}": ("rows", ("fwd", "bwd")) for b in (32, 64, 128, 256, 512, 1024)},
     "oldrows": ("rows", ("fwd", "bwd")),
     "noalign": ("rows", ("fwd", "bwd", "eval")),
+    "spread320": ("ncs", ("fwd", "bwd", "eval")),
+    "flat320": ("ncs", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
-                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign")
+                 "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
+                 "flat320")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -274,6 +274,13 @@
 #          forward at BC = 4 went 80 -> 123 registers with its peeled step, offline); then the constant-plane ncs
 #          forward (S = 196 fp32, +3-4 %) without its peel; then merge the two-set rows loops into one helper (the
 #          duplicate `duplicates --change` reports) and check its PTX and CUDA tests.
+# Session 37: PART=103 ran on an H100 (results/h100-2026-12-05-s37: the suite with FlagGems / compile, conformance on
+#          CUDA 777 / 777); on an H200, rows kernels told C's alignment (row_align) landed after their CUDA tests
+#          (results/h200-2026-12-05-s37). For the next session: PART=111 (no carry): bn_shift_probe.py (what the
+#          median-of-three shift's samples cost at C = 3 / 4, contiguous, +8-9 % in session 37), the 17x17 variants
+#          spread320 / flat320 (odd planes, element-by-element ncs loads offline; Inception-v3's 768 / 160 / 192
+#          channels), the fp32 eval rows row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md,
+#          session 37 (end).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -978,6 +985,16 @@ elif [ "$PART" = 108 ]; then  # session 35 (carry ab_old: s35-gpu's src): the me
     done
     stamp "randomized test on CUDA: batch norm, modules (seed 20261235)"
     random_cuda_tests 20261235 ${RANDOM_S:-80} -k "batch_norm or module"
+elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU)
+    stamp "the median-of-three shift's samples against one sample line (bn_shift_probe.py)"
+    timeout ${PROBE_S:-150} python3 benchmarks/bn_shift_probe.py --out "$W" 2>&1 | grep -v Warning | tail -10
+    stamp "odd 17x17 planes: the spread rows view / the flat gather pass (spread320, flat320); fp32 eval, noalign"
+    timeout 200 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig,cl --dtypes bf16,fp32 \
+        --shapes 128x768x17x17,128x160x17x17,128x192x17x17 --only-variants spread320,flat320 --budget 100 \
+        > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-140 | tail -40
+    timeout 120 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
+        --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \
+        > "$W/align.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/align.log" | cut -c1-140 | tail -12
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}
