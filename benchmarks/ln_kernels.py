@@ -290,6 +290,15 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
             for dt in (torch.bfloat16, torch.float32):
                 for lab, cfg in (("late", {}), ("early", {"fwd_wb_early_min_block": 4096})):
                     add("fwdwbearly", lab, cfg, op, M, N, "fwd", dt, dt)
+    # session 37 (prepared): rows and strides told their power-of-two factor (row_align), widths of a multiple of 8 but
+    # not 16 (offline sm_90: the bf16 rows forward at 3000 49 scalar loads -> 6 16-byte ones, 70 -> 40 registers);
+    # 3072 as the control (already aligned: the same kernel either way)
+    for M, N in ((32768, 1000), (16384, 3000), (8192, 5000), (1024, 20008), (16384, 3072)):
+        for op in ("ln", "rms"):
+            for which in ("fwd", "bwd"):
+                for dt in (torch.bfloat16, torch.float32):
+                    for lab, cfg in (("off", {}), ("on", {"row_align": 1})):
+                        add("rowalign", lab, cfg, op, M, N, which, dt, dt)
     # session 30 (prepared) "fwdloopst": the wide forward as the looped kernel with both loops pipelined through shared
     # memory (fwd_loop_stages) lost to the split forward on every row on the H200 in session 32, knob deleted
     # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the

@@ -279,8 +279,8 @@
 #          (results/h200-2026-12-05-s37). For the next session: PART=111 (no carry): bn_shift_probe.py (what the
 #          median-of-three shift's samples cost at C = 3 / 4, contiguous, +8-9 % in session 37), the 17x17 variants
 #          spread320 / flat320 (odd planes, element-by-element ncs loads offline; Inception-v3's 768 / 160 / 192
-#          channels), the fp32 eval rows row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md,
-#          session 37 (end).
+#          channels), layer / RMS norm's row_align (prepared off: CUDA tests, sweep rowalign), the fp32 eval rows batch
+#          norm's row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md, session 37.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -992,6 +992,11 @@ elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU)
     timeout 200 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig,cl --dtypes bf16,fp32 \
         --shapes 128x768x17x17,128x160x17x17,128x192x17x17 --only-variants spread320,flat320 --budget 100 \
         > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-140 | tail -40
+    stamp "layer / RMS norm row_align (prepared, off): its CUDA tests, then sweep rowalign (1000 / 3000 / 5000 / 20008)"
+    timeout -s INT 120 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py -k row_align \
+        > "$W/pytest_ln_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_ln_align.log"
+    grep -E "^FAILED|^E  " "$W/pytest_ln_align.log" | head -10 | cut -c1-250
+    SWEEP_LINES="sweep rowalign|chose|FAILED" ln_sweep rowalign 90
     timeout 120 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
         --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \
         > "$W/align.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/align.log" | cut -c1-140 | tail -12

@@ -5,6 +5,7 @@ here before triton is imported). If another test module imported the kernels com
 interpreter), the CPU checks rerun in a subprocess. Tests marked ``cuda`` need a GPU.
 """
 
+import math
 import os
 
 import torch
@@ -420,6 +421,24 @@ def test_cuda_widths(N, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("N", [6, 100, 1000, 3000, 5000, 20008, 70008])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_row_align(N, dtype, monkeypatch):
+    """``row_align`` on (off by default until this runs): widths of a multiple of 2 / 4 / 8 through every regime
+    (rows, prefetching, row-sum + columns, split, cooperative) against float64, and the same bits on a second call."""
+    monkeypatch.setitem(L._CFG, "row_align", 1)
+    M = max(4, min(4096, 2 ** 22 // N))
+    check_ln(M, N, dtype, "same", device="cuda")
+    check_rms(M, N, dtype, "fp32", device="cuda")
+    x, dy = _inputs(M, N, dtype, 0.0, "cuda")
+    w, b = _params(N, dtype, "same", "cuda")
+    runs = [L.ln_forward(x, w, b, 1e-5) for _ in range(2)]
+    runs += [L.ln_backward(dy, x, runs[0][1], runs[0][2], w, (True, True, True), bias_dtype=b.dtype) for _ in range(2)]
+    for a, c in ((runs[0], runs[1]), (runs[2], runs[3])):
+        assert all(torch.equal(u, v) for u, v in zip(a, c))
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("op,N,dtype", [("ln", 4000, torch.float32), ("ln", 8192, torch.float32),
                                         ("rms", 4096, torch.bfloat16), ("rms", 5120, torch.float16)])
 def test_cuda_forward_early_wb_same_bits(op, N, dtype, monkeypatch):
@@ -551,6 +570,42 @@ def test_split_forward(N, monkeypatch):
     r, _ = _inputs(9, N, torch.bfloat16)  # with a residual: the regular kernels
     y, s, rstd = L.add_rms_forward(x, r, w, 1e-5)
     assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]
+
+
+@interp
+@pytest.mark.parametrize("regime", ["default", "looped", "split", "prefetch"])
+@pytest.mark.parametrize("N", [6, 100, 1000, 3000])
+def test_row_align(N, regime, monkeypatch, request):
+    """Rows and row strides of a multiple of 2 / 4 / 8 elements told to every kernel (``row_align``, prepared in
+    session 37, off by default until its CUDA tests run): every regime within the reference's tolerance, strided
+    rows and a residual included, and the hint the launches get is what the row length and strides share."""
+    monkeypatch.setitem(L._CFG, "row_align", 1)
+    if regime == "looped":
+        request.getfixturevalue("small_regimes")
+    elif regime == "split":
+        _split_cfg(monkeypatch)
+    elif regime == "prefetch":
+        for k, v in (("bwd_pf_min_block", 1), ("bwd_pf_max_block", 1 << 20), ("bwd_pf_tile_elems", 256)):
+            monkeypatch.setitem(L._CFG, k, v)
+    hints = []
+    real = L.launch
+    monkeypatch.setattr(L, "launch", lambda k, *a, **kw: (hints.append(kw.get("ALIGN")), real(k, *a, **kw))[1])
+    for dtype, kind in ((torch.bfloat16, "fp32"), (torch.float32, "same")):
+        check_ln(3, N, dtype, kind)
+        check_rms(3, N, dtype, kind)
+    assert hints and set(hints) == {math.gcd(N, 16) % 16 or 1}, hints
+    hints.clear()
+    big = torch.randn(5, N + 4, dtype=torch.float64).to(torch.bfloat16)
+    check_ln(5, N, torch.bfloat16, "same", x=big[:, :N])  # row stride N + 4: the hint is what both share
+    shared = math.gcd(math.gcd(N, N + 4), 16) % 16 or 1
+    assert hints[0] == shared and set(hints) <= {shared, math.gcd(N, 16) % 16 or 1}, hints  # (dw/db partials: N)
+    x, _ = _inputs(4, N, torch.bfloat16)
+    r, _ = _inputs(4, N, torch.bfloat16)
+    w, _ = _params(N, torch.bfloat16, "same")
+    y, s, rstd = L.add_rms_forward(x, r, w, 1e-5)
+    assert rel(y, ref_rms(s, w, 1e-5)[0]) <= TOL[torch.bfloat16]
+    monkeypatch.setitem(L._CFG, "row_align", 0)
+    assert L._align(N) == 1
 
 
 def _split_outputs(x, w, b, is_rms, fused, monkeypatch, rows=1):

@@ -1,5 +1,7 @@
 """Triton helpers shared by the kernel packages."""
 
+import math
+
 import triton
 import triton.language as tl
 
@@ -37,3 +39,13 @@ def known_multiple(n, K: tl.constexpr):
     if K > 1:
         n = (n // K) * K
     return n
+
+
+def alignment_hint(*values) -> int:
+    """K for ``known_multiple``: the power of two below 16 that every value (row lengths, strides) is a multiple
+    of, or 1 where Triton already knows (all multiples of 16) or there is none (an odd value)."""
+    g = 0
+    for v in values:
+        g = math.gcd(g, int(v))
+    k = g & -g
+    return 1 if g == 0 or k >= 16 else k

@@ -7,6 +7,7 @@ import math
 import torch
 
 from normkit.kernels import cdiv, next_pow2
+from normkit.kernels._jit import alignment_hint
 from normkit.kernels._launch import alloc
 
 # Heuristic knobs (shape-keyed; tests shrink them to exercise many programs/iterations on tiny
@@ -395,7 +396,7 @@ def _row_align(n):
     """C_ALIGN of the rows kernels (``known_multiple``): the power of two below 16 that rows of n elements are a
     multiple of, or 1 where Triton already knows (n % 16 == 0), nothing can be gained (odd n) or ``row_align`` is
     off."""
-    return 1 if n % 16 == 0 or not _TUNE["row_align"] else n & -n
+    return alignment_hint(n) if _TUNE["row_align"] else 1
 
 
 def _spread(v, ew=False):

@@ -84,12 +84,14 @@ def _bn_ew_rows_kernel(
     M, C, NCB, NT, CCH, e0, e1, e2,
     BM: tl.constexpr, BC: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, C_ALIGN: tl.constexpr = 1,
+    SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
+    C_ALIGN: tl.constexpr = 1,
 ):
     """Elementwise pass over a row-major (M, C) view, tile [BM, BC], tiles walked from the end of
     memory to the start (L2 reuse after the reduction). PDL: launched while the combine runs; the
     tile's x (and dy) are loaded before waiting for the coefficients. SMAP > 0: the (N, C*S) rows view
-    of short ncs planes (S = SMAP, CCH channels): column j takes channel j // S's coefficients. C_ALIGN: as the rows reduction's."""
+    of short ncs planes (S = SMAP, CCH channels): column j takes channel j // S's coefficients. C_ALIGN: as the
+    rows reduction's."""
     C = known_multiple(C, C_ALIGN)
     pid = NT - 1 - tl.program_id(0)
     mb = pid // NCB

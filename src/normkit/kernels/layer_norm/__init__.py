@@ -94,6 +94,7 @@ import triton.language as tl
 
 from normkit.kernels import cdiv, dense_param, interpreting, next_pow2
 from normkit.kernels import _plan
+from normkit.kernels._jit import alignment_hint
 from normkit.kernels._launch import alloc, fit_stages, launch, pdl_follow, pdl_on, pdl_trigger
 from normkit.kernels.layer_norm._bwd_kernels import (_bwd_cols_kernel, _bwd_coop_kernel, _bwd_db_rows_kernel,
                                                      _bwd_rows_kernel, _bwd_rows_pf_kernel, _bwd_rowsum_kernel,
@@ -170,6 +171,11 @@ def _row_stride(t: torch.Tensor) -> int:
     return t.stride(0) if t.shape[0] > 1 else t.shape[1]
 
 
+def _align(*values) -> int:
+    """ALIGN of the kernels: ``alignment_hint`` of the row length and strides, 1 with ``row_align`` off."""
+    return alignment_hint(*values) if _CFG["row_align"] else 1
+
+
 def _loop_programs(x, M, row_bytes):
     """Programs of the looped forward: enough to fill the GPU, few enough that the rows in flight
     (re-read by the second loop) fit in ``_CFG['l2_budget']`` bytes of L2."""
@@ -228,7 +234,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
     )
     flags = dict(
         HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=residual is not None,
-        IS_RMS=is_rms, ACC=_acc(x.dtype),
+        IS_RMS=is_rms, ACC=_acc(x.dtype), ALIGN=_align(N, *strides),
     )
     BLOCK_N = next_pow2(N)
     NA, NB = _two_parts(N)  # (NA = BLOCK_N when NB == 0)
@@ -247,7 +253,7 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         sargs = (x, args[2], args[3], y, args[6], rstd, st)
         scal = (M, N, _row_stride(x), N, float(eps), S)
         kw = dict(CHUNK=CH, BLOCK_S=next_pow2(S), HAS_W=flags["HAS_W"], HAS_B=flags["HAS_B"],
-                  IS_RMS=is_rms, ACC=flags["ACC"], num_warps=_CFG[pre + "warps"])
+                  IS_RMS=is_rms, ACC=flags["ACC"], ALIGN=flags["ALIGN"], num_warps=_CFG[pre + "warps"])
         fin = min(_CFG["fwd_split_fin_block"], BLOCK_N) if fused else 1  # the last program's steps
         launch(_fwd_split_kernel, (M * S,), *sargs, cnt, *scal, FUSED=fused, FIN_BLOCK=fin, **kw)
         if not fused:
@@ -307,7 +313,8 @@ def _reduce(partials: torch.Tensor, dtypes, pdl=False):
     BLOCK_N = min(_CFG["red_block_n"], next_pow2(N))
     BLOCK_P = max(1, min(_CFG["red_block_p"], max(1, 4096 // BLOCK_N), next_pow2(P)))
     launch(_reduce_partials_kernel, (cdiv(N, BLOCK_N), K),
-        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, num_warps=4, **pdl_follow(pdl),
+        partials, outs[0], outs[-1], P, N, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK_N, ALIGN=_align(N), num_warps=4,
+        **pdl_follow(pdl),
     )
     return outs
 
@@ -351,7 +358,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
     pdl = need_partials and BLOCK_N <= _CFG["pdl_max_block"] and pdl_on(x, True)
     flags = dict(
         HAS_W=weight is not None, IS_RMS=is_rms, STORE_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-        ACC=_acc(x.dtype), **pdl_trigger(pdl),
+        ACC=_acc(x.dtype), ALIGN=_align(N, _row_stride(dy), _row_stride(x)), **pdl_trigger(pdl),
     )
     # layer norm's db accumulator is what spills at 16384: there (16-bit x and w/b) a second kernel sums db
     # (independent of PDL, which changes when kernels start, never which run: with it the rows kernel
@@ -412,7 +419,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=nw, enable_fp_fusion=False, **variant, **flags)
         if db_split:
             launch(_bwd_db_rows_kernel, (P,), dy, dbp, M, N, _row_stride(dy), per,
-                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, ACC=flags["ACC"], num_warps=nw)
+                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, ACC=flags["ACC"], ALIGN=flags["ALIGN"], num_warps=nw)
     elif coop:
         S = cdiv(N, coop)
         G = max(1, min(M, _num_sms(x) * _CFG["bwd_coop_progs_per_sm"] // S))
@@ -433,6 +440,7 @@ def _backward(dy, x, mean, rstd, weight, need_dx, need_dw, need_db, is_rms, dw_d
             launch(_bwd_rowsum_kernel, (M,),
                 dy, x, wp, mean, rstd, c, N, _row_stride(dy), _row_stride(x),
                 CHUNK=_CFG["bwd_chunk"], HAS_W=weight is not None, IS_RMS=is_rms, ACC=_acc(x.dtype),
+                ALIGN=flags["ALIGN"],
                 STAGES=fit_stages(x, _CFG["bwd_rowsum_stages"], _CFG["bwd_chunk"] * (
                     dy.element_size() + x.element_size() + (wp.element_size() if weight is not None else 0))),
                 num_warps=8, enable_fp_fusion=False,

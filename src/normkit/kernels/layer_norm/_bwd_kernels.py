@@ -4,6 +4,7 @@ column-tiled dx + dw / db pass; or the cooperative kernel), and the fixed-order 
 import triton
 import triton.language as tl
 
+from normkit.kernels._jit import known_multiple
 from normkit.kernels._launch import gdc_launch_dependents, gdc_wait
 
 
@@ -77,6 +78,7 @@ def _bwd_rows_kernel(
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr, HOLD_W: tl.constexpr,
     ACC: tl.constexpr, PDL: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    ALIGN: tl.constexpr = 1,
 ):
     """Each program walks ``blocks_per_prog`` consecutive [BLOCK_M, BLOCK_N] row blocks (HOLD_W: w
     loaded once, held in registers; else reloaded per block). STAGES > 1: the walk software-pipelined by
@@ -85,6 +87,10 @@ def _bwd_rows_kernel(
     dx per row from the two row sums; dy*xhat and dy summed over the program's rows in registers and
     written once as row ``pid`` of the (P, N) partials. HBM: read x, dy, write dx (3 passes) + P*N.
     """
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_dx = known_multiple(stride_dx, ALIGN)
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -113,10 +119,13 @@ def _bwd_rows_kernel(
 
 @triton.jit
 def _bwd_db_rows_kernel(DY, DBP, M, N, stride_dy, blocks_per_prog,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                        ALIGN: tl.constexpr = 1):
     """db partials for ``_bwd_rows_kernel`` run without its db accumulator: program ``pid`` sums dy over
     the same row blocks, in the same order, into row ``pid`` of (P, N) (the bits the rows kernel's
     accumulator gives). The next two blocks' loads are issued before this one is added. HBM: read dy."""
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
@@ -145,6 +154,7 @@ def _bwd_rows_pf_kernel(
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr, HOLD_W: tl.constexpr = False, PDL: tl.constexpr = False,
+    ALIGN: tl.constexpr = 1,
 ):
     """``_bwd_rows_kernel`` software-pipelined by hand: the loads of the next two row blocks (x, dy kept
     in the input dtype: half the registers of fp32; mean/rstd) are issued before this block's row
@@ -154,6 +164,10 @@ def _bwd_rows_pf_kernel(
     same partial layout (row ``pid`` of (P, N)), same accumulation order per program as the plain kernel.
     HOLD_W: w loaded once per program and held (as the plain kernel's HOLD_W), else reloaded per block.
     """
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_dx = known_multiple(stride_dx, ALIGN)
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -222,9 +236,13 @@ def _bwd_rowsum_kernel(
     N, stride_dy, stride_x,
     CHUNK: tl.constexpr, HAS_W: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
     STAGES: tl.constexpr = 1,
+    ALIGN: tl.constexpr = 1,
 ):
     """One program per row: C[row] = (sum(w*dy*xhat)/N, sum(w*dy)/N). HBM: read x, dy. STAGES > 1: the
     loop software-pipelined by Triton (loads issued that many chunks ahead, through shared memory)."""
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, CHUNK)
     rstd = tl.load(RSTD + row).to(ACC)
@@ -252,6 +270,7 @@ def _bwd_cols_kernel(
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr, PDL: tl.constexpr = False, STAGES: tl.constexpr = 1,
+    ALIGN: tl.constexpr = 1,
 ):
     """Program (column block, row group): dx for its tile of every row of the group, dw/db partials.
 
@@ -259,6 +278,10 @@ def _bwd_cols_kernel(
     HBM: read x, dy, write dx (3 passes; 5 with the row-sum kernel) + G*N partials. STAGES > 1: the
     loop software-pipelined by Triton.
     """
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_dx = known_multiple(stride_dx, ALIGN)
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
@@ -324,6 +347,7 @@ def _bwd_coop_kernel(
     HAS_W: tl.constexpr, IS_RMS: tl.constexpr,
     STORE_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
     ACC: tl.constexpr, PDL: tl.constexpr = False,
+    ALIGN: tl.constexpr = 1,
 ):
     """Cooperative wide backward. Program = (row group g, chunk s) from a ticket (CNT[M]): a group's S
     programs draw consecutive tickets, so a program only ever waits for programs that already run (no
@@ -334,6 +358,10 @@ def _bwd_coop_kernel(
     registers it holds. At the end each writes its dw/db partials to row g of (G, N).
     HBM: read x and dy once, write dx (3 passes; row sums + column kernel: 5).
     Never under the interpreter with S > 1 (programs run one after another)."""
+    N = known_multiple(N, ALIGN)
+    stride_dy = known_multiple(stride_dy, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_dx = known_multiple(stride_dx, ALIGN)
     if PDL:  # the dw/db reduction may launch once every program has started (it waits for them)
         gdc_launch_dependents()
     t = tl.atomic_add(CNT + M, 1, sem="relaxed", scope="gpu")
@@ -378,10 +406,11 @@ def _bwd_coop_kernel(
 
 @triton.jit
 def _reduce_partials_kernel(P_PTR, OUT0, OUT1, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                            PDL: tl.constexpr = False):
+                            PDL: tl.constexpr = False, ALIGN: tl.constexpr = 1):
     """OUT_k[n] = sum_p P_PTR[k, p, n] in a fixed order (deterministic); k = program_id(1) picks dw
     (OUT0) or db (OUT1), so both reduce in one launch. Reads the (k, P, N) partials once. PDL: launched
     while the backward kernel runs, waits for it before reading the partials."""
+    N = known_multiple(N, ALIGN)
     if PDL:
         gdc_wait()
     pid = tl.program_id(0)

@@ -235,6 +235,10 @@ _CFG = {
     # 0.0410 -> 0.0400 (fp32 0.0607 -> 0.0597), RMS 16384x1024 0.0422 -> 0.0409; at 4096-16384 +0.4..+2.2 %
     # (RMS 8192x8192 0.1121 -> 0.1146), at 65536 -0.3..-0.6 %
     "pdl_max_block": 1024,
+    # 1: every kernel told the power of two below 16 that rows (N) and row strides share (``alignment_hint``), so
+    # widths like 1000 / 3000 load vectors, not elements (offline sm_90, session 37: the bf16 rows forward at 3000
+    # 49 scalar loads). 0 until its CUDA tests and A/B have run (prepared in session 37 without device time)
+    "row_align": 0,
 }
 
 

@@ -4,6 +4,8 @@ and split rows (several programs a row)."""
 import triton
 import triton.language as tl
 
+from normkit.kernels._jit import known_multiple
+
 
 # --------------------------------------------------------------------------------------------------
 # device helpers
@@ -138,6 +140,7 @@ def _fwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr, PERSIST: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr, EARLY_WB: tl.constexpr = False,
+    ALIGN: tl.constexpr = 1,
 ):
     """[BLOCK_M, BLOCK_N] tiles (and, NB > 0, [BLOCK_M, NB] tiles of columns BLOCK_N ..), whole rows in
     registers. HBM: read x (+residual), write y (+sum).
@@ -148,6 +151,11 @@ def _fwd_rows_kernel(
     tile's x (and residual) loaded before this tile's reductions.
     EARLY_WB (one tile per program): w/b loaded first, with x (``fwd_wb_early_min_block``; a variant).
     """
+    N = known_multiple(N, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_r = known_multiple(stride_r, ALIGN)
+    stride_y = known_multiple(stride_y, ALIGN)
+    stride_s = known_multiple(stride_s, ALIGN)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
@@ -202,6 +210,7 @@ def _fwd_loop_kernel(
     CHUNK: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr,
+    ALIGN: tl.constexpr = 1,
 ):
     """Persistent programs, each taking rows ``pid, pid + P, ...``; two loops over CHUNK-wide slices.
 
@@ -210,6 +219,11 @@ def _fwd_loop_kernel(
     sum) while the latest chunks are still in L2, and writes y. The host sizes P so that the rows in
     flight fit in L2: 2 HBM passes then, 3 at worst.
     """
+    N = known_multiple(N, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_r = known_multiple(stride_r, ALIGN)
+    stride_y = known_multiple(stride_y, ALIGN)
+    stride_s = known_multiple(stride_s, ALIGN)
     P = tl.num_programs(0)
     offs = tl.arange(0, CHUNK)
     nchunks = tl.cdiv(N, CHUNK)
@@ -332,6 +346,7 @@ def _fwd_split_kernel(
     M, N, stride_x, stride_y, eps, S,
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, FUSED: tl.constexpr, FIN_BLOCK: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+    ALIGN: tl.constexpr = 1,
 ):
     """Program = (row, chunk): S = cdiv(N, CHUNK) programs per row, consecutive ids, the chunk held in
     registers. Each writes the chunk's (mean, M2) of ``x - x[row, 0]`` (RMS: mean of squares) to
@@ -343,6 +358,9 @@ def _fwd_split_kernel(
     before: L2 hits. HBM: read x once, write y (2 passes).
     Else (two launches) ``_fwd_split_apply_kernel`` writes y.
     """
+    N = known_multiple(N, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_y = known_multiple(stride_y, ALIGN)
     t = tl.program_id(0).to(tl.int64)
     row = t // S
     s = t % S
@@ -409,6 +427,7 @@ def _fwd_split_apply_kernel(
     M, N, stride_x, stride_y, eps, S,
     CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, IS_RMS: tl.constexpr, ACC: tl.constexpr,
+    ALIGN: tl.constexpr = 1,
 ):
     """The two-launch split forward's second launch: program = (ROWS consecutive rows, chunk), the
     programs walked last-first (the end of the first launch's reads are L2 hits). The chunk's w/b are
@@ -416,6 +435,9 @@ def _fwd_split_apply_kernel(
     16-bit x, 4x the row's own bytes). Per row: re-read the chunk (the next row's load issued before
     this row's arithmetic), merge the row's S pairs (``_split_stats``, as the one launch: the same
     statistics) and write the chunk's slice of y. HBM: read x twice, write y (3 passes at worst)."""
+    N = known_multiple(N, ALIGN)
+    stride_x = known_multiple(stride_x, ALIGN)
+    stride_y = known_multiple(stride_y, ALIGN)
     t = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     r0 = (t // S) * ROWS
     s = t % S
