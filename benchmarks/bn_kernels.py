@@ -167,6 +167,7 @@ VARIANTS = {
     # load element by element (offline sm_90: 76 b16 loads, no vectors), as the spread rows view (16-byte loads
     # where C * 289 % 16 == 0) or through the flat gather pass (elementwise only)
     "spread320": {"spread_max_plane": 320, "spread_max_plane_ew": 320},
+    "spread1536": {"spread_max_plane": 1536, "spread_max_plane_ew": 1536},  # 35x35 too (1225 partials a program)
     "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
@@ -214,12 +215,13 @@ VARIANT_SCOPE = {
     "oldrows": ("rows", ("fwd", "bwd")),
     "noalign": ("rows", ("fwd", "bwd", "eval")),
     "spread320": ("ncs", ("fwd", "bwd", "eval")),
+    "spread1536": ("ncs", ("fwd", "bwd", "eval")),
     "flat320": ("ncs", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
-                 "flat320")
+                 "spread1536", "flat320")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

@@ -990,7 +990,8 @@ elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU)
     timeout ${PROBE_S:-150} python3 benchmarks/bn_shift_probe.py --out "$W" 2>&1 | grep -v Warning | tail -10
     stamp "odd 17x17 planes: the spread rows view / the flat gather pass (spread320, flat320); fp32 eval, noalign"
     timeout 200 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig,cl --dtypes bf16,fp32 \
-        --shapes 128x768x17x17,128x160x17x17,128x192x17x17 --only-variants spread320,flat320 --budget 100 \
+        --shapes 128x768x17x17,128x160x17x17,128x192x17x17,32x288x35x35 --only-variants spread320,spread1536,flat320 \
+        --budget 110 \
         > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-140 | tail -40
     stamp "layer / RMS norm row_align (prepared, off): its CUDA tests, then sweep rowalign (1000 / 3000 / 5000 / 20008)"
     timeout -s INT 120 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py -k row_align \
