@@ -44,3 +44,17 @@ def test_ptx_compare_matches_specializations(tmp_path):
     text = _run("ptx_compare.py", str(tmp_path / "b.json"), str(tmp_path / "a.json"))
     assert "1 specializations the same, 1 changed, 2 in one revision only" in text
     assert 'changed     k {"BS": 128}' in text and "only before gone" in text and "only after  new" in text
+
+
+def test_ptx_compare_default_constexpr_left_out_of_the_match(tmp_path):
+    # session 37: C_ALIGN added to kernels; at its default 1 a specialization must still match the one without it
+    def row(code, **cx):
+        return dict(kernel="k", constexprs=cx, options={"num_warps": 4}, code=code, registers=32)
+
+    (tmp_path / "b.json").write_text(json.dumps([row("aa", BS=256), row("bb", BS=128)]))
+    (tmp_path / "a.json").write_text(json.dumps([row("aa", BS=256, C_ALIGN=1), row("cc", BS=128, C_ALIGN=8)]))
+    files = str(tmp_path / "b.json"), str(tmp_path / "a.json")
+    assert "0 specializations the same, 0 changed, 4 in one revision only" in _run("ptx_compare.py", *files)
+    text = _run("ptx_compare.py", *files, "--default", "C_ALIGN=1")
+    assert "1 specializations the same, 0 changed, 2 in one revision only" in text
+    assert 'only after  k {"BS": 128, "C_ALIGN": 8}' in text
