@@ -998,6 +998,12 @@ elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU)
         > "$W/pytest_ln_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_ln_align.log"
     grep -E "^FAILED|^E  " "$W/pytest_ln_align.log" | head -10 | cut -c1-250
     SWEEP_LINES="sweep rowalign|chose|FAILED" ln_sweep rowalign 90
+    stamp "batch norm plane_align (prepared, off): its CUDA test, then the A/B on 38x38 / 50x50 / 150x150 planes"
+    timeout -s INT 90 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k plane_align \
+        > "$W/pytest_plane_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_plane_align.log"
+    timeout 150 python3 benchmarks/bn_kernels.py --out "$W/plane" --layouts contig --dtypes bf16,fp32 \
+        --shapes 32x512x38x38,64x256x50x50,16x64x150x150 --only-variants planealign --budget 70 \
+        > "$W/plane.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/plane.log" | cut -c1-120 | tail -20
     timeout 120 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
         --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \
         > "$W/align.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/align.log" | cut -c1-140 | tail -12

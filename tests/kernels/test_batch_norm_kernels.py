@@ -894,6 +894,23 @@ def _same_bits_either_way(monkeypatch, off: dict, on: dict, x, dy, w, b):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [(32, 512, 38, 38), (16, 64, 150, 150), (8, 6, 1030), (4, 16, 50, 50)])
+def test_cuda_plane_align(shape, dtype, monkeypatch):
+    """``plane_align`` on (off by default until this runs): run-time planes of S % 16 in (2, 4, 8) against float64,
+    every mode's bits the same on a second call."""
+    monkeypatch.setitem(B._TUNE, "plane_align", 1)
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    v = B._View(x)
+    assert v.kind == "ncs" and not BCFG._const_s(v) and BCFG._plane_align(v) > 1 and not B._spread(v)
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(64, 24, 28, 28), (32, 40, 14, 14), (256, 4, 56, 56), (16, 6, 9, 9), (4096, 1000),
                                    (8, 24, 14, 14), (2, 8, 4, 8, 8)])
 @pytest.mark.parametrize("path", ["split", "default"])
@@ -912,6 +929,38 @@ def test_cuda_row_align(shape, dtype, path, monkeypatch):
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
     _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+
+
+@interp
+@pytest.mark.parametrize("shape", [(2, 3, 1030), (2, 3, 38, 38), (3, 2, 1156)])
+def test_plane_align(shape, monkeypatch):
+    """``plane_align`` (prepared in session 37, off by default until its CUDA tests run): the run-time-plane ncs
+    kernels (planes > 1024, S % 16 != 0) told S's power-of-two factor, every mode against float64."""
+    monkeypatch.setitem(B._TUNE, "plane_align", 1)
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    hints = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda k, *a, **kw: (hints.append((k.__name__, kw.get("S_ALIGN"))),
+                                                          real(k, *a, **kw))[1])
+    x = make_x(shape, torch.bfloat16, "contig")
+    C = shape[1]
+    w, b, rm, rv = _params(C, torch.bfloat16, "fp32", True, True)
+    eps = 1e-5
+    y, mean, invstd = B.bn_forward_train(x, w, b, rm, rv, 0.1, eps)
+    yr, mr, ir, _ = ref_fwd(x, w, b, eps)
+    assert relerr(y, yr) < TOL[torch.bfloat16] and relerr(invstd, ir) < TOL_STAT[torch.bfloat16]
+    g = make_x(shape, torch.bfloat16, "contig")
+    dx, gw, gb = B.bn_backward(g, x, w, mean, invstd, True, [True, True, True])
+    dxr, gwr, gbr = ref_bwd(g, x, w, mean, invstd, True)
+    scale = g.double() * (invstd.double() * w.double()).view(bshape(x))
+    assert err_vs_scale(dx, dxr, scale) < TOL_BWD[torch.bfloat16] and relerr(gw, gwr) < TOL_BWD[torch.bfloat16]
+    ye = B.bn_forward_eval(x, w, b, rm, rv, eps)
+    inv_r = 1 / torch.sqrt(rv.double() + eps)
+    yer = (x.double() - rm.double().view(bshape(x))) * (inv_r * w.double()).view(bshape(x)) + b.double().view(bshape(x))
+    assert relerr(ye, yer) < TOL[torch.bfloat16]
+    S = math.prod(shape[2:])
+    ncs = {a for name, a in hints if name in ("_bn_reduce_ncs_kernel", "_bn_ew_ncs_kernel")}
+    assert ncs == {math.gcd(S, 16)}, hints
 
 
 def test_row_align(monkeypatch):

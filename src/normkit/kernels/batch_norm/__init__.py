@@ -74,7 +74,7 @@ from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigg
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
                                                 _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
                                                 _flat_planes, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
-                                                _row_align, _spread, _warps)
+                                                _plane_align, _row_align, _spread, _warps)
 from normkit.kernels.batch_norm._ew_kernels import (_bn_ew_flat_kernel, _bn_ew_ncs_kernel, _bn_ew_ncs_kernel_cs,
                                                     _bn_ew_rows_kernel)
 from normkit.kernels.batch_norm._fused_kernels import _bn_fused_bwd_kernel, _bn_fused_fwd_kernel
@@ -162,12 +162,12 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
         return part, n_part
-    kern = _bn_reduce_ncs_kernel_cs if _const_s(v) else _bn_reduce_ncs_kernel
+    const_s = _const_s(v)
     nw = cfg.get("nw") or (_TUNE["red_warps"] if cfg["CB"] * cfg["BS"] >= 2048 else 4)
-    launch(kern, grid,
+    launch(_bn_reduce_ncs_kernel_cs if const_s else _bn_reduce_ncs_kernel, grid,
         x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], *samples,
         CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
-        num_warps=nw,
+        **({} if const_s else {"S_ALIGN": _plane_align(v)}), num_warps=nw,
     )
     return part, P
 
@@ -196,12 +196,12 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
             ACC=acc_tl, num_warps=fc["nw"], **kw,
         )
     else:
-        kern = _bn_ew_ncs_kernel_cs if _const_s(v) else _bn_ew_ncs_kernel
-        launch(kern, grid,
+        const_s = _const_s(v)
+        launch(_bn_ew_ncs_kernel_cs if const_s else _bn_ew_ncs_kernel, grid,
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, v.S, cfg["NSB"], cfg["NT"], e0, e1, e2,
             R=cfg["R"], BS=cfg["BS"], MODE=mode, WRAP_MOD=cfg["R"] > v.C,
             LOCAL32=cfg["R"] * v.S < 2**31 - cfg["BS"], HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl,
-            num_warps=cfg["nw"], **kw,
+            **({} if const_s else {"S_ALIGN": _plane_align(v)}), num_warps=cfg["nw"], **kw,
         )
 
 

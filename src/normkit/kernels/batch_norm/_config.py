@@ -139,6 +139,10 @@ _TUNE = {
     # rows kernels told C's power-of-two factor below 16 (_row_align; 0: not told, element-by-element loads where
     # C % 16 != 0, as before session 37)
     "row_align": 1,
+    # the run-time-plane ncs kernels (planes > 1024 elements, S % 16 != 0: 38x38, 150x150) told S's power-of-two
+    # factor (_plane_align). 0 until its CUDA tests and A/B run (prepared in session 37: offline sm_90, 70-76 scalar
+    # loads in the reduction at 1444 / 22500)
+    "plane_align": 0,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -397,6 +401,12 @@ def _row_align(n):
     multiple of, or 1 where Triton already knows (n % 16 == 0), nothing can be gained (odd n) or ``row_align`` is
     off."""
     return alignment_hint(n) if _TUNE["row_align"] else 1
+
+
+def _plane_align(v):
+    """S_ALIGN of the run-time-plane ncs kernels (``known_multiple``): as ``_row_align`` for the plane length, where
+    ``plane_align`` is on."""
+    return alignment_hint(v.S) if _TUNE["plane_align"] else 1
 
 
 def _spread(v, ew=False):

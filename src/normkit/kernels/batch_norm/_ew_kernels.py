@@ -165,9 +165,10 @@ def _bn_ew_ncs_kernel(
     R: tl.constexpr, BS: tl.constexpr, MODE: tl.constexpr, WRAP_MOD: tl.constexpr,
     LOCAL32: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, S_ALIGN: tl.constexpr = 1,
 ):
-    """ncs elementwise pass, plane length S at run time."""
+    """ncs elementwise pass, plane length S at run time. S_ALIGN: as the ncs reduction's."""
+    S = known_multiple(S, S_ALIGN)
     _bn_ew_ncs(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, NC, C, S, NSB, NT, e0, e1, e2,
                R, BS, MODE, WRAP_MOD, LOCAL32, HAS_W, HAS_B, F64, ACC, PDL)
 

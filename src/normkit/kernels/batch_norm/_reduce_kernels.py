@@ -264,8 +264,11 @@ def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
+    S_ALIGN: tl.constexpr = 1,
 ):
-    """ncs split reduction, plane length S at run time (S a multiple of 16, or large)."""
+    """ncs split reduction, plane length S at run time (S a multiple of 16, or large). S_ALIGN: S's power-of-two
+    factor below 16 (``known_multiple``; knob ``plane_align``), else 1."""
+    S = known_multiple(S, S_ALIGN)
     _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC,
                    PDL)
 
