@@ -168,6 +168,7 @@ VARIANTS = {
     # where C * 289 % 16 == 0) or through the flat gather pass (elementwise only)
     "spread320": {"spread_max_plane": 320, "spread_max_plane_ew": 320},
     "spread1536": {"spread_max_plane": 1536, "spread_max_plane_ew": 1536},  # 35x35 too (1225 partials a program)
+    "spreadodd": {"spread_max_plane": 1 << 30, "spread_max_plane_ew": 1 << 30},  # every unaligned plane (73x73, 147x147)
     "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
     # session 37 (prepared): run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) told S's power-of-two factor
     "planealign": {"plane_align": 1},
@@ -218,13 +219,15 @@ VARIANT_SCOPE = {
     "noalign": ("rows", ("fwd", "bwd", "eval")),
     "spread320": ("ncs", ("fwd", "bwd", "eval")),
     "spread1536": ("ncs", ("fwd", "bwd", "eval")),
+    "spreadodd": ("ncs", ("fwd", "bwd", "eval")),
     "flat320": ("ncs", ("fwd", "bwd", "eval")),
     "planealign": ("ncs", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
-                 "spread1536", "flat320", "planealign")
+                 "spread1536", "spreadodd", "flat320",
+                 "planealign")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

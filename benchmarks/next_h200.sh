@@ -276,11 +276,13 @@
 #          duplicate `duplicates --change` reports) and check its PTX and CUDA tests.
 # Session 37: PART=103 ran on an H100 (results/h100-2026-12-05-s37: the suite with FlagGems / compile, conformance on
 #          CUDA 777 / 777); on an H200, rows kernels told C's alignment (row_align) landed after their CUDA tests
-#          (results/h200-2026-12-05-s37). For the next session: PART=111 (no carry): bn_shift_probe.py (what the
-#          median-of-three shift's samples cost at C = 3 / 4, contiguous, +8-9 % in session 37), the 17x17 variants
-#          spread320 / flat320 (odd planes, element-by-element ncs loads offline; Inception-v3's 768 / 160 / 192
-#          channels), layer / RMS norm's row_align (prepared off: CUDA tests, sweep rowalign), the fp32 eval rows batch
-#          norm's row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md, session 37.
+#          (results/h200-2026-12-05-s37). For the next session (no carry): PART=111: bn_shift_probe.py (what the
+#          median-of-three shift's samples cost at C = 3 / 4, contiguous, +8-9 % in session 37), odd NCHW planes
+#          (element-by-element ncs loads offline; Inception-v3) as the spread view or the flat pass (spread320 /
+#          spread1536 / spreadodd / flat320), plane_align (prepared off: its CUDA test, A/B at 38x38 / 50x50 / 150x150).
+#          PART=112: layer / RMS norm's row_align (prepared off: CUDA tests, sweep rowalign), the fp32 eval rows batch
+#          norm's row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md,
+#          session 37. Turn each prepared knob on only after its CUDA test passes and its A/B loses no row.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -985,26 +987,29 @@ elif [ "$PART" = 108 ]; then  # session 35 (carry ab_old: s35-gpu's src): the me
     done
     stamp "randomized test on CUDA: batch norm, modules (seed 20261235)"
     random_cuda_tests 20261235 ${RANDOM_S:-80} -k "batch_norm or module"
-elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU)
+elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU): batch norm, ~520 s
     stamp "the median-of-three shift's samples against one sample line (bn_shift_probe.py)"
-    timeout ${PROBE_S:-150} python3 benchmarks/bn_shift_probe.py --out "$W" 2>&1 | grep -v Warning | tail -10
-    stamp "odd 17x17 planes: the spread rows view / the flat gather pass (spread320, flat320); fp32 eval, noalign"
-    timeout 200 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig,cl --dtypes bf16,fp32 \
-        --shapes 128x768x17x17,128x160x17x17,128x192x17x17,32x288x35x35 --only-variants spread320,spread1536,flat320 \
-        --budget 110 \
-        > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-140 | tail -40
+    timeout ${PROBE_S:-120} python3 benchmarks/bn_shift_probe.py --out "$W" 2>&1 | grep -v Warning | tail -10
+    stamp "odd NCHW planes (17x17 .. 147x147): the spread rows view / the flat gather pass"
+    timeout 210 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig --dtypes bf16,fp32 \
+        --shapes 128x768x17x17,128x160x17x17,32x288x35x35,32x80x73x73,32x64x147x147 \
+        --only-variants spread320,spread1536,spreadodd,flat320 --budget 130 \
+        > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-150 | tail -40
+    stamp "batch norm plane_align (prepared, off): its CUDA test, then the A/B on 38x38 / 50x50 / 150x150 planes"
+    timeout -s INT 80 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k plane_align \
+        > "$W/pytest_plane_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_plane_align.log"
+    grep -E "^FAILED|^E  " "$W/pytest_plane_align.log" | head -10 | cut -c1-250
+    timeout 120 python3 benchmarks/bn_kernels.py --out "$W/plane" --layouts contig --dtypes bf16,fp32 \
+        --shapes 32x512x38x38,64x256x50x50,16x64x150x150 --only-variants planealign --budget 60 \
+        > "$W/plane.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/plane.log" | cut -c1-120 | tail -20
+elif [ "$PART" = 112 ]; then  # session 37 (prepared without a GPU): layer / RMS norm row_align, ~380 s
     stamp "layer / RMS norm row_align (prepared, off): its CUDA tests, then sweep rowalign (1000 / 3000 / 5000 / 20008)"
     timeout -s INT 120 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py -k row_align \
         > "$W/pytest_ln_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_ln_align.log"
     grep -E "^FAILED|^E  " "$W/pytest_ln_align.log" | head -10 | cut -c1-250
-    SWEEP_LINES="sweep rowalign|chose|FAILED" ln_sweep rowalign 90
-    stamp "batch norm plane_align (prepared, off): its CUDA test, then the A/B on 38x38 / 50x50 / 150x150 planes"
-    timeout -s INT 90 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k plane_align \
-        > "$W/pytest_plane_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_plane_align.log"
-    timeout 150 python3 benchmarks/bn_kernels.py --out "$W/plane" --layouts contig --dtypes bf16,fp32 \
-        --shapes 32x512x38x38,64x256x50x50,16x64x150x150 --only-variants planealign --budget 70 \
-        > "$W/plane.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/plane.log" | cut -c1-120 | tail -20
-    timeout 120 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
+    SWEEP_LINES="sweep rowalign|chose|FAILED" ln_sweep rowalign 110
+    stamp "batch norm fp32 channels_last eval / fwd, row_align on against off (two eval rows were +4-5 % in call 2)"
+    timeout 100 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
         --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \
         > "$W/align.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/align.log" | cut -c1-140 | tail -12
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
