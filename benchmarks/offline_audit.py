@@ -75,7 +75,9 @@ def record_launches(ops, quick):
         # shapes outside the suite (session 11's bench): odd channel counts, 17x17 planes, C = 3, N = 2, 2-D, 3-D
         shapes += [] if quick else [(256, 96, 56, 56), (128, 160, 17, 17), (128, 768, 17, 17), (64, 32, 112, 112),
                                     (32, 3, 224, 224), (128, 40, 28, 28), (8, 256, 128, 128), (2, 512, 64, 64),
-                                    (4096, 512), (1024, 4096), (16, 64, 16, 16, 16)]
+                                    (4096, 512), (1024, 4096), (16, 64, 16, 16, 16),
+                                    # rows / planes aligned to 2-8 elements (session 37: row_align, plane_align)
+                                    (128, 24, 56, 56), (32, 512, 38, 38)]
         # sizes of 1 (C, HW, N * HW = 2), which Triton passes as compile-time constants: code that a size of 1 breaks
         # compiles only here, never under the interpreter (session 35: a group-norm `(HW - 1).to(...)`)
         shapes += [] if quick else [(2, 1), (2, 3), (2, 5, 1), (1, 7, 2), (2, 1, 1, 1), (2, 3, 1, 1)]
@@ -97,7 +99,8 @@ def record_launches(ops, quick):
                   (4096, 16384), (2048, 65536), (512, 262144)]
         # model widths outside the suite (session 11's bench), the two-part rows among them
         shapes += [(131072, 320), (32768, 1600), (16384, 3072), (16384, 5120), (8192, 6144), (8192, 9216),
-                   (8192, 10240), (8192, 12288), (4096, 18432), (4096, 20480)]
+                   (8192, 10240), (8192, 12288), (4096, 18432), (4096, 20480),
+                   (8192, 3000)]  # a width of 8 x odd (session 37: row_align)
         for M, N in shapes[::3] if quick else shapes:
             for dt, pdt in [(dt, dt) for dt in dtypes] + ([] if quick else [(torch.bfloat16, torch.float32)]):
                 x = torch.empty(M, N, dtype=dt, **meta)
