@@ -172,6 +172,8 @@ VARIANTS = {
     "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
     # session 37 (prepared): run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) told S's power-of-two factor
     "planealign": {"plane_align": 1},
+    # session 37 (prepared): channels_last / 2-D rows of a small C % 16 != 0 folded to (M / K, K * C) rows
+    "fold": {"fold_max_c": 15},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -222,12 +224,13 @@ VARIANT_SCOPE = {
     "spreadodd": ("ncs", ("fwd", "bwd", "eval")),
     "flat320": ("ncs", ("fwd", "bwd", "eval")),
     "planealign": ("ncs", ("fwd", "bwd", "eval")),
+    "fold": ("rows", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
-                 "planealign")
+                 "planealign", "fold")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

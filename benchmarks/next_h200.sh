@@ -280,8 +280,9 @@
 #          median-of-three shift's samples cost at C = 3 / 4, contiguous, +8-9 % in session 37), odd NCHW planes
 #          (element-by-element ncs loads offline; Inception-v3) as the spread view or the flat pass (spread320 /
 #          spread1536 / spreadodd / flat320), plane_align (prepared off: its CUDA test, A/B at 38x38 / 50x50 / 150x150).
-#          PART=112: layer / RMS norm's row_align (prepared off: CUDA tests, sweep rowalign), the fp32 eval rows batch
-#          norm's row_align slowed by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md,
+#          PART=112: layer / RMS norm's row_align (prepared off: CUDA tests, sweep rowalign), batch norm's fold_max_c
+#          (odd C channels_last folded; prepared off: CUDA test, A/B), the fp32 eval rows batch norm's row_align slowed
+#          by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md,
 #          session 37. Turn each prepared knob on only after its CUDA test passes and its A/B loses no row.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -1002,12 +1003,19 @@ elif [ "$PART" = 111 ]; then  # session 37 (prepared without a GPU): batch norm,
     timeout 120 python3 benchmarks/bn_kernels.py --out "$W/plane" --layouts contig --dtypes bf16,fp32 \
         --shapes 32x512x38x38,64x256x50x50,16x64x150x150 --only-variants planealign --budget 60 \
         > "$W/plane.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/plane.log" | cut -c1-120 | tail -20
-elif [ "$PART" = 112 ]; then  # session 37 (prepared without a GPU): layer / RMS norm row_align, ~380 s
+elif [ "$PART" = 112 ]; then  # session 37 (prepared without a GPU): layer / RMS norm row_align, batch norm fold, ~550 s
     stamp "layer / RMS norm row_align (prepared, off): its CUDA tests, then sweep rowalign (1000 / 3000 / 5000 / 20008)"
     timeout -s INT 120 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py -k row_align \
         > "$W/pytest_ln_align.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_ln_align.log"
     grep -E "^FAILED|^E  " "$W/pytest_ln_align.log" | head -10 | cut -c1-250
     SWEEP_LINES="sweep rowalign|chose|FAILED" ln_sweep rowalign 110
+    stamp "batch norm fold_max_c (prepared, off): its CUDA test, then the A/B at C = 3 / 5 / 7"
+    timeout -s INT 70 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k fold \
+        > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
+    grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
+    timeout 100 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16,fp32 \
+        --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7 --only-variants fold --budget 50 \
+        > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -26
     stamp "batch norm fp32 channels_last eval / fwd, row_align on against off (two eval rows were +4-5 % in call 2)"
     timeout 100 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
         --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \

@@ -894,6 +894,24 @@ def _same_bits_either_way(monkeypatch, off: dict, on: dict, x, dy, w, b):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
+def test_cuda_fold_rows(shape, dtype, monkeypatch):
+    """``fold_max_c`` on (off by default until this runs): channels_last / 2-D rows of C = 3 / 5 / 7 as folded rows
+    against float64, every mode's bits the same on a second call."""
+    monkeypatch.setitem(B._TUNE, "fold_max_c", 15)
+    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if x.dim() > 2:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    assert BCFG._fold(B._View(x)) > 1
+    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
+    C = shape[1]
+    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
+    _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(32, 512, 38, 38), (16, 64, 150, 150), (8, 6, 1030), (4, 16, 50, 50)])
 def test_cuda_plane_align(shape, dtype, monkeypatch):
     """``plane_align`` on (off by default until this runs): run-time planes of S % 16 in (2, 4, 8) against float64,
@@ -961,6 +979,51 @@ def test_plane_align(shape, monkeypatch):
     S = math.prod(shape[2:])
     ncs = {a for name, a in hints if name in ("_bn_reduce_ncs_kernel", "_bn_ew_ncs_kernel")}
     assert ncs == {math.gcd(S, 16)}, hints
+
+
+# rows that fold (M divisible by K): C = 3 / 5 / 6 / 24 / 7 channels_last, 2-D and 3-D
+FOLD_CASES = [((4, 3, 4, 4), "cl"), ((2, 5, 4, 8), "cl"), ((2, 6, 4, 4), "cl"), ((2, 24, 2, 4), "cl"), ((48, 7), "contig"),
+              ((2, 3, 2, 4, 4), "cl")]
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape,layout", FOLD_CASES, ids=[f"{s}-{l}" for s, l in FOLD_CASES])
+def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
+    """``fold_max_c`` (prepared in session 37, off by default until its CUDA tests run): rows of a small C taken as
+    (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64."""
+    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fused_max_rows": 0}.items():
+        monkeypatch.setitem(B._TUNE, k, v)
+    assert BCFG._fold(B._View(make_x(shape, dtype, layout))) > 1
+    folds = []
+    real = B.launch
+    monkeypatch.setattr(B, "launch", lambda k, *a, **kw: (folds.append(kw.get("FOLD", 0)), real(k, *a, **kw))[1])
+    test_train_forward_backward(shape, layout, dtype, "fold", poison)
+    test_eval_forward_backward(shape, layout, dtype, "fold", poison)
+    test_sync_primitives(shape, layout, dtype, "fold", poison)
+    assert shape[1] in folds
+    monkeypatch.setitem(B._TUNE, "fold_max_c", 0)
+    assert BCFG._fold(B._View(make_x(shape, dtype, layout))) == 0
+
+
+def test_fold_choice(monkeypatch):
+    """K: the least multiple of 16 / gcd(C, 16) giving >= fold_min_cols columns that divides M, else smaller ones,
+    else no fold; never C % 16 == 0, ncs inputs or C past fold_max_c."""
+    monkeypatch.setitem(B._TUNE, "fold_max_c", 63)
+    monkeypatch.setitem(B._TUNE, "fold_min_cols", 128)
+
+    def fold(shape, cl=True):
+        x = torch.empty(shape)
+        if cl and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return BCFG._fold(B._View(x))
+
+    assert fold((64, 3, 8, 8)) == 32  # 4096 rows: 48 (144 columns) does not divide them, 32 (96 columns) does
+    assert fold((48, 3, 4, 4)) == 48  # 768 rows: 48 divides them
+    assert fold((2, 3, 5, 5)) == 0  # 50 rows: no multiple of 16 divides
+    assert fold((64, 24, 4, 4)) == 4  # k0 = 2: 6 x 24 = 144 columns does not divide 1024 rows, 4 x 24 does
+    assert fold((64, 32, 4, 4)) == 0 and fold((64, 3, 8, 8), cl=False) == 0 and fold((64, 65, 4, 4)) == 0
+    assert fold((4096, 5)) == 32  # 2-D: k0 = 16, 32 x 5 = 160 columns
 
 
 def test_row_align(monkeypatch):

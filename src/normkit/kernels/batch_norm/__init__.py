@@ -72,8 +72,8 @@ import triton.language as tl
 from normkit.kernels import _plan
 from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigger, scalar
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
-                                                _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
-                                                _flat_planes, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
+                                                _FoldView, _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
+                                                _flat_planes, _fold, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
                                                 _plane_align, _row_align, _spread, _warps)
 from normkit.kernels.batch_norm._ew_kernels import (_bn_ew_flat_kernel, _bn_ew_ncs_kernel, _bn_ew_ncs_kernel_cs,
                                                     _bn_ew_rows_kernel)
@@ -139,16 +139,25 @@ def _shift_samples(v):
     return ((v.N - 1) // 2) * plane + (v.S - 1) // 2, (v.N - 1) * plane + v.S - 1
 
 
+def _rows_view(v, ew=False):
+    """(the view the kernels run on, SMAP, FOLD): the spread rows of short unaligned planes (SMAP = S), the folded
+    rows of a small C (FOLD = C), or v itself."""
+    sp = _spread(v, ew)
+    if sp:
+        return _SpreadView(v), sp, 0
+    k = _fold(v)
+    return (_FoldView(v, k), 0, v.C) if k else (v, 0, 0)
+
+
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
-    partials a program and channel). pdl: its dependent (the combine) is launched with programmatic dependent
-    launch. samples: the forward's ``_shift_samples(v)`` (unused by the backward)."""
+    partials a program and channel), P*K on the folded view (K). pdl: its dependent (the combine) is launched with
+    programmatic dependent launch. samples: the forward's ``_shift_samples(v)`` (unused by the backward)."""
     x = v.x
-    sp = _spread(v)
-    rv = _SpreadView(v) if sp else v
+    rv, sp, fold = _rows_view(v)
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    n_part = P * max(sp, 1)  # partials a channel
+    n_part = P * max(sp, 1) * (rv.C // v.C if fold else 1)  # partials a channel
     part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
@@ -157,7 +166,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, C_ALIGN=_row_align(rv.C),
-            **pdl_trigger(pdl),
+            **({"FOLD": fold} if fold else {}), **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
@@ -178,15 +187,15 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
     kw = pdl_follow(pdl)
     p0, p1, p2, p3 = params
     f64 = acc_tl == tl.float64
-    sp = _spread(v, ew=True)
-    rv = _SpreadView(v) if sp else v
+    rv, sp, fold = _rows_view(v, ew=True)
     cfg = _ew_cfg(rv, out.element_size())
     grid = (cfg["NT"],)
     if rv.kind != "ncs":
         launch(_bn_ew_rows_kernel, grid,
             x, g, out, p0, p1, p2, p3, rv.M, rv.C, cfg["NCB"], cfg["NT"], v.C, e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, SMAP=sp,
-            C_ALIGN=_row_align(rv.C), num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
+            C_ALIGN=_row_align(rv.C), **({"FOLD": fold} if fold else {}), num_warps=_warps(cfg["BM"] * cfg["BC"]),
+            **kw,
         )
     elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])

@@ -143,6 +143,12 @@ _TUNE = {
     # factor (_plane_align). 0 until its CUDA tests and A/B run (prepared in session 37: offline sm_90, 70-76 scalar
     # loads in the reduction at 1444 / 22500)
     "plane_align": 0,
+    # channels_last / 2-D rows of at most this many channels and C % 16 != 0 folded: the (M, C) rows taken as
+    # (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols), column j -> channel j % C (_fold). 0 until its
+    # CUDA tests and A/B run (prepared in session 37: C = 3 channels_last bf16 ran at 0.17-0.19 of copy, its rows of
+    # 6 bytes loaded element by element)
+    "fold_max_c": 0,
+    "fold_min_cols": 128,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -419,6 +425,27 @@ def _spread(v, ew=False):
     if v.x.element_size() > _TUNE["spread_max_esize"] or v.C * v.S >= 2**31 - 2**16:  # (int32 column indices)
         return 0
     return v.S if (v.C * v.S) % 16 == 0 else 0
+
+
+def _fold(v):
+    """K where the rows view (M, C) is taken as (M / K, K * C) rows (``fold_max_c``), else 0: K * C a multiple of 16
+    elements of at least ``fold_min_cols`` columns, K dividing M, column j of a folded row is channel j % C."""
+    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"]:
+        return 0
+    k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
+    k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))
+    while k > k0 and v.M % k:
+        k -= k0
+    return k if v.M % k == 0 and v.M // k >= 2 else 0
+
+
+class _FoldView:
+    """The (M / K, K * C) rows view of a folded rows input, as the grid heuristics see it."""
+
+    __slots__ = ("kind", "N", "C", "S", "M")
+
+    def __init__(self, v, k):
+        self.kind, self.N, self.C, self.S, self.M = "rows", v.M // k, v.C * k, 1, v.M // k
 
 
 class _SpreadView:

@@ -85,13 +85,14 @@ def _bn_ew_rows_kernel(
     BM: tl.constexpr, BC: tl.constexpr, MODE: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
     SMAP: tl.constexpr = 0, PDL: tl.constexpr = False,
-    C_ALIGN: tl.constexpr = 1,
+    C_ALIGN: tl.constexpr = 1, FOLD: tl.constexpr = 0,
 ):
     """Elementwise pass over a row-major (M, C) view, tile [BM, BC], tiles walked from the end of
     memory to the start (L2 reuse after the reduction). PDL: launched while the combine runs; the
     tile's x (and dy) are loaded before waiting for the coefficients. SMAP > 0: the (N, C*S) rows view
     of short ncs planes (S = SMAP, CCH channels): column j takes channel j // S's coefficients. C_ALIGN: as the
-    rows reduction's."""
+    rows reduction's. FOLD > 0: the folded rows of a small C (FOLD = C, CCH channels): column j takes channel
+    j % FOLD's."""
     C = known_multiple(C, C_ALIGN)
     pid = NT - 1 - tl.program_id(0)
     mb = pid // NCB
@@ -106,6 +107,9 @@ def _bn_ew_rows_kernel(
         gdc_wait()
     if SMAP:
         k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols // SMAP, cmask, CCH, e0, e1, e2,
+                                      MODE, HAS_W, HAS_B, F64, ACC)
+    elif FOLD:
+        k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols % FOLD, cmask, CCH, e0, e1, e2,
                                       MODE, HAS_W, HAS_B, F64, ACC)
     else:
         k0, k1, k2, k3 = _bn_ew_coefs(p0, p1, p2, p3, cols, cmask, C, e0, e1, e2,

@@ -101,7 +101,7 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH, o_mid, o_last,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
-    C_ALIGN: tl.constexpr = 1,
+    C_ALIGN: tl.constexpr = 1, FOLD: tl.constexpr = 0,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -118,7 +118,10 @@ def _bn_reduce_rows_kernel(
     TWO_BUF (``red_two_buf_spread``, ``red_two_buf_rows_max_blocks``): two steps' loads held in two sets of
     registers, each set reloaded right after its own sums, so one step stays in flight while the other is summed
     (with one set, ptxas reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the
-    same bits. C_ALIGN: rows of C elements are a multiple of it (``known_multiple``)."""
+    same bits. C_ALIGN: rows of C elements are a multiple of it (``known_multiple``).
+    FOLD > 0 (``fold_max_c``): the (M / K, K * C) rows of a small C (FOLD = C, CCH channels, K = C // FOLD here):
+    column j is channel j % FOLD, its sums go to part[0 / 1, p*K + j // FOLD, j % FOLD] (K partials a program and
+    channel)."""
     if PDL:
         gdc_launch_dependents()
     C = known_multiple(C, C_ALIGN)
@@ -130,6 +133,9 @@ def _bn_reduce_rows_kernel(
     if SMAP:  # each column's channel, and that channel's first element
         ch = cols // SMAP
         firsts = x_ptr + ch.to(tl.int64) * SMAP
+    elif FOLD:
+        ch = cols % FOLD
+        firsts = x_ptr + ch
     else:
         ch = cols
         firsts = x_ptr + cols
@@ -192,6 +198,10 @@ def _bn_reduce_rows_kernel(
         dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
         tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
+    elif FOLD:
+        dst = (p * (C // FOLD) + cols // FOLD).to(tl.int64) * CCH + ch
+        tl.store(part_ptr + dst, s1, mask=cmask)
+        tl.store(part_ptr + tl.cast(P, tl.int64) * (C // FOLD) * CCH + dst, s2, mask=cmask)
     else:
         tl.store(part_ptr + p * C + cols, s1, mask=cmask)
         tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
