@@ -892,39 +892,40 @@ def _same_bits_either_way(monkeypatch, off: dict, on: dict, x, dy, w, b):
     return outs[1]
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
-def test_cuda_fold_rows(shape, dtype, monkeypatch):
-    """``fold_max_c`` on (off by default until this runs): channels_last / 2-D rows of C = 3 / 5 / 7 as folded rows
-    against float64, every mode's bits the same on a second call."""
-    monkeypatch.setitem(B._TUNE, "fold_max_c", 15)
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
+def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
+    """x of ``shape`` (channels_last where 4-D / 5-D and ``cl``) under the given ``_TUNE`` knobs, which ``chosen(x)``
+    confirms take effect: against float64, and every mode's bits the same on a second call."""
+    for k, v in knobs.items():
+        monkeypatch.setitem(B._TUNE, k, v)
     x = torch.randn(shape, device="cuda", dtype=dtype)
-    if x.dim() > 2:
+    if cl and x.dim() > 2:
         x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
-    assert BCFG._fold(B._View(x)) > 1
+    assert chosen(x)
     _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
     _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
+def test_cuda_fold_rows(shape, dtype, monkeypatch):
+    """``fold_max_c`` on (off by default until this runs): channels_last / 2-D rows of C = 3 / 5 / 7 as folded rows."""
+    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fused_max_rows": 0},
+                    lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(32, 512, 38, 38), (16, 64, 150, 150), (8, 6, 1030), (4, 16, 50, 50)])
 def test_cuda_plane_align(shape, dtype, monkeypatch):
-    """``plane_align`` on (off by default until this runs): run-time planes of S % 16 in (2, 4, 8) against float64,
-    every mode's bits the same on a second call."""
-    monkeypatch.setitem(B._TUNE, "plane_align", 1)
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    x = torch.randn(shape, device="cuda", dtype=dtype)
-    v = B._View(x)
-    assert v.kind == "ncs" and not BCFG._const_s(v) and BCFG._plane_align(v) > 1 and not B._spread(v)
-    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+    """``plane_align`` on (off by default until this runs): contiguous run-time planes of S % 16 in (2, 4, 8)."""
+    def chosen(x):
+        v = B._View(x)
+        return v.kind == "ncs" and not BCFG._const_s(v) and BCFG._plane_align(v) > 1 and not B._spread(v)
+
+    _cuda_knob_case(shape, dtype, {"plane_align": 1, "fused_max_rows": 0}, chosen, monkeypatch, cl=False)
 
 
 @pytest.mark.cuda
@@ -933,20 +934,11 @@ def test_cuda_plane_align(shape, dtype, monkeypatch):
                                    (8, 24, 14, 14), (2, 8, 4, 8, 8)])
 @pytest.mark.parametrize("path", ["split", "default"])
 def test_cuda_row_align(shape, dtype, path, monkeypatch):
-    """Rows of C % 16 in (2, 4, 8) elements told their alignment (``row_align``: vector loads, session 37): against
-    float64, and every mode's bits the same on a second call, on the split path and the default (one launch for the
-    small layers). (Not the bits of element-by-element loads: Triton gives a vectorized tile another thread layout,
-    so its sums reduce in another order, H200 session 37.)"""
-    if path == "split":
-        monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    x = torch.randn(shape, device="cuda", dtype=dtype)
-    if x.dim() > 2:
-        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
-    assert B._View(x).kind == "rows" and BCFG._row_align(shape[1]) > 1
-    _cuda_check(x, 1.2e-2 if dtype == torch.bfloat16 else 1e-5)
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
+    """Rows of C % 16 in (2, 4, 8) elements told their alignment (``row_align``: vector loads, session 37), on the
+    split path and the default (one launch for the small layers). (Not the bits of element-by-element loads: Triton
+    gives a vectorized tile another thread layout, so its sums reduce in another order, H200 session 37.)"""
+    _cuda_knob_case(shape, dtype, {"fused_max_rows": 0} if path == "split" else {},
+                    lambda x: B._View(x).kind == "rows" and BCFG._row_align(shape[1]) > 1, monkeypatch)
 
 
 @interp
