@@ -157,7 +157,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     rv, sp, fold = _rows_view(v)
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    n_part = P * max(sp, 1) * (rv.C // v.C if fold else 1)  # partials a channel
+    n_part = P * (rv.C // v.C)  # partials a channel: S a program on the spread view, K on the folded one
     part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
@@ -166,7 +166,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, C_ALIGN=_row_align(rv.C),
-            **({"FOLD": fold} if fold else {}), **pdl_trigger(pdl),
+            FOLD=fold, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )
@@ -178,7 +178,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
         CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
         **({} if const_s else {"S_ALIGN": _plane_align(v)}), num_warps=nw,
     )
-    return part, P
+    return part, n_part
 
 
 def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=False):
@@ -194,8 +194,7 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
         launch(_bn_ew_rows_kernel, grid,
             x, g, out, p0, p1, p2, p3, rv.M, rv.C, cfg["NCB"], cfg["NT"], v.C, e0, e1, e2,
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, SMAP=sp,
-            C_ALIGN=_row_align(rv.C), **({"FOLD": fold} if fold else {}), num_warps=_warps(cfg["BM"] * cfg["BC"]),
-            **kw,
+            C_ALIGN=_row_align(rv.C), FOLD=fold, num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
     elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])

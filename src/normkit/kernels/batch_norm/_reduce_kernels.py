@@ -96,6 +96,23 @@ def _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr
 
 
 @triton.jit
+def _bn_rows_two_steps(acc1, acc2, a0, ag0, a1, ag1, a2, ag2, a3, ag3, b0, bg0, b1, bg1, b2, bg2, b3, bg3,
+                       x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask, ref2,
+                       BM: tl.constexpr, UNROLL: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr):
+    """Two steps of the two-register-set loop: set a (step i) summed and reloaded with step i + 2, then set b
+    (step i + 1) summed and reloaded with step i + 3."""
+    acc1, acc2 = _bn_rows_acc_step(acc1, acc2, a0, ag0, a1, ag1, a2, ag2, a3, ag3, p, i, P, M, rr, cmask, ref2,
+                                   BM, UNROLL, BWD, ACC)
+    a0, ag0, a1, ag1, a2, ag2, a3, ag3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
+    acc1, acc2 = _bn_rows_acc_step(acc1, acc2, b0, bg0, b1, bg1, b2, bg2, b3, bg3, p, i + 1, P, M, rr, cmask, ref2,
+                                   BM, UNROLL, BWD, ACC)
+    b0, bg0, b1, bg1, b2, bg2, b3, bg3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols, cmask,
+                                                            BM, UNROLL, BWD)
+    return acc1, acc2, a0, ag0, a1, ag1, a2, ag2, a3, ag3, b0, bg0, b1, bg1, b2, bg2, b3, bg3
+
+
+@triton.jit
 def _bn_reduce_rows_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     M, C, P, NCB, n_iter, CCH, o_mid, o_last,
@@ -153,14 +170,9 @@ def _bn_reduce_rows_kernel(
                                                             BM, UNROLL, BWD)
         if BWD:
             for i in range(0, n_iter, 2):
-                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i, P, M, rr, cmask,
-                                               ref2, BM, UNROLL, BWD, ACC)
-                x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols,
-                                                                    cmask, BM, UNROLL, BWD)
-                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i + 1, P, M, rr,
-                                               cmask, ref2, BM, UNROLL, BWD, ACC)
-                y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols,
-                                                                    cmask, BM, UNROLL, BWD)
+                (acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, y0, k0, y1, k1, y2, k2, y3, k3) = _bn_rows_two_steps(
+                    acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, y0, k0, y1, k1, y2, k2, y3, k3,
+                    x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask, ref2, BM, UNROLL, BWD, ACC)
         else:  # step 0 peeled; then the sets' roles swap: y holds the odd steps, x the even ones
             ref2 = median3(sa, sb, sc)[None, :]
             acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, 0, P, M, rr, cmask,
@@ -168,14 +180,9 @@ def _bn_reduce_rows_kernel(
             x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, 2, P, M, C, rr, cols, cmask,
                                                                 BM, UNROLL, BWD)
             for i in range(1, n_iter, 2):
-                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, p, i, P, M, rr, cmask,
-                                               ref2, BM, UNROLL, BWD, ACC)
-                y0, k0, y1, k1, y2, k2, y3, k3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 2, P, M, C, rr, cols,
-                                                                    cmask, BM, UNROLL, BWD)
-                acc1, acc2 = _bn_rows_acc_step(acc1, acc2, x0, g0, x1, g1, x2, g2, x3, g3, p, i + 1, P, M, rr,
-                                               cmask, ref2, BM, UNROLL, BWD, ACC)
-                x0, g0, x1, g1, x2, g2, x3, g3 = _bn_rows_load_step(x_ptr, g_ptr, p, i + 3, P, M, C, rr, cols,
-                                                                    cmask, BM, UNROLL, BWD)
+                (acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, x0, g0, x1, g1, x2, g2, x3, g3) = _bn_rows_two_steps(
+                    acc1, acc2, y0, k0, y1, k1, y2, k2, y3, k3, x0, g0, x1, g1, x2, g2, x3, g3,
+                    x_ptr, g_ptr, p, i, P, M, C, rr, cols, cmask, ref2, BM, UNROLL, BWD, ACC)
     else:
         first = 0
         if not BWD:  # step 0 peeled: the median taken once step 1's loads are out
