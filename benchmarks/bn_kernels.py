@@ -170,10 +170,20 @@ VARIANTS = {
     "spread1536": {"spread_max_plane": 1536, "spread_max_plane_ew": 1536},  # 35x35 too (1225 partials a program)
     "spreadodd": {"spread_max_plane": 1 << 30, "spread_max_plane_ew": 1 << 30},  # every unaligned plane (73x73, 147x147)
     "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
-    # session 37 (prepared): run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) told S's power-of-two factor
-    "planealign": {"plane_align": 1},
-    # session 37 (prepared): channels_last / 2-D rows of a small C % 16 != 0 folded to (M / K, K * C) rows
-    "fold": {"fold_max_c": 15},
+    # session 38: odd planes only, the spread reduction and the spread elementwise pass apart (spread320 moved
+    # 17x17 bf16 fwd -6..-8 % but 128x160x17x17 bwd +5 %; spread1536 35x35 eval -20 %, fwd / bwd +7 / +22 %)
+    "oddred320": {"spread_max_plane_odd": 320},
+    "oddew320": {"spread_max_plane_ew_odd": 320},
+    "oddewall": {"spread_max_plane_ew_odd": 1 << 30},
+    "oddred320ewall": {"spread_max_plane_odd": 320, "spread_max_plane_ew_odd": 1 << 30},
+    # session 38: fold off (on by default since, 2-byte inputs)
+    "nofold": {"fold_max_c": 0},
+    # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
+    # since session 38)
+    "noplanealign": {"plane_align": 0},
+    # session 37: channels_last / 2-D rows of a small C % 16 != 0 folded to (M / K, K * C) rows (on since s38 for
+    # 2-byte inputs; this variant folds fp32 too)
+    "fold": {"fold_max_c": 15, "fold_max_esize": 8},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -223,14 +233,19 @@ VARIANT_SCOPE = {
     "spread1536": ("ncs", ("fwd", "bwd", "eval")),
     "spreadodd": ("ncs", ("fwd", "bwd", "eval")),
     "flat320": ("ncs", ("fwd", "bwd", "eval")),
-    "planealign": ("ncs", ("fwd", "bwd", "eval")),
+    "oddred320": ("ncs", ("fwd", "bwd")),
+    "oddew320": ("ncs", ("fwd", "bwd", "eval")),
+    "oddewall": ("ncs", ("fwd", "bwd", "eval")),
+    "oddred320ewall": ("ncs", ("fwd", "bwd", "eval")),
+    "nofold": ("rows", ("fwd", "bwd", "eval")),
+    "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
     "fold": ("rows", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
-                 "planealign", "fold")
+                 "noplanealign", "fold")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

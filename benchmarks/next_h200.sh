@@ -284,6 +284,9 @@
 #          (odd C channels_last folded; prepared off: CUDA test, A/B), the fp32 eval rows batch norm's row_align slowed
 #          by 4-5 % in one round. Predictions: NOTES-batch_norm.md / NOTES-layer_norm.md,
 #          session 37. Turn each prepared knob on only after its CUDA test passes and its A/B loses no row.
+# Session 38: PART=111 / 112 ran on an H100 (results/h100-2026-12-05-s38): plane_align, fold_max_c (2-byte inputs) and
+#          layer norm's row_align turned on. PART=113: the CUDA tests at those defaults, conformance on CUDA, the odd-plane
+#          spread reduction / elementwise pass apart (knobs spread_max_plane_odd / _ew_odd, off), fold at even C.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -1020,6 +1023,29 @@ elif [ "$PART" = 112 ]; then  # session 37 (prepared without a GPU): layer / RMS
     timeout 100 python3 benchmarks/bn_kernels.py --out "$W/align" --layouts cl --dtypes fp32 --modes eval,fwd \
         --shapes 256x4x112x112,128x24x56x56,128x72x28x28 --only-variants noalign --budget 50 \
         > "$W/align.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/align.log" | cut -c1-140 | tail -12
+elif [ "$PART" = 113 ]; then  # session 38: plane_align, fold (2-byte), layer-norm row_align on; odd planes apart, ~560 s
+    stamp "pytest -m cuda: batch-norm kernels at the new defaults"
+    timeout -s INT ${BN_PYTEST_S:-170} python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py \
+        > "$W/pytest_bn.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_bn.log"
+    grep -E "^FAILED|^E  " "$W/pytest_bn.log" | head -12 | cut -c1-250
+    stamp "pytest -m cuda: layer-norm kernels at the new defaults"
+    timeout -s INT ${LN_PYTEST_S:-150} python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py \
+        > "$W/pytest_ln.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_ln.log"
+    grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -12 | cut -c1-250
+    stamp "conformance on CUDA: batch, layer, RMS norm"
+    timeout ${CHECK_S:-100} python3 -m normkit check --impl normkit --device cuda --ops batch_norm,layer_norm,rms_norm \
+        --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
+    stamp "odd NCHW planes: the spread reduction and the spread elementwise pass apart (bf16)"
+    timeout 100 python3 benchmarks/bn_kernels.py --out "$W/odd" --layouts contig --dtypes bf16 \
+        --shapes 128x768x17x17,128x160x17x17,32x288x35x35,32x80x73x73 \
+        --only-variants oddred320,oddew320,oddewall,oddred320ewall --budget 60 \
+        > "$W/odd.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/odd.log" | cut -c1-150 | tail -16
+    stamp "fold at even C and C = 1 / 2 (bf16, unmeasured in call 2): on (default) against off"
+    timeout 70 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16 \
+        --shapes 256x4x112x112,128x6x56x56,64x12x56x56,256x2x56x56,1048576x1,1048576x10 --only-variants nofold \
+        --budget 35 > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -20
+    stamp "randomized test on CUDA: batch / layer / RMS norm (seed 20261238)"
+    random_cuda_tests 20261238 ${RANDOM_S:-60} -k "batch_norm or layer_norm or rms"
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}

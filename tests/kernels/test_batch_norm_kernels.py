@@ -911,8 +911,9 @@ def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
 def test_cuda_fold_rows(shape, dtype, monkeypatch):
-    """``fold_max_c`` on (off by default until this runs): channels_last / 2-D rows of C = 3 / 5 / 7 as folded rows."""
-    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fused_max_rows": 0},
+    """``fold_max_c`` (on for 2-byte inputs since session 38; fp32 folded here too): channels_last / 2-D rows of
+    C = 3 / 5 / 7 as folded rows."""
+    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fused_max_rows": 0},
                     lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
 
 
@@ -920,7 +921,7 @@ def test_cuda_fold_rows(shape, dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(32, 512, 38, 38), (16, 64, 150, 150), (8, 6, 1030), (4, 16, 50, 50)])
 def test_cuda_plane_align(shape, dtype, monkeypatch):
-    """``plane_align`` on (off by default until this runs): contiguous run-time planes of S % 16 in (2, 4, 8)."""
+    """``plane_align`` (on since session 38): contiguous run-time planes of S % 16 in (2, 4, 8)."""
     def chosen(x):
         v = B._View(x)
         return v.kind == "ncs" and not BCFG._const_s(v) and BCFG._plane_align(v) > 1 and not B._spread(v)
@@ -944,8 +945,8 @@ def test_cuda_row_align(shape, dtype, path, monkeypatch):
 @interp
 @pytest.mark.parametrize("shape", [(2, 3, 1030), (2, 3, 38, 38), (3, 2, 1156)])
 def test_plane_align(shape, monkeypatch):
-    """``plane_align`` (prepared in session 37, off by default until its CUDA tests run): the run-time-plane ncs
-    kernels (planes > 1024, S % 16 != 0) told S's power-of-two factor, every mode against float64."""
+    """``plane_align`` (on since session 38): the run-time-plane ncs kernels (planes > 1024, S % 16 != 0) told S's
+    power-of-two factor, every mode against float64."""
     monkeypatch.setitem(B._TUNE, "plane_align", 1)
     monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
     hints = []
@@ -982,9 +983,9 @@ FOLD_CASES = [((4, 3, 4, 4), "cl"), ((2, 5, 4, 8), "cl"), ((2, 6, 4, 4), "cl"), 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape,layout", FOLD_CASES, ids=[f"{s}-{l}" for s, l in FOLD_CASES])
 def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
-    """``fold_max_c`` (prepared in session 37, off by default until its CUDA tests run): rows of a small C taken as
+    """``fold_max_c`` (on since session 38 for 2-byte inputs; fp32 folded here too): rows of a small C taken as
     (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64."""
-    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fused_max_rows": 0}.items():
+    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fold_max_esize": 8, "fused_max_rows": 0}.items():
         monkeypatch.setitem(B._TUNE, k, v)
     assert BCFG._fold(B._View(make_x(shape, dtype, layout))) > 1
     folds = []
@@ -1000,9 +1001,15 @@ def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
 
 def test_fold_choice(monkeypatch):
     """K: the least multiple of 16 / gcd(C, 16) giving >= fold_min_cols columns that divides M, else smaller ones,
-    else no fold; never C % 16 == 0, ncs inputs or C past fold_max_c."""
+    else no fold; never C % 16 == 0, ncs inputs, C past fold_max_c or elements wider than fold_max_esize (by
+    default: 2-byte inputs of C <= 15 fold, fp32 does not)."""
+    assert BCFG._fold(B._View(torch.empty(4096, 5, dtype=torch.bfloat16))) == 32
+    assert BCFG._fold(B._View(torch.empty(4096, 5, dtype=torch.float16))) == 32
+    assert BCFG._fold(B._View(torch.empty(4096, 5))) == 0
+    assert BCFG._fold(B._View(torch.empty(4096, 17, dtype=torch.bfloat16))) == 0
     monkeypatch.setitem(B._TUNE, "fold_max_c", 63)
     monkeypatch.setitem(B._TUNE, "fold_min_cols", 128)
+    monkeypatch.setitem(B._TUNE, "fold_max_esize", 8)
 
     def fold(shape, cl=True):
         x = torch.empty(shape)

@@ -424,7 +424,7 @@ def test_cuda_widths(N, dtype):
 @pytest.mark.parametrize("N", [6, 100, 1000, 3000, 5000, 20008, 70008])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cuda_row_align(N, dtype, monkeypatch):
-    """``row_align`` on (off by default until this runs): widths of a multiple of 2 / 4 / 8 through every regime
+    """``row_align`` (on since session 38): widths of a multiple of 2 / 4 / 8 through every regime
     (rows, prefetching, row-sum + columns, split, cooperative) against float64, and the same bits on a second call."""
     monkeypatch.setitem(L._CFG, "row_align", 1)
     M = max(4, min(4096, 2 ** 22 // N))
@@ -576,8 +576,8 @@ def test_split_forward(N, monkeypatch):
 @pytest.mark.parametrize("regime", ["default", "looped", "split", "prefetch"])
 @pytest.mark.parametrize("N", [6, 100, 1000, 3000])
 def test_row_align(N, regime, monkeypatch, request):
-    """Rows and row strides of a multiple of 2 / 4 / 8 elements told to every kernel (``row_align``, prepared in
-    session 37, off by default until its CUDA tests run): every regime within the reference's tolerance, strided
+    """Rows and row strides of a multiple of 2 / 4 / 8 elements told to every kernel (``row_align``, on since
+    session 38): every regime within the reference's tolerance, strided
     rows and a residual included, and the hint the launches get is what the row length and strides share."""
     monkeypatch.setitem(L._CFG, "row_align", 1)
     if regime == "looped":

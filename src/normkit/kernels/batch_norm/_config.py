@@ -94,6 +94,12 @@ _TUNE = {
     # fwd 0.0253 -> 0.0297, 256x2048x7x7 fwd +4 %. 14x14 planes (spread256) lost 3-13 % in training
     "spread_max_plane": 64,
     "spread_max_plane_ew": 64,
+    # ... and odd planes (scalar ncs loads) up to these: 0 until the split A/B (prepared in session 38). H100 s38
+    # (call1-part111, bn_kernels.py spread320 / spread1536 / spreadodd: the reduction and the elementwise pass
+    # together), bf16 graph ms: 128x768x17x17 fwd / bwd / eval 0.0764 / 0.1223 / 0.0468 -> 0.0722 / 0.1084 /
+    # 0.0411, but 128x160x17x17 bwd 0.0270 -> 0.0283; 32x288x35x35 eval 0.0200 -> 0.0161 with fwd / bwd +7 / +22 %
+    "spread_max_plane_odd": 0,
+    "spread_max_plane_ew_odd": 0,
     "spread_max_esize": 2,
     # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
     # keeps them within target_programs_spread programs, so that a program sweeps most of the N rows. Call 2:
@@ -140,15 +146,22 @@ _TUNE = {
     # C % 16 != 0, as before session 37)
     "row_align": 1,
     # the run-time-plane ncs kernels (planes > 1024 elements, S % 16 != 0: 38x38, 150x150) told S's power-of-two
-    # factor (_plane_align). 0 until its CUDA tests and A/B run (prepared in session 37: offline sm_90, 70-76 scalar
-    # loads in the reduction at 1444 / 22500)
-    "plane_align": 0,
-    # channels_last / 2-D rows of at most this many channels and C % 16 != 0 folded: the (M, C) rows taken as
-    # (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols), column j -> channel j % C (_fold). 0 until its
-    # CUDA tests and A/B run (prepared in session 37: C = 3 channels_last bf16 ran at 0.17-0.19 of copy, its rows of
-    # 6 bytes loaded element by element)
-    "fold_max_c": 0,
+    # factor (_plane_align; 0: element-by-element loads, 70-76 scalar loads in the reduction offline). H100 session
+    # 38 (results/h100-2026-12-05-s38/call1-part111, bn_kernels.py planealign), graph ms, off -> on: bf16 fwd
+    # 32x512x38x38 0.0720 -> 0.0558, 16x64x150x150 0.0835 -> 0.0587, 64x256x50x50 0.1135 -> 0.0940; bwd -6..-8 %,
+    # eval -6..-12 %; fp32 -1..-9 %; none of the 18 rows slower
+    "plane_align": 1,
+    # channels_last / 2-D rows of at most this many channels and C % 16 != 0, inputs of at most fold_max_esize bytes
+    # an element, folded: the (M, C) rows taken as (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols),
+    # column j -> channel j % C (_fold). Unfolded, C = 3 channels_last bf16 ran at 0.17-0.19 of copy (rows of 6 bytes
+    # loaded element by element). H100 session 38 (s38/call2-part112, bn_kernels.py fold), graph ms, bf16, off -> on:
+    # 64x3x224x224 CL fwd / bwd / eval 0.0517 / 0.0578 / 0.0291 -> 0.0316 / 0.0406 / 0.0133, 256x5x56x56 CL 0.0262 /
+    # 0.0293 / 0.0122 -> 0.0149 / 0.0247 / 0.0056, 1048576x7 0.0369 / 0.0410 / 0.0188 -> 0.0221 / 0.0349 / 0.0101.
+    # fp32 (4-byte loads, coalesced already) lost at C = 3: 4096x3x32x32 CL fwd 0.0591 -> 0.0676, 64x3x224x224 +7 %;
+    # it stays unfolded
+    "fold_max_c": 15,
     "fold_min_cols": 128,
+    "fold_max_esize": 2,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -419,8 +432,11 @@ def _spread(v, ew=False):
     """S where the short unaligned ncs planes of v are taken as the (N, C*S) rows view (column j = element
     j % S of channel j // S), else 0: planes of at most ``spread_max_plane`` (``spread_max_plane_ew`` for the
     elementwise pass) elements, rows of a multiple of 16 elements (16-byte aligned rows), inputs of at most
-    ``spread_max_esize`` bytes an element."""
-    if not _unaligned(v) or v.S > _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]:
+    ``spread_max_esize`` bytes an element; odd planes up to ``spread_max_plane_odd`` (``_ew_odd``) too."""
+    limit = _TUNE["spread_max_plane_ew" if ew else "spread_max_plane"]
+    if v.S % 2:
+        limit = max(limit, _TUNE["spread_max_plane_ew_odd" if ew else "spread_max_plane_odd"])
+    if not _unaligned(v) or v.S > limit:
         return 0
     if v.x.element_size() > _TUNE["spread_max_esize"] or v.C * v.S >= 2**31 - 2**16:  # (int32 column indices)
         return 0
@@ -428,9 +444,10 @@ def _spread(v, ew=False):
 
 
 def _fold(v):
-    """K where the rows view (M, C) is taken as (M / K, K * C) rows (``fold_max_c``), else 0: K * C a multiple of 16
-    elements of at least ``fold_min_cols`` columns, K dividing M, column j of a folded row is channel j % C."""
-    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"]:
+    """K where the rows view (M, C) is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at most
+    ``fold_max_esize`` bytes an element), else 0: K * C a multiple of 16 elements of at least ``fold_min_cols``
+    columns, K dividing M, column j of a folded row is channel j % C."""
+    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"] or v.x.element_size() > _TUNE["fold_max_esize"]:
         return 0
     k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
     k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))

@@ -236,9 +236,12 @@ _CFG = {
     # (RMS 8192x8192 0.1121 -> 0.1146), at 65536 -0.3..-0.6 %
     "pdl_max_block": 1024,
     # 1: every kernel told the power of two below 16 that rows (N) and row strides share (``alignment_hint``), so
-    # widths like 1000 / 3000 load vectors, not elements (offline sm_90, session 37: the bf16 rows forward at 3000
-    # 49 scalar loads). 0 until its CUDA tests and A/B have run (prepared in session 37 without device time)
-    "row_align": 0,
+    # widths like 1000 / 3000 load vectors, not elements (0: offline sm_90, the bf16 rows forward at 3000 had 49
+    # scalar loads). H100 session 38 (results/h100-2026-12-05-s38/call2-part112, sweep rowalign), ms, off -> on:
+    # bf16 LN 16384x3000 fwd 0.1244 -> 0.0720, bwd 0.2511 -> 0.1230; LN 8192x5000 fwd 0.2082 -> 0.0622; RMS
+    # 32768x1000 bwd 0.1223 -> 0.0773; fp32 LN 16384x3000 bwd 0.2843 -> 0.2253; geomean of 64 rows 0.1323 -> 0.1004.
+    # Slowest change: RMS 16384x3000 fp32 fwd +1.0 %; the aligned 3072 control within 0.3 %
+    "row_align": 1,
 }
 
 
