@@ -287,6 +287,8 @@
 # Session 38: PART=111 / 112 ran on an H100 (results/h100-2026-12-05-s38): plane_align, fold_max_c (2-byte inputs) and
 #          layer norm's row_align turned on. PART=113: the CUDA tests at those defaults, conformance on CUDA, the odd-plane
 #          spread reduction / elementwise pass apart (knobs spread_max_plane_odd / _ew_odd, off), fold at even C.
+#          PART=113 ran (call 3): the spread elementwise pass on odd planes won everywhere (on, to 8192 elements), the
+#          fold lost at even C / C = 1 (now odd C only). PART=114: the CUDA tests PART=113's limits cut, at those defaults.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -1046,6 +1048,16 @@ elif [ "$PART" = 113 ]; then  # session 38: plane_align, fold (2-byte), layer-no
         --budget 35 > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -20
     stamp "randomized test on CUDA: batch / layer / RMS norm (seed 20261238)"
     random_cuda_tests 20261238 ${RANDOM_S:-60} -k "batch_norm or layer_norm or rms"
+elif [ "$PART" = 114 ]; then  # session 38: the CUDA tests PART=113's limits cut, the odd-plane spread pass on, ~360 s
+    stamp "pytest -m cuda: batch-norm kernels PART=113 did not reach, spread (odd planes on), fold (odd C only)"
+    timeout -s INT ${BN_PYTEST_S:-170} python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py \
+        -k "spread or fold or plane_align or rows_full_width or knob_paths or fused_one_launch" \
+        > "$W/pytest_bn.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_bn.log"
+    grep -E "^FAILED|^E  " "$W/pytest_bn.log" | head -12 | cut -c1-250
+    stamp "pytest -m cuda: layer-norm kernels PART=113 did not reach (row_align on)"
+    timeout -s INT ${LN_PYTEST_S:-170} python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py \
+        -k "not widths and not row_align and not over_2_31" > "$W/pytest_ln.log" 2>&1; echo "pytest rc=$?"
+    tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -12 | cut -c1-250
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}

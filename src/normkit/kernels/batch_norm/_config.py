@@ -94,12 +94,15 @@ _TUNE = {
     # fwd 0.0253 -> 0.0297, 256x2048x7x7 fwd +4 %. 14x14 planes (spread256) lost 3-13 % in training
     "spread_max_plane": 64,
     "spread_max_plane_ew": 64,
-    # ... and odd planes (scalar ncs loads) up to these: 0 until the split A/B (prepared in session 38). H100 s38
-    # (call1-part111, bn_kernels.py spread320 / spread1536 / spreadodd: the reduction and the elementwise pass
-    # together), bf16 graph ms: 128x768x17x17 fwd / bwd / eval 0.0764 / 0.1223 / 0.0468 -> 0.0722 / 0.1084 /
-    # 0.0411, but 128x160x17x17 bwd 0.0270 -> 0.0283; 32x288x35x35 eval 0.0200 -> 0.0161 with fwd / bwd +7 / +22 %
+    # ... and odd planes (scalar ncs loads) up to these. H100 session 38 (results/h100-2026-12-05-s38, bn_kernels.py,
+    # bf16 graph ms, fwd / bwd / eval): the spread elementwise pass alone (call 3, oddew320 / oddewall) won on every
+    # odd plane: 128x160x17x17 0.0238 / 0.0272 / 0.0110 -> 0.0215 / 0.0252 / 0.0085, 128x768x17x17 0.0768 / 0.1224 /
+    # 0.0466 -> 0.0707 / 0.1166 / 0.0416, 32x288x35x35 fwd / eval -7 / -18 %, 32x80x73x73 0.0484 / 0.0567 / 0.0242 ->
+    # 0.0442 / 0.0558 / 0.0201 (bwd -1..-2 %). The spread reduction lost (oddred320: 128x160x17x17 fwd / bwd +4 / +10
+    # %; from 35x35 up +7..+66 % in call 1), so it stays off. The elementwise cap stops at the largest plane measured
+    # in training (147x147 measured in eval only, -2 % in call 1)
     "spread_max_plane_odd": 0,
-    "spread_max_plane_ew_odd": 0,
+    "spread_max_plane_ew_odd": 8192,
     "spread_max_esize": 2,
     # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
     # keeps them within target_programs_spread programs, so that a program sweeps most of the N rows. Call 2:
@@ -151,14 +154,15 @@ _TUNE = {
     # 32x512x38x38 0.0720 -> 0.0558, 16x64x150x150 0.0835 -> 0.0587, 64x256x50x50 0.1135 -> 0.0940; bwd -6..-8 %,
     # eval -6..-12 %; fp32 -1..-9 %; none of the 18 rows slower
     "plane_align": 1,
-    # channels_last / 2-D rows of at most this many channels and C % 16 != 0, inputs of at most fold_max_esize bytes
-    # an element, folded: the (M, C) rows taken as (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols),
-    # column j -> channel j % C (_fold). Unfolded, C = 3 channels_last bf16 ran at 0.17-0.19 of copy (rows of 6 bytes
-    # loaded element by element). H100 session 38 (s38/call2-part112, bn_kernels.py fold), graph ms, bf16, off -> on:
-    # 64x3x224x224 CL fwd / bwd / eval 0.0517 / 0.0578 / 0.0291 -> 0.0316 / 0.0406 / 0.0133, 256x5x56x56 CL 0.0262 /
-    # 0.0293 / 0.0122 -> 0.0149 / 0.0247 / 0.0056, 1048576x7 0.0369 / 0.0410 / 0.0188 -> 0.0221 / 0.0349 / 0.0101.
-    # fp32 (4-byte loads, coalesced already) lost at C = 3: 4096x3x32x32 CL fwd 0.0591 -> 0.0676, 64x3x224x224 +7 %;
-    # it stays unfolded
+    # channels_last / 2-D rows of an odd C >= 3 up to fold_max_c, inputs of at most fold_max_esize bytes an element,
+    # folded: the (M, C) rows taken as (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols), column j ->
+    # channel j % C (_fold). Unfolded, C = 3 channels_last bf16 ran at 0.17-0.19 of copy (rows of 6 bytes loaded
+    # element by element). H100 session 38 (results/h100-2026-12-05-s38, bn_kernels.py), graph ms, bf16, off -> on
+    # (call 2): 64x3x224x224 CL fwd / bwd / eval 0.0517 / 0.0578 / 0.0291 -> 0.0316 / 0.0406 / 0.0133, 256x5x56x56 CL
+    # 0.0262 / 0.0293 / 0.0122 -> 0.0149 / 0.0247 / 0.0056, 1048576x7 0.0369 / 0.0410 / 0.0188 -> 0.0221 / 0.0349 /
+    # 0.0101. fp32 (4-byte loads, coalesced already) lost at C = 3: 4096x3x32x32 CL fwd 0.0591 -> 0.0676. Even C
+    # (vector loads through row_align already) and C = 1 lost in training (call 3, nofold): 256x4x112x112 CL fwd /
+    # bwd 0.0301 / 0.0444 -> 0.0356 / 0.0487, 256x2x56x56 CL bwd 0.0084 -> 0.0213, 1048576x1 bwd 0.0061 -> 0.0158
     "fold_max_c": 15,
     "fold_min_cols": 128,
     "fold_max_esize": 2,
@@ -444,15 +448,16 @@ def _spread(v, ew=False):
 
 
 def _fold(v):
-    """K where the rows view (M, C) is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at most
-    ``fold_max_esize`` bytes an element), else 0: K * C a multiple of 16 elements of at least ``fold_min_cols``
-    columns, K dividing M, column j of a folded row is channel j % C."""
-    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"] or v.x.element_size() > _TUNE["fold_max_esize"]:
+    """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at
+    most ``fold_max_esize`` bytes an element), else 0. K is a multiple of 16, so that K * C is: the least with
+    K * C >= ``fold_min_cols``, or the largest smaller one dividing M. Column j of a folded row is channel j % C."""
+    if v.kind != "rows" or v.C % 2 == 0 or v.C == 1 or v.C > _TUNE["fold_max_c"]:
         return 0
-    k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
-    k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))
-    while k > k0 and v.M % k:
-        k -= k0
+    if v.x.element_size() > _TUNE["fold_max_esize"]:
+        return 0
+    k = 16 * max(1, -(-_TUNE["fold_min_cols"] // (16 * v.C)))  # K * C a multiple of 16 (C is odd)
+    while k > 16 and v.M % k:
+        k -= 16
     return k if v.M % k == 0 and v.M // k >= 2 else 0
 
 
