@@ -174,8 +174,13 @@ VARIANTS = {
     # at every size (call 3 measured the spread reduction half too, through a knob deleted since: it lost)
     "oddewoff": {"spread_max_plane_ew_odd": 0},
     "oddewall": {"spread_max_plane_ew_odd": 1 << 30},
-    # session 38: fold off (on by default since, 2-byte inputs)
+    # session 38: fold off (on by default since: 2-byte inputs, odd C)
     "nofold": {"fold_max_c": 0},
+    # session 38 (prepared): folded programs sum their columns of each channel (fold_sum), odd C; and even C / C = 1
+    # folded too, with and without the sums (call 3: folded without them, even C lost in training)
+    "foldsum": {"fold_sum": 1},
+    "foldall": {"fold_all_c": 1},
+    "foldsumall": {"fold_sum": 1, "fold_all_c": 1},
     # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
     # since session 38)
     "noplanealign": {"plane_align": 0},
@@ -234,6 +239,9 @@ VARIANT_SCOPE = {
     "oddewoff": ("ncs", ("fwd", "bwd", "eval")),
     "oddewall": ("ncs", ("fwd", "bwd", "eval")),
     "nofold": ("rows", ("fwd", "bwd", "eval")),
+    "foldsum": ("rows", ("fwd", "bwd")),
+    "foldall": ("rows", ("fwd", "bwd", "eval")),
+    "foldsumall": ("rows", ("fwd", "bwd", "eval")),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
     "fold": ("rows", ("fwd", "bwd", "eval")),
 }

@@ -289,6 +289,9 @@
 #          spread reduction / elementwise pass apart (knobs spread_max_plane_odd / _ew_odd, off), fold at even C.
 #          PART=113 ran (call 3): the spread elementwise pass on odd planes won everywhere (on, to 8192 elements), the
 #          fold lost at even C / C = 1 (now odd C only). PART=114: the CUDA tests PART=113's limits cut, at those defaults.
+#          PART=114 passed (call 4). For the next session: PART=115: fold_sum (prepared, off: folded programs sum their
+#          K columns of each channel, so the partials cap stops cutting the grid by K), its CUDA test and A/B (odd C, and
+#          even C / C = 1 with fold_all_c). Prediction in NOTES-batch_norm.md, session 38.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -1058,6 +1061,16 @@ elif [ "$PART" = 114 ]; then  # session 38: the CUDA tests PART=113's limits cut
     timeout -s INT ${LN_PYTEST_S:-170} python3 -m pytest -q --tb=short -m cuda tests/kernels/test_layer_norm_kernels.py \
         -k "not widths and not row_align and not over_2_31" > "$W/pytest_ln.log" 2>&1; echo "pytest rc=$?"
     tail -1 "$W/pytest_ln.log"; grep -E "^FAILED|^E  " "$W/pytest_ln.log" | head -12 | cut -c1-250
+elif [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_sum, ~300 s
+    stamp "batch norm fold_sum (prepared, off): its CUDA test (K partials / summed, odd and even C, C = 1)"
+    timeout -s INT 120 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k fold \
+        > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
+    grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
+    stamp "fold_sum A/B: odd C (folded by default) and even C / C = 1 (not folded by default), bf16"
+    timeout 150 python3 benchmarks/bn_kernels.py --out "$W/foldsum" --layouts cl,contig --dtypes bf16 \
+        --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,256x4x112x112,128x6x56x56,64x12x56x56,256x2x56x56,1048576x1 \
+        --only-variants foldsum,foldall,foldsumall --budget 100 \
+        > "$W/foldsum.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/foldsum.log" | cut -c1-140 | tail -30
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}

@@ -909,12 +909,16 @@ def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("fold_sum", [0, 1], ids=["partials", "summed"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
-def test_cuda_fold_rows(shape, dtype, monkeypatch):
-    """``fold_max_c`` (on for 2-byte inputs since session 38; fp32 folded here too): channels_last / 2-D rows of
-    C = 3 / 5 / 7 as folded rows."""
-    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fused_max_rows": 0},
+@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4),
+                                   (256, 2, 56, 56), (262144, 1)])
+def test_cuda_fold_rows(shape, dtype, fold_sum, monkeypatch):
+    """``fold_max_c`` (on for 2-byte inputs of an odd C since session 38; fp32, even C and C = 1 folded here too):
+    channels_last / 2-D rows of C = 1 / 2 / 3 / 5 / 7 as folded rows, with K partials a program or summed in it
+    (``fold_sum``, prepared in session 38)."""
+    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fold_all_c": 1, "fold_sum": fold_sum,
+                                   "fused_max_rows": 0},
                     lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
 
 
@@ -991,18 +995,21 @@ def test_plane_align(shape, monkeypatch):
     assert ncs == {math.gcd(S, 16)}, hints
 
 
-# rows that fold (M divisible by K): C = 3 / 5 / 9 / 7 channels_last, 2-D and 3-D
+# rows that fold (M divisible by K): C = 3 / 5 / 9 / 7 channels_last, 2-D and 3-D; even C and C = 1 (fold_all_c)
 FOLD_CASES = [((4, 3, 4, 4), "cl"), ((2, 5, 4, 8), "cl"), ((2, 9, 4, 8), "cl"), ((48, 7), "contig"),
-              ((2, 3, 2, 4, 4), "cl")]
+              ((2, 3, 2, 4, 4), "cl"), ((2, 6, 4, 4), "cl"), ((2, 24, 2, 4), "cl"), ((64, 1), "contig")]
 
 
 @interp
+@pytest.mark.parametrize("fold_sum", [0, 1], ids=["partials", "summed"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape,layout", FOLD_CASES, ids=[f"{s}-{l}" for s, l in FOLD_CASES])
-def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
+def test_fold_rows(shape, layout, dtype, fold_sum, monkeypatch, poison):
     """``fold_max_c`` (on since session 38 for 2-byte inputs; fp32 folded here too): rows of a small C taken as
-    (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64."""
-    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fold_max_esize": 8, "fused_max_rows": 0}.items():
+    (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64,
+    with K partials a program and channel, or summed in the program (``fold_sum``, prepared in session 38)."""
+    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fold_max_esize": 8, "fused_max_rows": 0, "fold_all_c": 1,
+                 "fold_sum": fold_sum}.items():
         monkeypatch.setitem(B._TUNE, k, v)
     assert BCFG._fold(B._View(make_x(shape, dtype, layout))) > 1
     folds = []
@@ -1040,6 +1047,28 @@ def test_fold_choice(monkeypatch):
     assert fold((64, 24, 4, 4)) == 0 and fold((64, 32, 4, 4)) == 0 and fold((64, 65, 4, 4)) == 0
     assert fold((64, 3, 8, 8), cl=False) == 0
     assert fold((4096, 5)) == 32  # 2-D: 32 x 5 = 160 columns
+    monkeypatch.setitem(B._TUNE, "fold_all_c", 1)  # even C / C = 1: K a multiple of 16 / gcd(C, 16)
+    assert fold((64, 24, 4, 4)) == 4  # 6 x 24 = 144 columns does not divide 1024 rows, 4 x 24 does
+    assert fold((4096, 1)) == 128 and fold((4096, 2)) == 64 and fold((64, 32, 4, 4)) == 0
+
+
+def test_fold_sum_grid(monkeypatch):
+    """``fold_sum``: a folded program's partials are NCB a channel, not K, so the partials cap lets the grid keep
+    its programs (256x2x56x56 bf16: 15 programs a column block with K partials each, call 3's slow forward)."""
+    monkeypatch.setitem(B._TUNE, "fold_all_c", 1)
+    x = torch.empty(256, 2, 56, 56, dtype=torch.bfloat16, device="meta").contiguous(memory_format=torch.channels_last)
+    v = B._View(x)
+    rv = BCFG._FoldView(v, BCFG._fold(v))
+    cfgs = {}
+    for fs in (0, 1):
+        monkeypatch.setitem(B._TUNE, "fold_sum", fs)
+        cfgs[fs] = BCFG._reduce_cfg(rv, 2)
+    assert cfgs[1]["P"] >= 8 * cfgs[0]["P"] and cfgs[1]["P"] * cfgs[1]["NCB"] >= 128  # a GPU's worth of programs
+    launched = []
+    monkeypatch.setattr(B, "launch", lambda kernel, grid, *a, **kw: launched.append((grid, kw.get("FOLD_SUM"))))
+    part, n_part = B._reduce(v, None, None, False, B.tl.float32, torch.float32)
+    assert n_part == cfgs[1]["P"] * cfgs[1]["NCB"] and tuple(part.shape) == (2, n_part, 2)
+    assert launched == [((n_part,), 2)]  # one program a partial row, FOLD_SUM the power of two >= C
 
 
 def test_row_align(monkeypatch):

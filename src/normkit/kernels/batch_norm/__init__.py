@@ -69,7 +69,7 @@ import struct
 import torch
 import triton.language as tl
 
-from normkit.kernels import _plan
+from normkit.kernels import _plan, next_pow2
 from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigger, scalar
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
                                                 _FoldView, _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
@@ -151,13 +151,15 @@ def _rows_view(v, ew=False):
 
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
-    partials a program and channel), P*K on the folded view (K). pdl: its dependent (the combine) is launched with
+    partials a program and channel), P*K on the folded view (K; P*NCB with ``fold_sum``). pdl: its dependent (the combine) is launched with
     programmatic dependent launch. samples: the forward's ``_shift_samples(v)`` (unused by the backward)."""
     x = v.x
     rv, sp, fold = _rows_view(v)
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    n_part = P * (rv.C // v.C)  # partials a channel: S a program on the spread view, K on the folded one
+    fold_sum = next_pow2(fold) if fold and _TUNE["fold_sum"] else 0
+    # partials a channel: S a program on the spread view, K on the folded one (NCB where its programs sum them)
+    n_part = P * ncb if fold_sum else P * (rv.C // v.C)
     part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
@@ -166,7 +168,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, C_ALIGN=_row_align(rv.C),
-            FOLD=fold, **pdl_trigger(pdl),
+            FOLD=fold, FOLD_SUM=fold_sum, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )

@@ -165,6 +165,13 @@ _TUNE = {
     "fold_max_c": 15,
     "fold_min_cols": 128,
     "fold_max_esize": 2,
+    # a folded reduction program sums its K columns of each channel before it writes them (FOLD_SUM): P * NCB
+    # partials a channel, not P * K, so the partials cap (partial_frac_rows) no longer cuts P by K. Prepared in
+    # session 38 without device time (0: off): folded, the cap left 256x2x56x56's forward 15 programs a column block
+    # (60 in all; 512 unfolded) and its backward combine 9,984 partials a channel, the likeliest cause of call 3's
+    # losses at even C. fold_all_c: fold even C and C = 1 too (0: odd C >= 3 only), to measure them with the sums
+    "fold_sum": 0,
+    "fold_all_c": 0,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -196,6 +203,7 @@ class _View:
     the suggested memory format."""
 
     __slots__ = ("x", "kind", "N", "C", "S", "M")
+    fold = 0  # (a _FoldView's C)
 
     def __init__(self, x):
         if x.is_contiguous():
@@ -256,7 +264,7 @@ def _pick_bs(S, tile):
 
 
 def _reduce_cfg(v, esize, bwd=False):
-    key = (v.kind, v.N, v.C, v.S, esize, bwd, tuple(_TUNE.values()))
+    key = (v.kind, v.N, v.C, v.S, v.fold, esize, bwd, tuple(_TUNE.values()))
     cfg = _CFG_CACHE.get(("red",) + key)
     if cfg is None:
         cfg = _CFG_CACHE[("red",) + key] = _reduce_cfg_uncached(v, esize, bwd)
@@ -343,9 +351,11 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
 
 
 def _programs_down(v, units, ncb, target, frac, esize):
-    """P, the programs a column block: within target programs, the partials (2 x P x C x 4 bytes) a small fraction
-    of the input."""
+    """P, the programs a column block: within target programs, the partials (2 x P x C x 4 bytes; 2 x P x NCB x the
+    channels on a folded view whose programs sum their channels, ``fold_sum``) a small fraction of the input."""
     cap = int(frac * v.M * esize / 8)
+    if v.fold and _TUNE["fold_sum"]:
+        cap = cap * v.C // (ncb * v.fold)
     return max(1, min(units, target // ncb, max(cap, 1)))
 
 
@@ -447,32 +457,35 @@ def _spread(v, ew=False):
 
 
 def _fold(v):
-    """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at
-    most ``fold_max_esize`` bytes an element), else 0. K is a multiple of 16, so that K * C is: the least with
-    K * C >= ``fold_min_cols``, or the largest smaller one dividing M. Column j of a folded row is channel j % C."""
-    if v.kind != "rows" or v.C % 2 == 0 or v.C == 1 or v.C > _TUNE["fold_max_c"]:
+    """K where the rows view (M, C) of an odd C >= 3 (any C % 16 != 0 with ``fold_all_c``) is taken as (M / K, K * C)
+    rows (``fold_max_c``, inputs of at most ``fold_max_esize`` bytes an element), else 0. K is a multiple of
+    K0 = 16 / gcd(C, 16), so that K * C is one of 16: the least with K * C >= ``fold_min_cols``, or the largest smaller
+    one dividing M. Column j of a folded row is channel j % C."""
+    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"] or v.x.element_size() > _TUNE["fold_max_esize"]:
         return 0
-    if v.x.element_size() > _TUNE["fold_max_esize"]:
+    if not _TUNE["fold_all_c"] and (v.C % 2 == 0 or v.C == 1):
         return 0
-    k = 16 * max(1, -(-_TUNE["fold_min_cols"] // (16 * v.C)))  # K * C a multiple of 16 (C is odd)
-    while k > 16 and v.M % k:
-        k -= 16
+    k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
+    k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))
+    while k > k0 and v.M % k:
+        k -= k0
     return k if v.M % k == 0 and v.M // k >= 2 else 0
 
 
 class _FoldView:
     """The (M / K, K * C) rows view of a folded rows input, as the grid heuristics see it."""
 
-    __slots__ = ("kind", "N", "C", "S", "M")
+    __slots__ = ("kind", "N", "C", "S", "M", "fold")
 
     def __init__(self, v, k):
-        self.kind, self.N, self.C, self.S, self.M = "rows", v.M // k, v.C * k, 1, v.M // k
+        self.kind, self.N, self.C, self.S, self.M, self.fold = "rows", v.M // k, v.C * k, 1, v.M // k, v.C
 
 
 class _SpreadView:
     """The (N, C*S) rows view of a spread ncs input, as the grid heuristics see it."""
 
     __slots__ = ("kind", "N", "C", "S", "M")
+    fold = 0
 
     def __init__(self, v):
         self.kind, self.N, self.C, self.S, self.M = "spread", v.N, v.C * v.S, 1, v.N

@@ -118,7 +118,7 @@ def _bn_reduce_rows_kernel(
     M, C, P, NCB, n_iter, CCH, o_mid, o_last,
     BM: tl.constexpr, BC: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr,
     UNROLL: tl.constexpr, SMAP: tl.constexpr = 0, PDL: tl.constexpr = False, TWO_BUF: tl.constexpr = False,
-    C_ALIGN: tl.constexpr = 1, FOLD: tl.constexpr = 0,
+    C_ALIGN: tl.constexpr = 1, FOLD: tl.constexpr = 0, FOLD_SUM: tl.constexpr = 0,
 ):
     """Split reduction over a row-major (M, C) view. Program (p, cb) sums columns cb*BC.. over
     row chunks p, p+P, p+2P, ... (UNROLL = 2 or 4 chunks per loop step, all loads issued before
@@ -138,7 +138,8 @@ def _bn_reduce_rows_kernel(
     same bits. C_ALIGN: rows of C elements are a multiple of it (``known_multiple``).
     FOLD > 0 (``fold_max_c``): the (M / K, K * C) rows of a small C (FOLD = C, CCH channels, K = C // FOLD here):
     column j is channel j % FOLD, its sums go to part[0 / 1, p*K + j // FOLD, j % FOLD] (K partials a program and
-    channel)."""
+    channel); with FOLD_SUM (``fold_sum``: a power of two >= FOLD) the program sums its columns of each channel
+    first and writes part[0 / 1, p*NCB + cb, c] (NCB partials a program and channel)."""
     if PDL:
         gdc_launch_dependents()
     C = known_multiple(C, C_ALIGN)
@@ -205,6 +206,15 @@ def _bn_reduce_rows_kernel(
         dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
         tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
+    elif FOLD_SUM:
+        # [channel, column] one-hot: one reduction along the columns gives every channel's sum
+        chans = tl.arange(0, FOLD_SUM)
+        hit = (chans[:, None] == ch[None, :]) & cmask[None, :]
+        t1 = tl.sum(tl.where(hit, s1[None, :], 0.0), axis=1)
+        t2 = tl.sum(tl.where(hit, s2[None, :], 0.0), axis=1)
+        dst = (p * NCB + cb).to(tl.int64) * CCH + chans
+        tl.store(part_ptr + dst, t1, mask=chans < FOLD)
+        tl.store(part_ptr + tl.cast(P, tl.int64) * NCB * CCH + dst, t2, mask=chans < FOLD)
     elif FOLD:
         dst = (p * (C // FOLD) + cols // FOLD).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
