@@ -94,13 +94,14 @@ _TUNE = {
     # fwd 0.0253 -> 0.0297, 256x2048x7x7 fwd +4 %. 14x14 planes (spread256) lost 3-13 % in training
     "spread_max_plane": 64,
     "spread_max_plane_ew": 64,
-    # ... and odd planes (scalar ncs loads) up to this in the elementwise pass. H100 session 38 (results/h100-2026-12-05-s38, bn_kernels.py,
-    # bf16 graph ms, fwd / bwd / eval): the spread elementwise pass alone (call 3, oddew320 / oddewall) won on every
-    # odd plane: 128x160x17x17 0.0238 / 0.0272 / 0.0110 -> 0.0215 / 0.0252 / 0.0085, 128x768x17x17 0.0768 / 0.1224 /
-    # 0.0466 -> 0.0707 / 0.1166 / 0.0416, 32x288x35x35 fwd / eval -7 / -18 %, 32x80x73x73 0.0484 / 0.0567 / 0.0242 ->
-    # 0.0442 / 0.0558 / 0.0201 (bwd -1..-2 %). The spread reduction lost (oddred320: 128x160x17x17 fwd / bwd +4 / +10
-    # %; from 35x35 up +7..+66 % in call 1), so odd planes spread in the elementwise pass only. The cap stops at the
-    # largest plane measured in training (147x147 measured in eval only, -2 % in call 1)
+    # ... and odd planes (scalar ncs loads) up to this in the elementwise pass. H100 session 38
+    # (results/h100-2026-12-05-s38, bn_kernels.py, bf16 graph ms, fwd / bwd / eval): the spread elementwise pass
+    # alone (call 3, oddew320 / oddewall) won on every odd plane: 128x160x17x17 0.0238 / 0.0272 / 0.0110 -> 0.0215 /
+    # 0.0252 / 0.0085, 128x768x17x17 0.0768 / 0.1224 / 0.0466 -> 0.0707 / 0.1166 / 0.0416, 32x288x35x35 fwd / eval
+    # -7 / -18 %, 32x80x73x73 0.0484 / 0.0567 / 0.0242 -> 0.0442 / 0.0558 / 0.0201 (bwd -1..-2 %). The spread
+    # reduction lost (oddred320: 128x160x17x17 fwd / bwd +4 / +10 %; from 35x35 up +7..+66 % in call 1), so odd
+    # planes spread in the elementwise pass only. The cap stops at the largest plane measured in training (147x147
+    # measured in eval only, -2 % in call 1)
     "spread_max_plane_ew_odd": 8192,
     "spread_max_esize": 2,
     # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
