@@ -3,6 +3,7 @@ the profiler: which kernel of which layer is far from the copy bandwidth, weight
 model runs it.
 
     PYTHONPATH=src python benchmarks/bn_breakdown.py [--layout channels_last|contiguous] [--out DIR]
+        [--shapes 64x3x224x224,256x4x112x112 --dtype fp32]   # other shapes (each counted once) and input dtype
 
 For each distinct (C, H) of torchvision's resnet50 (53 batch norms), a training forward and a backward
 run ``--iters`` times under torch.profiler, rotating among input sets that together exceed 4x L2 (a
@@ -17,12 +18,15 @@ with it a kernel's interval would include its wait for the previous one.
 import argparse
 import contextlib
 import json
+import math
 import os
 from collections import Counter, defaultdict
 
 import torch
 
 from normkit.kernels import batch_norm as KB
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def resnet50_bn_shapes():
@@ -86,14 +90,16 @@ def cuda_kernel_events(step, iters):
     return out
 
 
-def profile_layer(C, H, layout, iters, l2_bytes):
-    N = 256
-    nbytes = N * C * H * H * 2
+def profile_layer(shape, layout, iters, l2_bytes, dtype=torch.bfloat16):
+    C = shape[1]
+    nbytes = math.prod(shape) * dtype.itemsize
     sets = max(1, min(8, -(-4 * l2_bytes // nbytes)))
-    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    fmt = torch.contiguous_format
+    if layout == "channels_last" and len(shape) in (4, 5):
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     data = []
     for _ in range(sets):
-        x = torch.randn(N, C, H, H, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=fmt)
+        x = torch.randn(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
         data.append((x, torch.randn_like(x)))
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
     rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
@@ -117,14 +123,23 @@ def main():
     ap.add_argument("--layout", default="channels_last", choices=["channels_last", "contiguous"])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--shapes", default="", help="comma list of shapes (e.g. 64x3x224x224,4096x3); default resnet50's")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     args = ap.parse_args()
+    dtype = DTYPES[args.dtype]
     os.makedirs(args.out, exist_ok=True)
     bw = copy_bandwidth()
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 << 20)
-    print(f"copy bandwidth {bw:.0f} GB/s; layout {args.layout}")
+    print(f"copy bandwidth {bw:.0f} GB/s; layout {args.layout}; {args.dtype}")
+    if args.shapes:
+        layers = [(tuple(int(d) for d in s.split("x")), 1) for s in args.shapes.split(",")]
+    else:
+        layers = [((256, C, H, H), n) for (C, H), n in sorted(resnet50_bn_shapes().items(),
+                                                               key=lambda kv: (-kv[0][1], kv[0][0]))]
     rows, total_us = [], 0.0
-    for (C, H), count in sorted(resnet50_bn_shapes().items(), key=lambda kv: (-kv[0][1], kv[0][0])):
-        per, nbytes = profile_layer(C, H, args.layout, args.iters, l2)
+    for shape, count in layers:
+        C, H = shape[1], shape[2] if len(shape) > 2 else 1
+        per, nbytes = profile_layer(shape, args.layout, args.iters, l2, dtype)
         # the forward and backward each run one reduction and one elementwise kernel (in this order)
         layer_us = 0.0
         for name, times in sorted(per.items()):
@@ -139,14 +154,16 @@ def main():
                 elif "_ew_" in name:
                     moved = nbytes * (2 if kind == "fwd" else 3)
                 gbps = moved / (us * 1e-6) / 1e9 if moved else None
-                rows.append({"C": C, "H": H, "count": count, "kernel": name, "pass": kind, "us": us,
-                             "bytes": moved, "gbps": gbps, "frac_copy": gbps / bw if gbps else None})
+                rows.append({"shape": list(shape), "C": C, "H": H, "count": count, "kernel": name, "pass": kind,
+                             "us": us, "bytes": moved, "gbps": gbps, "frac_copy": gbps / bw if gbps else None})
                 layer_us += us
-                print(f"  {C:5d} x {H:3d}^2 (x{count})  {name[:28]:28s} {kind}  {us:8.1f} us"
+                print(f"  {'x'.join(map(str, shape)):>16s} (x{count})  {name[:28]:28s} {kind}  {us:8.1f} us"
                       + (f"  {gbps:6.0f} GB/s  {gbps / bw:.2f} of copy" if gbps else ""), flush=True)
         total_us += layer_us * count
-    print(f"total over resnet50's 53 batch norms (fwd + bwd): {total_us / 1e3:.2f} ms per step")
-    with open(os.path.join(args.out, f"bn_breakdown_{args.layout}.json"), "w") as f:
+    print(f"total over {'the shapes' if args.shapes else 'resnet50' + chr(39) + 's 53 batch norms'} (fwd + bwd): "
+          f"{total_us / 1e3:.2f} ms{'' if args.shapes else ' per step'}")
+    with open(os.path.join(args.out, f"bn_breakdown_{args.layout}{'_' + args.dtype if args.shapes else ''}.json"),
+              "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "triton": __import__("triton").__version__, "copy_gbps": bw, "layout": args.layout,
                    "total_ms_per_step": total_us / 1e3, "rows": rows}, f, indent=1)

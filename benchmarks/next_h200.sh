@@ -291,7 +291,11 @@
 #          fold lost at even C / C = 1 (now odd C only). PART=114: the CUDA tests PART=113's limits cut, at those defaults.
 #          PART=114 passed (call 4). For the next session: PART=115: fold_sum (prepared, off: folded programs sum their
 #          K columns of each channel, so the partials cap stops cutting the grid by K), its CUDA test and A/B (odd C, and
-#          even C / C = 1 with fold_all_c). Prediction in NOTES-batch_norm.md, session 38.
+#          even C / C = 1 with fold_all_c). Prediction in NOTES-batch_norm.md, session 38. PART=116 (carry ab_old,
+#          main's src before session 36: `git archive 6e6d762 src`): per-kernel time of the C = 3 / 4 contiguous rows
+#          that session 36's shift slowed 8-9 % (the samples' loads cost nothing: call 1), old against main.
+#          Then, on an H200: PART=103 (carry .whl; the batch-norm suite with the peers, not re-benched there since
+#          session 33) and the layer / RMS suite.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PART=${PART:-1}
@@ -1071,6 +1075,16 @@ elif [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_
         --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,256x4x112x112,128x6x56x56,64x12x56x56,256x2x56x56,1048576x1 \
         --only-variants foldsum,foldall,foldsumall --budget 100 \
         > "$W/foldsum.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/foldsum.log" | cut -c1-140 | tail -30
+elif [ "$PART" = 116 ]; then  # session 38 (carry ab_old: the pre-median src): where C = 3 / 4's +8-9 % goes, ~250 s
+    for dt in fp32 bf16; do
+        for tree in ab_old/src src; do
+            name=$([ "$tree" = src ] && echo main || echo old)
+            stamp "per-kernel time ($dt, contiguous, PDL off), $name"
+            PYTHONPATH=$tree timeout 100 python3 benchmarks/bn_breakdown.py --layout contiguous --dtype $dt \
+                --shapes 64x3x224x224,256x4x112x112,4096x3x32x32,256x64x56x56 --out "$W/breakdown-$name" \
+                > "$W/breakdown-$name-$dt.log" 2>&1; echo "breakdown rc=$?"; grep -E " us" "$W/breakdown-$name-$dt.log" | cut -c1-110
+        done
+    done
 elif [ "$PART" = 110 ]; then  # session 36 (carry ab_old: main's src): batch norm's shift, the median of three samples
     stamp "pytest -m cuda: batch-norm kernels (median-of-three shift), group-norm kernels (the shared median helper)"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}
