@@ -181,6 +181,8 @@ VARIANTS = {
     "foldsum": {"fold_sum": 1},
     "foldall": {"fold_all_c": 1},
     "foldsumall": {"fold_sum": 1, "fold_all_c": 1},
+    "foldsumfull": {"fold_sum": 1, "fold_full_rows": 1},
+    "foldsumallfull": {"fold_sum": 1, "fold_all_c": 1, "fold_full_rows": 1},
     # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
     # since session 38)
     "noplanealign": {"plane_align": 0},
@@ -242,6 +244,8 @@ VARIANT_SCOPE = {
     "foldsum": ("rows", ("fwd", "bwd")),
     "foldall": ("rows", ("fwd", "bwd", "eval")),
     "foldsumall": ("rows", ("fwd", "bwd", "eval")),
+    "foldsumfull": ("rows", ("fwd", "bwd")),
+    "foldsumallfull": ("rows", ("fwd", "bwd", "eval")),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
     "fold": ("rows", ("fwd", "bwd", "eval")),
 }

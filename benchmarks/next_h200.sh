@@ -1071,9 +1071,9 @@ elif [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_
         > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
     grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
     stamp "fold_sum A/B: odd C (folded by default) and even C / C = 1 (not folded by default), bf16"
-    timeout 150 python3 benchmarks/bn_kernels.py --out "$W/foldsum" --layouts cl,contig --dtypes bf16 \
+    timeout 180 python3 benchmarks/bn_kernels.py --out "$W/foldsum" --layouts cl,contig --dtypes bf16 \
         --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,256x4x112x112,128x6x56x56,64x12x56x56,256x2x56x56,1048576x1 \
-        --only-variants foldsum,foldall,foldsumall --budget 100 \
+        --only-variants foldsum,foldall,foldsumall,foldsumfull,foldsumallfull --budget 130 \
         > "$W/foldsum.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/foldsum.log" | cut -c1-140 | tail -30
 elif [ "$PART" = 116 ]; then  # session 38 (carry ab_old: the pre-median src): where C = 3 / 4's +8-9 % goes, ~250 s
     for dt in fp32 bf16; do

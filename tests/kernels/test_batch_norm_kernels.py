@@ -908,17 +908,21 @@ def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
     _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
 
 
+# a folded reduction's partials: K a program and channel, summed in the program, summed with one block a folded row
+FOLD_PARTIALS = {"partials": {}, "summed": {"fold_sum": 1}, "summed_full": {"fold_sum": 1, "fold_full_rows": 1}}
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("fold_sum", [0, 1], ids=["partials", "summed"])
+@pytest.mark.parametrize("partials", list(FOLD_PARTIALS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4),
                                    (256, 2, 56, 56), (262144, 1)])
-def test_cuda_fold_rows(shape, dtype, fold_sum, monkeypatch):
+def test_cuda_fold_rows(shape, dtype, partials, monkeypatch):
     """``fold_max_c`` (on for 2-byte inputs of an odd C since session 38; fp32, even C and C = 1 folded here too):
     channels_last / 2-D rows of C = 1 / 2 / 3 / 5 / 7 as folded rows, with K partials a program or summed in it
-    (``fold_sum``, prepared in session 38)."""
-    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fold_all_c": 1, "fold_sum": fold_sum,
-                                   "fused_max_rows": 0},
+    (``fold_sum``, ``fold_full_rows``, prepared in session 38)."""
+    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fold_all_c": 1, "fused_max_rows": 0,
+                                   **FOLD_PARTIALS[partials]},
                     lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
 
 
@@ -1001,15 +1005,16 @@ FOLD_CASES = [((4, 3, 4, 4), "cl"), ((2, 5, 4, 8), "cl"), ((2, 9, 4, 8), "cl"), 
 
 
 @interp
-@pytest.mark.parametrize("fold_sum", [0, 1], ids=["partials", "summed"])
+@pytest.mark.parametrize("partials", list(FOLD_PARTIALS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape,layout", FOLD_CASES, ids=[f"{s}-{l}" for s, l in FOLD_CASES])
-def test_fold_rows(shape, layout, dtype, fold_sum, monkeypatch, poison):
+def test_fold_rows(shape, layout, dtype, partials, monkeypatch, poison):
     """``fold_max_c`` (on since session 38 for 2-byte inputs; fp32 folded here too): rows of a small C taken as
     (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64,
-    with K partials a program and channel, or summed in the program (``fold_sum``, prepared in session 38)."""
+    with K partials a program and channel, or summed in the program (``fold_sum``, prepared in session 38), in
+    32-column blocks or one block a folded row (``fold_full_rows``)."""
     for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fold_max_esize": 8, "fused_max_rows": 0, "fold_all_c": 1,
-                 "fold_sum": fold_sum}.items():
+                 **FOLD_PARTIALS[partials]}.items():
         monkeypatch.setitem(B._TUNE, k, v)
     assert BCFG._fold(B._View(make_x(shape, dtype, layout))) > 1
     folds = []
@@ -1064,6 +1069,10 @@ def test_fold_sum_grid(monkeypatch):
         monkeypatch.setitem(B._TUNE, "fold_sum", fs)
         cfgs[fs] = BCFG._reduce_cfg(rv, 2)
     assert cfgs[1]["P"] >= 8 * cfgs[0]["P"] and cfgs[1]["P"] * cfgs[1]["NCB"] >= 128  # a GPU's worth of programs
+    monkeypatch.setitem(B._TUNE, "fold_full_rows", 1)  # one column block a folded row (128 columns)
+    full = BCFG._reduce_cfg(rv, 2)
+    assert (full["NCB"], full["BC"]) == (1, 128) and full["P"] >= cfgs[1]["P"]
+    monkeypatch.setitem(B._TUNE, "fold_full_rows", 0)
     launched = []
     monkeypatch.setattr(B, "launch", lambda kernel, grid, *a, **kw: launched.append((grid, kw.get("FOLD_SUM"))))
     part, n_part = B._reduce(v, None, None, False, B.tl.float32, torch.float32)

@@ -173,6 +173,9 @@ _TUNE = {
     # losses at even C. fold_all_c: fold even C and C = 1 too (0: odd C >= 3 only), to measure them with the sums
     "fold_sum": 0,
     "fold_all_c": 0,
+    # ... and with the sums, a folded row in one column block (its K * C columns are contiguous: 96-240 of them), not
+    # cut to 32-column blocks by min_rows (prepared in session 38, 0: off)
+    "fold_full_rows": 0,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -317,7 +320,7 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
             BC = min(BC, _TUNE["red_rows_block_cols"])
         elif full:  # the widest block (2 KB row segments), more programs down the rows
             frac = _TUNE["partial_frac_rows_full"]
-        else:
+        elif not (v.fold and _TUNE["fold_sum"] and _TUNE["fold_full_rows"]):
             # enough rows per program that the partials stay a small fraction of the input
             while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
                 BC //= 2
