@@ -183,6 +183,9 @@ VARIANTS = {
     "foldsumall": {"fold_sum": 1, "fold_all_c": 1},
     "foldsumfull": {"fold_sum": 1, "fold_full_rows": 1},
     "foldsumallfull": {"fold_sum": 1, "fold_all_c": 1, "fold_full_rows": 1},
+    # fp32 folded with the sums (folded without them, C = 3 fp32 lost 2-14 % in call 2)
+    "foldsum32": {"fold_sum": 1, "fold_max_esize": 8},
+    "foldsum32full": {"fold_sum": 1, "fold_max_esize": 8, "fold_full_rows": 1},
     # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
     # since session 38)
     "noplanealign": {"plane_align": 0},
@@ -246,6 +249,8 @@ VARIANT_SCOPE = {
     "foldsumall": ("rows", ("fwd", "bwd", "eval")),
     "foldsumfull": ("rows", ("fwd", "bwd")),
     "foldsumallfull": ("rows", ("fwd", "bwd", "eval")),
+    "foldsum32": ("rows", ("fwd", "bwd", "eval")),
+    "foldsum32full": ("rows", ("fwd", "bwd", "eval")),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
     "fold": ("rows", ("fwd", "bwd", "eval")),
 }
@@ -253,7 +258,7 @@ VARIANT_SCOPE = {
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
-                 "noplanealign", "fold")
+                 "noplanealign", "fold", "foldsum32", "foldsum32full")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)
