@@ -101,7 +101,8 @@ _TUNE = {
     # -7 / -18 %, 32x80x73x73 0.0484 / 0.0567 / 0.0242 -> 0.0442 / 0.0558 / 0.0201 (bwd -1..-2 %). The spread
     # reduction lost (oddred320: 128x160x17x17 fwd / bwd +4 / +10 %; from 35x35 up +7..+66 % in call 1), so odd
     # planes spread in the elementwise pass only. The cap stops at the largest plane measured in training (147x147
-    # measured in eval only, -2 % in call 1)
+    # measured in eval only, -2 % in call 1). The spread pass compiles S in (SMAP), so each odd plane length of
+    # 1,025-8,192 elements costs a compile of its own, as the constant-plane kernels' lengths up to 1,024 already did
     "spread_max_plane_ew_odd": 8192,
     "spread_max_esize": 2,
     # a spread reduction's column blocks: the narrowest row segment of at least spread_red_min_cols columns that
