@@ -132,9 +132,9 @@ VARIANTS = {
     "combwide": {"combine_max_channels_fwd": 1 << 20},
     # session 28: short unaligned NCHW planes as the (N, C*S) rows view (spread_*): off, off in one pass, its tiles,
     # and 14x14 planes too
-    "nospread": {"spread_max_plane": 0, "spread_max_plane_ew": 0},
+    "nospread": {"spread_max_plane": 0, "spread_max_plane_ew": 0, "spread_max_plane_ew_odd": 0},
     "nospreadred": {"spread_max_plane": 0},
-    "nospreadew": {"spread_max_plane_ew": 0},
+    "nospreadew": {"spread_max_plane_ew": 0, "spread_max_plane_ew_odd": 0},
     "sptp256": {"target_programs_spread": 256},
     "sptp1k": {"target_programs_spread": 1024},
     "spew1k": {"spread_ew_cols": 1024},

@@ -8,8 +8,9 @@
 # README names the commit and the command it ran.
 #
 # For the next session (written in session 38; predictions in NOTES-batch_norm.md, session 38):
-#   PART=115 (~420 s): batch norm's fold_sum / fold_full_rows (prepared, off): test_cuda_fold_rows, then the A/B of
-#            odd C (folded by default), even C / C = 1 (fold_all_c) and fp32, against the defaults.
+#   PART=115 (~480 s): batch norm's fold_sum / fold_full_rows (prepared, off): test_cuda_fold_rows and the spread
+#            tests (their off side fixed in session 38), then the A/B of odd C (folded by default), even C / C = 1
+#            (fold_all_c) and fp32, against the defaults.
 #   PART=116 (~250 s, carry ab_old = main before session 36's shift:
 #            `rm -rf ab_old && mkdir ab_old && git archive 6e6d762 src | tar -x -C ab_old`): per-kernel time of the
 #            C = 3 / 4 contiguous rows that the median-of-three shift slowed 8-9 % (its samples' loads cost nothing).
@@ -49,9 +50,9 @@ ln_suite_bench() {
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_sum, ~420 s
-    stamp "batch norm fold_sum (prepared, off): its CUDA test (K partials / summed, odd and even C, C = 1)"
-    timeout -s INT 200 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k fold \
+if [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_sum, the spread tests again, ~480 s
+    stamp "batch norm fold_sum (prepared, off): its CUDA test; the spread tests (their off side fixed in session 38)"
+    timeout -s INT 200 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k "fold or spread" \
         > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
     grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
     stamp "fold_sum A/B: odd C (folded by default) and even C / C = 1 (not folded by default), bf16; fp32 folded"

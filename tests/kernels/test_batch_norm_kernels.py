@@ -814,6 +814,10 @@ def test_cuda_pdl_same_bits(shape, layout, dtype, monkeypatch):
     _cuda_check(x, 1.2e-2 if dtype != torch.float32 else 1e-5)
 
 
+# the spread elementwise pass off for every plane (the odd-plane cap spreads planes the 64-element one does not)
+SPREAD_EW_OFF = {"spread_max_plane_ew": 0, "spread_max_plane_ew_odd": 0}
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape,dtype", [((128, 576, 7, 7), torch.bfloat16), ((64, 64, 3, 3), torch.float32),
                                          ((512, 32, 49), torch.float16), ((256, 2048, 7, 7), torch.float32),
@@ -828,7 +832,7 @@ def test_cuda_spread(shape, dtype, monkeypatch):
     _cuda_check(x, 1e-5 if dtype == torch.float32 else 1.2e-2)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {"spread_max_plane_ew": 0}, {"spread_max_plane_ew": 64}, x, torch.randn_like(x),
+    _same_bits_either_way(monkeypatch, SPREAD_EW_OFF, {"spread_max_plane_ew": 64}, x, torch.randn_like(x),
                           w, b)
 
 
@@ -938,8 +942,7 @@ def test_cuda_spread_odd_planes(shape, monkeypatch):
     _cuda_check(x, 1.2e-2)
     C = shape[1]
     w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    _same_bits_either_way(monkeypatch, {"spread_max_plane_ew_odd": 0}, {"spread_max_plane_ew_odd": 8192}, x,
-                          torch.randn_like(x), w, b)
+    _same_bits_either_way(monkeypatch, SPREAD_EW_OFF, {"spread_max_plane_ew_odd": 8192}, x, torch.randn_like(x), w, b)
 
 
 @pytest.mark.cuda
@@ -1275,40 +1278,35 @@ def test_rows_full_width_blocks(shape, dtype, monkeypatch, poison):
     test_eval_forward_backward(shape, layout, dtype, "full", poison)
 
 
+# (shape, the knobs that spread its elementwise pass): short planes, and odd planes past spread_max_plane (81
+# elements, compiled in; 1225, a run-time plane) whose reduction stays on the ncs kernels
+SPREAD_EW_CASES = {"7x7": ((9, 16, 7, 7), {"spread_max_plane_ew": 64}),
+                   "5x5": ((9, 32, 5, 5), {"spread_max_plane_ew": 64}),
+                   "9x9-odd": ((5, 16, 9, 9), {"spread_max_plane_ew_odd": 8192}),
+                   "35x35-odd": ((3, 32, 35, 35), {"spread_max_plane_ew_odd": 8192})}
+
+
 @interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape", SPREAD_SHAPES[:2], ids=["7x7", "5x5"])
-def test_spread_ew_same_bits(shape, dtype, monkeypatch):
+@pytest.mark.parametrize("case", list(SPREAD_EW_CASES))
+def test_spread_ew_same_bits(case, dtype, monkeypatch):
     """The spread elementwise pass does _bn_ew_apply's arithmetic with the same coefficients as the flat and
-    [planes, S] passes: the same bits in every mode (the reduction kept on one path)."""
+    [planes, S] passes: the same bits in every mode (the reduction kept on one path), and float64 agreement."""
+    shape, on = SPREAD_EW_CASES[case]
     for k, v in SPREAD_TINY.items():
         monkeypatch.setitem(B._TUNE, k, v)
     x, dy = make_x(shape, dtype, "contig"), make_x(shape, dtype, "contig")
-    C = shape[1]
-    w, b = torch.rand(C) + 0.5, torch.randn(C)
-    got = _same_bits_either_way(monkeypatch, {"spread_max_plane_ew": 0}, {"spread_max_plane_ew": 64}, x, dy, w, b)
-    yr = ref_fwd(x, w, b, 1e-5)[0]
-    assert relerr(got[0], yr) < TOL[dtype]
-
-
-@interp
-@pytest.mark.parametrize("shape", [(5, 16, 9, 9), (3, 32, 35, 35)], ids=["9x9", "35x35"])
-def test_spread_ew_odd_planes(shape, monkeypatch):
-    """Odd planes past spread_max_plane (81 elements, compiled in; 1225, a run-time plane) through the spread
-    elementwise pass (spread_max_plane_ew_odd) with the reduction on the ncs kernels: the same bits as the ncs
-    elementwise pass in every mode, and float64 agreement."""
-    for k, v in SPREAD_TINY.items():
-        monkeypatch.setitem(B._TUNE, k, v)
-    monkeypatch.setitem(B._TUNE, "spread_max_esize", 2)
-    x, dy = make_x(shape, torch.bfloat16, "contig"), make_x(shape, torch.bfloat16, "contig")
     v = B._View(x)
-    assert B._spread(v) == 0
+    assert B._spread(v) == (v.S if v.S <= B._TUNE["spread_max_plane"] else 0)
+    with monkeypatch.context() as m:  # (the off side does take the ncs / flat pass)
+        for k, val in SPREAD_EW_OFF.items():
+            m.setitem(B._TUNE, k, val)
+        assert B._spread(v, ew=True) == 0
     C = shape[1]
     w, b = torch.rand(C) + 0.5, torch.randn(C)
-    got = _same_bits_either_way(monkeypatch, {"spread_max_plane_ew_odd": 0}, {"spread_max_plane_ew_odd": 8192}, x, dy,
-                                w, b)
+    got = _same_bits_either_way(monkeypatch, SPREAD_EW_OFF, on, x, dy, w, b)
     assert B._spread(v, ew=True) == v.S
-    assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[torch.bfloat16]
+    assert relerr(got[0], ref_fwd(x, w, b, 1e-5)[0]) < TOL[dtype]
 
 
 @interp

@@ -359,7 +359,7 @@ def _programs_down(v, units, ncb, target, frac, esize):
     """P, the programs a column block: within target programs, the partials (2 x P x C x 4 bytes; 2 x P x NCB x the
     channels on a folded view whose programs sum their channels, ``fold_sum``) a small fraction of the input."""
     cap = int(frac * v.M * esize / 8)
-    if v.fold and _TUNE["fold_sum"]:
+    if _fold_sum(v):
         cap = cap * v.C // (ncb * v.fold)
     return max(1, min(units, target // ncb, max(cap, 1)))
 
@@ -475,6 +475,12 @@ def _fold(v):
     while k > k0 and v.M % k:
         k -= k0
     return k if v.M % k == 0 and v.M // k >= 2 else 0
+
+
+def _fold_sum(v):
+    """FOLD_SUM of the reduction on view v: on a folded view whose programs sum their columns of each channel
+    (``fold_sum``), the power of two >= its C; else 0."""
+    return next_pow2(v.fold) if v.fold and _TUNE["fold_sum"] else 0
 
 
 class _FoldView:
