@@ -174,24 +174,11 @@ VARIANTS = {
     # at every size (call 3 measured the spread reduction half too, through a knob deleted since: it lost)
     "oddewoff": {"spread_max_plane_ew_odd": 0},
     "oddewall": {"spread_max_plane_ew_odd": 1 << 30},
-    # session 38: fold off (on by default since: 2-byte inputs, odd C)
+    # session 38: fold off (on by default since: odd C, 2-byte inputs; 4-byte too and summed partials since s39)
     "nofold": {"fold_max_c": 0},
-    # session 38 (prepared): folded programs sum their columns of each channel (fold_sum), odd C; and even C / C = 1
-    # folded too, with and without the sums (call 3: folded without them, even C lost in training)
-    "foldsum": {"fold_sum": 1},
-    "foldall": {"fold_all_c": 1},
-    "foldsumall": {"fold_sum": 1, "fold_all_c": 1},
-    "foldsumfull": {"fold_sum": 1, "fold_full_rows": 1},
-    "foldsumallfull": {"fold_sum": 1, "fold_all_c": 1, "fold_full_rows": 1},
-    # fp32 folded with the sums (folded without them, C = 3 fp32 lost 2-14 % in call 2)
-    "foldsum32": {"fold_sum": 1, "fold_max_esize": 8},
-    "foldsum32full": {"fold_sum": 1, "fold_max_esize": 8, "fold_full_rows": 1},
     # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
     # since session 38)
     "noplanealign": {"plane_align": 0},
-    # session 37: channels_last / 2-D rows of a small C % 16 != 0 folded to (M / K, K * C) rows (on since s38 for
-    # 2-byte inputs; this variant folds fp32 too)
-    "fold": {"fold_max_c": 15, "fold_max_esize": 8},
 }
 # where a variant can change anything (others are skipped): "rows" = channels_last / 2-D input;
 # modes it touches
@@ -244,21 +231,13 @@ VARIANT_SCOPE = {
     "oddewoff": ("ncs", ("fwd", "bwd", "eval")),
     "oddewall": ("ncs", ("fwd", "bwd", "eval")),
     "nofold": ("rows", ("fwd", "bwd", "eval")),
-    "foldsum": ("rows", ("fwd", "bwd")),
-    "foldall": ("rows", ("fwd", "bwd", "eval")),
-    "foldsumall": ("rows", ("fwd", "bwd", "eval")),
-    "foldsumfull": ("rows", ("fwd", "bwd")),
-    "foldsumallfull": ("rows", ("fwd", "bwd", "eval")),
-    "foldsum32": ("rows", ("fwd", "bwd", "eval")),
-    "foldsum32full": ("rows", ("fwd", "bwd", "eval")),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
-    "fold": ("rows", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
-                 "noplanealign", "fold", "foldsum32", "foldsum32full")
+                 "noplanealign", "nofold")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

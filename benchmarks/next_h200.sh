@@ -7,13 +7,12 @@
 # The parts sessions 1-38 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# For the next session (written in session 38; predictions in NOTES-batch_norm.md, session 38):
-#   PART=115 (~480 s): batch norm's fold_sum / fold_full_rows (prepared, off): test_cuda_fold_rows and the spread
-#            tests (their off side fixed in session 38), then the A/B of odd C (folded by default), even C / C = 1
-#            (fold_all_c) and fp32, against the defaults.
-#   PART=116 (~250 s, carry ab_old = main before session 36's shift:
-#            `rm -rf ab_old && mkdir ab_old && git archive 6e6d762 src | tar -x -C ab_old`): per-kernel time of the
-#            C = 3 / 4 contiguous rows that the median-of-three shift slowed 8-9 % (its samples' loads cost nothing).
+# For this / the next session (predictions in NOTES-batch_norm.md, sessions 38-39):
+#   PART=118 (~450 s, carry ab_old = main before session 36's shift:
+#            `rm -rf ab_old && mkdir ab_old && git archive 6e6d762 src | tar -x -C ab_old`): the fold's CUDA tests,
+#            batch-norm conformance on CUDA, nofold against the defaults, then PART=116's per-kernel times.
+#   PART=116 (~250 s, carry ab_old): per-kernel time of the C = 3 / 4 contiguous rows that the median-of-three shift
+#            slowed 8-9 % (its samples' loads cost nothing).
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
@@ -47,20 +46,8 @@ ln_suite_bench() {
         --budget "$1" --json "$W/$2/bench.json" --out "$W/$2" --no-progress \
         > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/$2/summary.md" | head -30
 }
-{
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 115 ]; then  # session 38 (prepared without device time): fold_sum, the spread tests again, ~480 s
-    stamp "batch norm fold_sum (prepared, off): its CUDA test; the spread tests (their off side fixed in session 38)"
-    timeout -s INT 200 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k "fold or spread" \
-        > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
-    grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
-    stamp "fold_sum A/B: odd C (folded by default) and even C / C = 1 (not folded by default), bf16; fp32 folded"
-    timeout 200 python3 benchmarks/bn_kernels.py --out "$W/foldsum" --layouts cl,contig --dtypes bf16,fp32 \
-        --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,256x4x112x112,128x6x56x56,64x12x56x56,256x2x56x56,1048576x1 \
-        --only-variants foldsum,foldall,foldsumall,foldsumfull,foldsumallfull,foldsum32,foldsum32full --budget 150 \
-        > "$W/foldsum.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/foldsum.log" | cut -c1-200 | tail -60
-elif [ "$PART" = 116 ]; then  # session 38 (carry ab_old: the pre-median src): where C = 3 / 4's +8-9 % goes, ~250 s
+# (carry ab_old: the pre-median src) where C = 3 / 4 contiguous's +8-9 % since session 36 goes: per-kernel time, ~250 s
+breakdown_c34() {
     for dt in fp32 bf16; do
         for tree in ab_old/src src; do
             name=$([ "$tree" = src ] && echo main || echo old)
@@ -70,6 +57,25 @@ elif [ "$PART" = 116 ]; then  # session 38 (carry ab_old: the pre-median src): w
                 > "$W/breakdown-$name-$dt.log" 2>&1; echo "breakdown rc=$?"; grep -E " us" "$W/breakdown-$name-$dt.log" | cut -c1-110
         done
     done
+}
+{
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+if [ "$PART" = 118 ]; then  # session 39 (carry ab_old): the summed fold on (fp32 too), tested and measured; ~450 s
+    stamp "batch norm fold (summed partials, fp32 folded): CUDA tests"
+    timeout -s INT 150 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k "fold or spread" \
+        > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
+    grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
+    stamp "conformance on CUDA: batch_norm"
+    timeout 150 python3 -m normkit check --impl normkit --device cuda --ops batch_norm \
+        --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
+    stamp "fold A/B: nofold against the defaults, odd C, bf16 and fp32"
+    timeout 120 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16,fp32 \
+        --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,32x9x64x64 --only-variants nofold --budget 80 \
+        > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -32
+    breakdown_c34
+elif [ "$PART" = 116 ]; then
+    breakdown_c34
 elif [ "$PART" = 103 ]; then  # (carry .whl) batch norm's headline dtype against every peer (the every-dtype bench's
     use_wheels                  # budget leaves FlagGems' slow rows out)
     stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"

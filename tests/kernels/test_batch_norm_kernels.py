@@ -912,22 +912,13 @@ def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
     _same_bits_either_way(monkeypatch, {}, {}, x, torch.randn_like(x), w, b)
 
 
-# a folded reduction's partials: K a program and channel, summed in the program, summed with one block a folded row
-FOLD_PARTIALS = {"partials": {}, "summed": {"fold_sum": 1}, "summed_full": {"fold_sum": 1, "fold_full_rows": 1}}
-
-
 @pytest.mark.cuda
-@pytest.mark.parametrize("partials", list(FOLD_PARTIALS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4),
-                                   (256, 2, 56, 56), (262144, 1)])
-def test_cuda_fold_rows(shape, dtype, partials, monkeypatch):
-    """``fold_max_c`` (on for 2-byte inputs of an odd C since session 38; fp32, even C and C = 1 folded here too):
-    channels_last / 2-D rows of C = 1 / 2 / 3 / 5 / 7 as folded rows, with K partials a program or summed in it
-    (``fold_sum``, ``fold_full_rows``, prepared in session 38)."""
-    _cuda_knob_case(shape, dtype, {"fold_max_c": 15, "fold_max_esize": 8, "fold_all_c": 1, "fused_max_rows": 0,
-                                   **FOLD_PARTIALS[partials]},
-                    lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
+@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
+def test_cuda_fold_rows(shape, dtype, monkeypatch):
+    """``fold_max_c`` (odd C; 2-byte inputs since session 38, fp32 since session 39): channels_last / 2-D rows of
+    C = 3 / 5 / 7 as folded rows whose programs sum each channel's columns."""
+    _cuda_knob_case(shape, dtype, {"fused_max_rows": 0}, lambda x: BCFG._fold(B._View(x)) > 1, monkeypatch)
 
 
 @pytest.mark.cuda
@@ -1002,22 +993,18 @@ def test_plane_align(shape, monkeypatch):
     assert ncs == {math.gcd(S, 16)}, hints
 
 
-# rows that fold (M divisible by K): C = 3 / 5 / 9 / 7 channels_last, 2-D and 3-D; even C and C = 1 (fold_all_c)
+# rows that fold (M divisible by K): C = 3 / 5 / 9 / 7 / 21 channels_last, 2-D and 3-D
 FOLD_CASES = [((4, 3, 4, 4), "cl"), ((2, 5, 4, 8), "cl"), ((2, 9, 4, 8), "cl"), ((48, 7), "contig"),
-              ((2, 3, 2, 4, 4), "cl"), ((2, 6, 4, 4), "cl"), ((2, 24, 2, 4), "cl"), ((64, 1), "contig")]
+              ((2, 3, 2, 4, 4), "cl"), ((2, 21, 4, 4), "cl")]
 
 
 @interp
-@pytest.mark.parametrize("partials", list(FOLD_PARTIALS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape,layout", FOLD_CASES, ids=[f"{s}-{l}" for s, l in FOLD_CASES])
-def test_fold_rows(shape, layout, dtype, partials, monkeypatch, poison):
-    """``fold_max_c`` (on since session 38 for 2-byte inputs; fp32 folded here too): rows of a small C taken as
-    (M / K, K * C) rows, column j -> channel j % C: training, eval and SyncBatchNorm's primitives against float64,
-    with K partials a program and channel, or summed in the program (``fold_sum``, prepared in session 38), in
-    32-column blocks or one block a folded row (``fold_full_rows``)."""
-    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fold_max_esize": 8, "fused_max_rows": 0, "fold_all_c": 1,
-                 **FOLD_PARTIALS[partials]}.items():
+def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
+    """``fold_max_c``: rows of a small odd C taken as (M / K, K * C) rows, column j -> channel j % C, each program
+    summing its columns of each channel: training, eval and SyncBatchNorm's primitives against float64."""
+    for k, v in {"fold_max_c": 31, "fold_min_cols": 16, "fused_max_rows": 0}.items():
         monkeypatch.setitem(B._TUNE, k, v)
     assert BCFG._fold(B._View(make_x(shape, dtype, layout))) > 1
     folds = []
@@ -1034,20 +1021,22 @@ def test_fold_rows(shape, layout, dtype, partials, monkeypatch, poison):
 def test_fold_choice(monkeypatch):
     """K: the least multiple of 16 giving >= fold_min_cols columns, or the largest smaller one dividing M, else no
     fold; only odd C >= 3 up to fold_max_c, rows inputs of at most fold_max_esize bytes an element (by default:
-    2-byte inputs of C = 3 .. 15, odd)."""
+    2- and 4-byte inputs of C = 3 .. 15, odd)."""
     def fold(shape, cl=True, dtype=torch.float32):
         x = torch.empty(shape, dtype=dtype)
         if cl and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return BCFG._fold(B._View(x))
 
-    assert fold((4096, 5), dtype=torch.bfloat16) == fold((4096, 5), dtype=torch.float16) == 32
-    assert fold((4096, 5)) == 0  # fp32: 4-byte loads, slower folded
+    assert fold((4096, 5), dtype=torch.bfloat16) == fold((4096, 5), dtype=torch.float16) == fold((4096, 5)) == 32
+    assert fold((4096, 5), dtype=torch.float64) == 0  # never measured
     for c in (1, 2, 4, 6, 12, 17):  # even C load vectors through row_align; C = 1 and even C lost folded
         assert fold((4096, c), dtype=torch.bfloat16) == 0
     monkeypatch.setitem(B._TUNE, "fold_max_c", 63)
     monkeypatch.setitem(B._TUNE, "fold_min_cols", 128)
     monkeypatch.setitem(B._TUNE, "fold_max_esize", 8)
+    for c in (1, 2, 24, 62):
+        assert fold((4096, c), dtype=torch.bfloat16) == 0
     assert fold((64, 3, 8, 8)) == 32  # 4096 rows: 48 (144 columns) does not divide them, 32 (96 columns) does
     assert fold((48, 3, 4, 4)) == 48  # 768 rows: 48 divides them
     assert fold((2, 3, 5, 5)) == 0  # 50 rows: no multiple of 16 divides
@@ -1055,32 +1044,21 @@ def test_fold_choice(monkeypatch):
     assert fold((64, 24, 4, 4)) == 0 and fold((64, 32, 4, 4)) == 0 and fold((64, 65, 4, 4)) == 0
     assert fold((64, 3, 8, 8), cl=False) == 0
     assert fold((4096, 5)) == 32  # 2-D: 32 x 5 = 160 columns
-    monkeypatch.setitem(B._TUNE, "fold_all_c", 1)  # even C / C = 1: K a multiple of 16 / gcd(C, 16)
-    assert fold((64, 24, 4, 4)) == 4  # 6 x 24 = 144 columns does not divide 1024 rows, 4 x 24 does
-    assert fold((4096, 1)) == 128 and fold((4096, 2)) == 64 and fold((64, 32, 4, 4)) == 0
 
 
 def test_fold_sum_grid(monkeypatch):
-    """``fold_sum``: a folded program's partials are NCB a channel, not K, so the partials cap lets the grid keep
-    its programs (256x2x56x56 bf16: 15 programs a column block with K partials each, call 3's slow forward)."""
-    monkeypatch.setitem(B._TUNE, "fold_all_c", 1)
-    x = torch.empty(256, 2, 56, 56, dtype=torch.bfloat16, device="meta").contiguous(memory_format=torch.channels_last)
+    """A folded program sums its columns of each channel: NCB partials a program and channel, not K, so the partials
+    cap leaves the grid a GPU's worth of programs (256x5x56x56 bf16: K partials left it 155, session 38)."""
+    x = torch.empty(256, 5, 56, 56, dtype=torch.bfloat16, device="meta").contiguous(memory_format=torch.channels_last)
     v = B._View(x)
     rv = BCFG._FoldView(v, BCFG._fold(v))
-    cfgs = {}
-    for fs in (0, 1):
-        monkeypatch.setitem(B._TUNE, "fold_sum", fs)
-        cfgs[fs] = BCFG._reduce_cfg(rv, 2)
-    assert cfgs[1]["P"] >= 8 * cfgs[0]["P"] and cfgs[1]["P"] * cfgs[1]["NCB"] >= 128  # a GPU's worth of programs
-    monkeypatch.setitem(B._TUNE, "fold_full_rows", 1)  # one column block a folded row (128 columns)
-    full = BCFG._reduce_cfg(rv, 2)
-    assert (full["NCB"], full["BC"]) == (1, 128) and full["P"] >= cfgs[1]["P"]
-    monkeypatch.setitem(B._TUNE, "fold_full_rows", 0)
+    cfg = BCFG._reduce_cfg(rv, 2)
+    assert cfg["P"] * cfg["NCB"] >= 256
     launched = []
     monkeypatch.setattr(B, "launch", lambda kernel, grid, *a, **kw: launched.append((grid, kw.get("FOLD_SUM"))))
     part, n_part = B._reduce(v, None, None, False, B.tl.float32, torch.float32)
-    assert n_part == cfgs[1]["P"] * cfgs[1]["NCB"] and tuple(part.shape) == (2, n_part, 2)
-    assert launched == [((n_part,), 2)]  # one program a partial row, FOLD_SUM the power of two >= C
+    assert n_part == cfg["P"] * cfg["NCB"] and tuple(part.shape) == (2, n_part, 5)
+    assert launched == [((n_part,), 8)]  # one program a partial row, FOLD_SUM the power of two >= C
 
 
 def test_row_align(monkeypatch):

@@ -151,7 +151,7 @@ def _rows_view(v, ew=False):
 
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
-    partials a program and channel), P*K on the folded view (K; P*NCB with ``fold_sum``). pdl: its dependent (the
+    partials a program and channel), P*NCB on the folded view (its programs sum each channel's columns). pdl: its dependent (the
     combine) is launched with programmatic dependent launch. samples: the forward's ``_shift_samples(v)`` (unused by
     the backward)."""
     x = v.x
@@ -159,7 +159,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
     fold_sum = _fold_sum(rv)
-    # partials a channel: S a program on the spread view, K on the folded one (NCB where its programs sum them)
+    # partials a channel: S a program on the spread view, NCB on the folded one, else 1
     n_part = P * ncb if fold_sum else P * (rv.C // v.C)
     part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)

@@ -157,26 +157,20 @@ _TUNE = {
     "plane_align": 1,
     # channels_last / 2-D rows of an odd C >= 3 up to fold_max_c, inputs of at most fold_max_esize bytes an element,
     # folded: the (M, C) rows taken as (M / K, K * C) with K * C a multiple of 16 (>= fold_min_cols), column j ->
-    # channel j % C (_fold). Unfolded, C = 3 channels_last bf16 ran at 0.17-0.19 of copy (rows of 6 bytes loaded
-    # element by element). H100 session 38 (results/h100-2026-12-05-s38, bn_kernels.py), graph ms, bf16, off -> on
-    # (call 2): 64x3x224x224 CL fwd / bwd / eval 0.0517 / 0.0578 / 0.0291 -> 0.0316 / 0.0406 / 0.0133, 256x5x56x56 CL
-    # 0.0262 / 0.0293 / 0.0122 -> 0.0149 / 0.0247 / 0.0056, 1048576x7 0.0369 / 0.0410 / 0.0188 -> 0.0221 / 0.0349 /
-    # 0.0101. fp32 (4-byte loads, coalesced already) lost at C = 3: 4096x3x32x32 CL fwd 0.0591 -> 0.0676. Even C
-    # (vector loads through row_align already) and C = 1 lost in training (call 3, nofold): 256x4x112x112 CL fwd /
-    # bwd 0.0301 / 0.0444 -> 0.0356 / 0.0487, 256x2x56x56 CL bwd 0.0084 -> 0.0213, 1048576x1 bwd 0.0061 -> 0.0158
+    # channel j % C (_fold); a folded reduction program sums its K columns of each channel before it writes them
+    # (FOLD_SUM: P * NCB partials a channel, so the partials cap does not cut P by K). Unfolded, C = 3 channels_last
+    # bf16 ran at 0.17-0.19 of copy (rows of 6 bytes loaded element by element). H100 session 38
+    # (results/h100-2026-12-05-s38, call 2, K partials a program), graph ms, bf16, off -> on: 64x3x224x224 CL fwd /
+    # bwd / eval 0.0517 / 0.0578 / 0.0291 -> 0.0316 / 0.0406 / 0.0133, 1048576x7 0.0369 / 0.0410 / 0.0188 -> 0.0221 /
+    # 0.0349 / 0.0101. Summed, session 39 (results/h100-2026-12-05-s39/call1-part115), K partials -> summed: bf16
+    # 64x3x224x224 CL fwd / bwd 0.0322 / 0.0400 -> 0.0245 / 0.0370, 256x5x56x56 CL 0.0145 / 0.0242 -> 0.0135 / 0.0199;
+    # fp32 (unfolded before) 64x3x224x224 CL 0.0458 / 0.0723 -> 0.0424 / 0.0671, 256x5x56x56 fwd / bwd / eval
+    # 0.0256 / 0.0328 / 0.0113 -> 0.0224 / 0.0288 / 0.0104, but C = 3 fp32 eval +1.4 % (0.0279 -> 0.0283, 0.87 of
+    # copy either way). Even C / C = 1 lost in training even summed (256x2x56x56 CL bf16 fwd 0.0083 -> 0.0096,
+    # 1048576x1 bwd 0.0056 -> 0.0084); one folded row in one column block lost too (256x5x56x56 fwd 0.0135 -> 0.0203)
     "fold_max_c": 15,
     "fold_min_cols": 128,
-    "fold_max_esize": 2,
-    # a folded reduction program sums its K columns of each channel before it writes them (FOLD_SUM): P * NCB
-    # partials a channel, not P * K, so the partials cap (partial_frac_rows) no longer cuts P by K. Prepared in
-    # session 38 without device time (0: off): folded, the cap left 256x2x56x56's forward 15 programs a column block
-    # (60 in all; 512 unfolded) and its backward combine 9,984 partials a channel, the likeliest cause of call 3's
-    # losses at even C. fold_all_c: fold even C and C = 1 too (0: odd C >= 3 only), to measure them with the sums
-    "fold_sum": 0,
-    "fold_all_c": 0,
-    # ... and with the sums, a folded row in one column block (its K * C columns are contiguous: 96-240 of them), not
-    # cut to 32-column blocks by min_rows (prepared in session 38, 0: off)
-    "fold_full_rows": 0,
+    "fold_max_esize": 4,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -321,8 +315,7 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
             BC = min(BC, _TUNE["red_rows_block_cols"])
         elif full:  # the widest block (2 KB row segments), more programs down the rows
             frac = _TUNE["partial_frac_rows_full"]
-        elif not (v.fold and _TUNE["fold_sum"] and _TUNE["fold_full_rows"]):
-            # enough rows per program that the partials stay a small fraction of the input
+        else:  # enough rows per program that the partials stay a small fraction of the input
             while BC > 32 and v.M * cdiv(C, BC) < _TUNE["min_rows"] * _TUNE["target_programs"]:
                 BC //= 2
         BM = max(1, tile // BC)
@@ -357,9 +350,9 @@ def _reduce_cfg_uncached(v, esize, bwd=False):
 
 def _programs_down(v, units, ncb, target, frac, esize):
     """P, the programs a column block: within target programs, the partials (2 x P x C x 4 bytes; 2 x P x NCB x the
-    channels on a folded view whose programs sum their channels, ``fold_sum``) a small fraction of the input."""
+    channels on a folded view, whose programs sum their channels) a small fraction of the input."""
     cap = int(frac * v.M * esize / 8)
-    if _fold_sum(v):
+    if v.fold:
         cap = cap * v.C // (ncb * v.fold)
     return max(1, min(units, target // ncb, max(cap, 1)))
 
@@ -462,13 +455,13 @@ def _spread(v, ew=False):
 
 
 def _fold(v):
-    """K where the rows view (M, C) of an odd C >= 3 (any C % 16 != 0 with ``fold_all_c``) is taken as (M / K, K * C)
+    """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C)
     rows (``fold_max_c``, inputs of at most ``fold_max_esize`` bytes an element), else 0. K is a multiple of
     K0 = 16 / gcd(C, 16), so that K * C is one of 16: the least with K * C >= ``fold_min_cols``, or the largest smaller
     one dividing M. Column j of a folded row is channel j % C."""
-    if v.kind != "rows" or v.C % 16 == 0 or v.C > _TUNE["fold_max_c"] or v.x.element_size() > _TUNE["fold_max_esize"]:
+    if v.kind != "rows" or v.C % 2 == 0 or v.C == 1 or v.C > _TUNE["fold_max_c"]:
         return 0
-    if not _TUNE["fold_all_c"] and (v.C % 2 == 0 or v.C == 1):
+    if v.x.element_size() > _TUNE["fold_max_esize"]:
         return 0
     k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
     k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))
@@ -478,9 +471,9 @@ def _fold(v):
 
 
 def _fold_sum(v):
-    """FOLD_SUM of the reduction on view v: on a folded view whose programs sum their columns of each channel
-    (``fold_sum``), the power of two >= its C; else 0."""
-    return next_pow2(v.fold) if v.fold and _TUNE["fold_sum"] else 0
+    """FOLD_SUM of the reduction on view v: on a folded view (its programs sum their columns of each channel), the
+    power of two >= its C; else 0."""
+    return next_pow2(v.fold) if v.fold else 0
 
 
 class _FoldView:

@@ -136,10 +136,9 @@ def _bn_reduce_rows_kernel(
     registers, each set reloaded right after its own sums, so one step stays in flight while the other is summed
     (with one set, ptxas reloads it only after its sums: sm_90 SASS). The same steps summed in the same order: the
     same bits. C_ALIGN: rows of C elements are a multiple of it (``known_multiple``).
-    FOLD > 0 (``fold_max_c``): the (M / K, K * C) rows of a small C (FOLD = C, CCH channels, K = C // FOLD here):
-    column j is channel j % FOLD, its sums go to part[0 / 1, p*K + j // FOLD, j % FOLD] (K partials a program and
-    channel); with FOLD_SUM (``fold_sum``: a power of two >= FOLD) the program sums its columns of each channel
-    first and writes part[0 / 1, p*NCB + cb, c] (NCB partials a program and channel)."""
+    FOLD > 0 (``fold_max_c``): the (M / K, K * C) rows of a small C (FOLD = C, CCH channels): column j is channel
+    j % FOLD; the program sums its columns of each channel (FOLD_SUM: a power of two >= FOLD) and writes
+    part[0 / 1, p*NCB + cb, c] (NCB partials a program and channel)."""
     if PDL:
         gdc_launch_dependents()
     C = known_multiple(C, C_ALIGN)
@@ -206,7 +205,7 @@ def _bn_reduce_rows_kernel(
         dst = (p * SMAP + cols % SMAP).to(tl.int64) * CCH + ch
         tl.store(part_ptr + dst, s1, mask=cmask)
         tl.store(part_ptr + tl.cast(P, tl.int64) * SMAP * CCH + dst, s2, mask=cmask)
-    elif FOLD_SUM:
+    elif FOLD:
         # [channel, column] one-hot: one reduction along the columns gives every channel's sum
         chans = tl.arange(0, FOLD_SUM)
         hit = (chans[:, None] == ch[None, :]) & cmask[None, :]
@@ -215,10 +214,6 @@ def _bn_reduce_rows_kernel(
         dst = (p * NCB + cb).to(tl.int64) * CCH + chans
         tl.store(part_ptr + dst, t1, mask=chans < FOLD)
         tl.store(part_ptr + tl.cast(P, tl.int64) * NCB * CCH + dst, t2, mask=chans < FOLD)
-    elif FOLD:
-        dst = (p * (C // FOLD) + cols // FOLD).to(tl.int64) * CCH + ch
-        tl.store(part_ptr + dst, s1, mask=cmask)
-        tl.store(part_ptr + tl.cast(P, tl.int64) * (C // FOLD) * CCH + dst, s2, mask=cmask)
     else:
         tl.store(part_ptr + p * C + cols, s1, mask=cmask)
         tl.store(part_ptr + (P + p) * C + cols, s2, mask=cmask)
