@@ -73,7 +73,7 @@ if [ "$PART" = 118 ]; then  # session 39 (carry ab_old): the summed fold on (fp3
     timeout 120 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16,fp32 \
         --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,32x9x64x64 --only-variants nofold --budget 80 \
         > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -32
-    breakdown_c34
+    [ "${BREAKDOWN:-1}" = 0 ] || breakdown_c34
 elif [ "$PART" = 116 ]; then
     breakdown_c34
 elif [ "$PART" = 103 ]; then  # (carry .whl) batch norm's headline dtype against every peer (the every-dtype bench's
