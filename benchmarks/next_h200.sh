@@ -67,8 +67,8 @@ if [ "$PART" = 118 ]; then  # session 39 (carry ab_old): the summed fold on (fp3
     timeout -s INT 150 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k "fold or spread or peel" \
         > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
     grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
-    stamp "conformance on CUDA: batch_norm"
-    timeout 150 python3 -m normkit check --impl normkit --device cuda --ops batch_norm \
+    stamp "conformance on CUDA: batch, instance and group norm"
+    timeout 120 python3 -m normkit check --impl normkit --device cuda --ops batch_norm,instance_norm,group_norm \
         --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
     stamp "A/B: nofold (odd C, channels_last / 2-D) and nopeel2 / nopeelall (contiguous) against the defaults"
     timeout 150 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16,fp32 \
