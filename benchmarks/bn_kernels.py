@@ -176,9 +176,6 @@ VARIANTS = {
     "oddewall": {"spread_max_plane_ew_odd": 1 << 30},
     # session 38: fold off (on by default since: odd C, 2-byte inputs; 4-byte too and summed partials since s39)
     "nofold": {"fold_max_c": 0},
-    # session 39 (prepared): the ncs forward of short programs (<= 2 steps) / of every program without the peeled step
-    "nopeel2": {"ncs_fwd_nopeel_max_iter": 2},
-    "nopeelall": {"ncs_fwd_nopeel_max_iter": 1 << 30},
     # session 37: run-time planes of S % 16 != 0 (38x38, 50x50, 150x150) not told S's power-of-two factor (told
     # since session 38)
     "noplanealign": {"plane_align": 0},
@@ -234,15 +231,13 @@ VARIANT_SCOPE = {
     "oddewoff": ("ncs", ("fwd", "bwd", "eval")),
     "oddewall": ("ncs", ("fwd", "bwd", "eval")),
     "nofold": ("rows", ("fwd", "bwd", "eval")),
-    "nopeel2": ("ncs", ("fwd",)),
-    "nopeelall": ("ncs", ("fwd",)),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
 }
 # variants also run in fp32 (the rest: bf16 only)
 FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
-                 "noplanealign", "nofold", "nopeel2", "nopeelall")
+                 "noplanealign", "nofold")
 FILTERS = {}  # --shapes/--layouts/--dtypes/--modes/--only-variants
 L2_BYTES = 60 * 2**20
 DEV = "cuda"  # --dry: "cpu" under TRITON_INTERPRET=1 with tiny shapes (checks this script, times nothing real)

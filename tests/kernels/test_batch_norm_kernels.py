@@ -1018,32 +1018,6 @@ def test_fold_rows(shape, layout, dtype, monkeypatch, poison):
     assert BCFG._fold(B._View(make_x(shape, dtype, layout))) == 0
 
 
-@interp
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("shape", [(4, 3, 8, 8), (2, 4, 16, 16), (3, 5, 4, 4, 4)])
-def test_ncs_forward_without_peel(shape, dtype, monkeypatch, poison):
-    """``ncs_fwd_nopeel_max_iter`` (prepared in session 39, off): the ncs forward reduction with its shift's median
-    taken before the loop, no step peeled: training, eval and SyncBatchNorm's primitives against float64, and the
-    launches take FWD_PEEL=False."""
-    monkeypatch.setitem(B._TUNE, "fused_max_rows", 0)
-    monkeypatch.setitem(B._TUNE, "ncs_fwd_nopeel_max_iter", 1 << 30)
-    peels = []
-    real = B.launch
-    monkeypatch.setattr(B, "launch", lambda k, *a, **kw: (peels.append(kw.get("FWD_PEEL", True)), real(k, *a, **kw))[1])
-    test_train_forward_backward(shape, "contig", dtype, "nopeel", poison)
-    test_sync_primitives(shape, "contig", dtype, "nopeel", poison)
-    assert False in peels
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (256, 4, 112, 112), (4096, 3, 32, 32), (32, 64, 56, 56)])
-def test_cuda_ncs_forward_without_peel(shape, dtype, monkeypatch):
-    """``ncs_fwd_nopeel_max_iter`` on every program: float64 agreement and run-to-run bits on CUDA."""
-    _cuda_knob_case(shape, dtype, {"fused_max_rows": 0, "ncs_fwd_nopeel_max_iter": 1 << 30},
-                    lambda x: B._View(x).kind == "ncs", monkeypatch, cl=False)
-
-
 def test_fold_choice(monkeypatch):
     """K: the least multiple of 16 giving >= fold_min_cols columns, or the largest smaller one dividing M, else no
     fold; only odd C >= 3 up to fold_max_c, rows inputs of at most fold_max_esize bytes an element (by default:

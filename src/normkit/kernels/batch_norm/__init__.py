@@ -179,8 +179,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     launch(_bn_reduce_ncs_kernel_cs if const_s else _bn_reduce_ncs_kernel, grid,
         x, gg, rr, part, v.C, v.S, v.N * v.C, cfg["NSC"], P, ncb, cfg["n_iter"], *samples,
         CB=cfg["CB"], BS=cfg["BS"], BWD=bwd, ACC=acc_tl, **pdl_trigger(pdl),
-        **({} if const_s else {"S_ALIGN": _plane_align(v)}),
-        **({} if bwd or cfg["n_iter"] > _TUNE["ncs_fwd_nopeel_max_iter"] else {"FWD_PEEL": False}), num_warps=nw,
+        **({} if const_s else {"S_ALIGN": _plane_align(v)}), num_warps=nw,
     )
     return part, n_part
 

@@ -171,11 +171,6 @@ _TUNE = {
     "fold_max_c": 15,
     "fold_min_cols": 128,
     "fold_max_esize": 4,
-    # the ncs forward reduction of programs of at most this many loop steps takes its shift's median before the loop
-    # and peels no step (0: every program peels step 0, hiding the samples' latency behind its loads; session 13: a
-    # shift formed before the loads cost the forward 3-13 %). Prepared in session 39, off: since session 36's median
-    # shift, C = 3 / 4 contiguous rows, whose 256-1023 programs do 1-2 steps, ran 8-9 % slower (H200 s37)
-    "ncs_fwd_nopeel_max_iter": 0,
 }
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -243,12 +243,10 @@ def _bn_reduce_ncs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr,
-    FWD_PEEL: tl.constexpr,
 ):
     """Split reduction over a contiguous (N, C, S) view. Work units u = n*NSC + s_chunk; program
     (p, cb) takes channels cb*CB.. and units p, p+P, ... (two per loop step). Same sums as the rows
-    kernel. FWD_PEEL False (``ncs_fwd_nopeel_max_iter``): the forward takes its shift's median before the loop and
-    peels no step."""
+    kernel."""
     if PDL:
         gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -262,23 +260,18 @@ def _bn_reduce_ncs(
     # step 0 peeled. Backward: its loads issued before the saved mean's (H200: NCHW bf16 backward 3-4.5 % faster,
     # NOTES-batch_norm.md, session 13). Forward: the shift's samples (_bn_shift) loaded first, their median taken
     # once step 0's loads are out
-    first = 0
-    if BWD or FWD_PEEL:
-        if not BWD:
-            sa, sb, sc = load_three(x_ptr + ch.to(tl.int64) * S, o_mid, o_last, cmask, ACC)
-        o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
-        xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
-        xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
-        if BWD:
-            ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[:, None]
-        else:
-            ref2 = median3(sa, sb, sc)[:, None]
-        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
-        acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
-        first = 1
+    if not BWD:
+        sa, sb, sc = load_three(x_ptr + ch.to(tl.int64) * S, o_mid, o_last, cmask, ACC)
+    o0, o1, m0, m1 = _bn_ncs_step(p, 0, P, C, S, NC, NSC, ch, cmask, sr, BS)
+    xa, ga = _bn_load_raw(x_ptr, g_ptr, o0, m0, BWD)
+    xb, gb = _bn_load_raw(x_ptr, g_ptr, o1, m1, BWD)
+    if BWD:
+        ref2 = tl.load(ref_ptr + ch, mask=cmask, other=0.0).to(ACC)[:, None]
     else:
-        ref2 = _bn_shift(x_ptr, ch, cmask, S, o_mid, o_last, ACC)[:, None]
-    for i in range(first, n_iter):
+        ref2 = median3(sa, sb, sc)[:, None]
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xa.to(ACC), ga.to(ACC), m0, ref2, BWD)
+    acc1, acc2 = _bn_acc_loaded(acc1, acc2, xb.to(ACC), gb.to(ACC), m1, ref2, BWD)
+    for i in range(1, n_iter):
         o0, o1, m0, m1 = _bn_ncs_step(p, i, P, C, S, NC, NSC, ch, cmask, sr, BS)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o0, m0, ref2, BWD, ACC)
         acc1, acc2 = _bn_accumulate(acc1, acc2, x_ptr, g_ptr, o1, m1, ref2, BWD, ACC)
@@ -293,13 +286,13 @@ def _bn_reduce_ncs_kernel(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-    S_ALIGN: tl.constexpr = 1, FWD_PEEL: tl.constexpr = True,
+    S_ALIGN: tl.constexpr = 1,
 ):
     """ncs split reduction, plane length S at run time (S a multiple of 16, or large). S_ALIGN: S's power-of-two
     factor below 16 (``known_multiple``; knob ``plane_align``), else 1."""
     S = known_multiple(S, S_ALIGN)
     _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC,
-                   PDL, FWD_PEEL)
+                   PDL)
 
 
 @triton.jit
@@ -307,12 +300,11 @@ def _bn_reduce_ncs_kernel_cs(
     x_ptr, g_ptr, ref_ptr, part_ptr,
     C, S: tl.constexpr, NC, NSC, P, NCB, n_iter, o_mid, o_last,
     CB: tl.constexpr, BS: tl.constexpr, BWD: tl.constexpr, ACC: tl.constexpr, PDL: tl.constexpr = False,
-    FWD_PEEL: tl.constexpr = True,
 ):
     """ncs split reduction with S a compile-time constant (short planes not a multiple of 16:
     the compiler then knows every alignment S has, e.g. 4 for 14x14)."""
     _bn_reduce_ncs(x_ptr, g_ptr, ref_ptr, part_ptr, C, S, NC, NSC, P, NCB, n_iter, o_mid, o_last, CB, BS, BWD, ACC,
-                   PDL, FWD_PEEL)
+                   PDL)
 
 
 @triton.jit
