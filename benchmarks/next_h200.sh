@@ -4,15 +4,12 @@
 #       timeout_s=600)
 # (the device's copy of .git is not the checkout's: without the variable the bench JSON's git_sha is wrong).
 # Output: $OUT/summary<n>.log (the call's stdout), $OUT/next<n>/ (logs, JSON) and $OUT/next<n>.tgz.
-# The parts sessions 1-38 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
+# The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# For this / the next session (predictions in NOTES-batch_norm.md, sessions 38-39):
-#   PART=118 (~450 s, carry ab_old = main before session 36's shift:
-#            `rm -rf ab_old && mkdir ab_old && git archive 6e6d762 src | tar -x -C ab_old`): the fold's CUDA tests,
-#            batch-norm conformance on CUDA, nofold against the defaults, then PART=116's per-kernel times.
-#   PART=116 (~250 s, carry ab_old): per-kernel time of the C = 3 / 4 contiguous rows that the median-of-three shift
-#            slowed 8-9 % (its samples' loads cost nothing).
+# For the next session (written in session 39):
+#   PART=119 (~400 s, carry .whl): randomized CUDA tests of batch / instance / group norm at session 39's fold (fp32
+#            folded), then the layer / RMS suite with Liger and FlagGems (never run with the peers on an H100).
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
@@ -46,35 +43,10 @@ ln_suite_bench() {
         --budget "$1" --json "$W/$2/bench.json" --out "$W/$2" --no-progress \
         > "$W/$2.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/$2/summary.md" | head -30
 }
-# (carry ab_old: the pre-median src) where C = 3 / 4 contiguous's +8-9 % since session 36 goes: per-kernel time, ~250 s
-breakdown_c34() {
-    for dt in fp32 bf16; do
-        for tree in ab_old/src src; do
-            name=$([ "$tree" = src ] && echo main || echo old)
-            stamp "per-kernel time ($dt, contiguous, PDL off), $name"
-            PYTHONPATH=$tree timeout 100 python3 benchmarks/bn_breakdown.py --layout contiguous --dtype $dt \
-                --shapes 64x3x224x224,256x4x112x112,4096x3x32x32,256x64x56x56 --out "$W/breakdown-$name" \
-                > "$W/breakdown-$name-$dt.log" 2>&1; echo "breakdown rc=$?"; grep -E " us" "$W/breakdown-$name-$dt.log" | cut -c1-110
-        done
-    done
-}
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 118 ]; then  # session 39 (carry ab_old): the summed fold on (fp32 too), tested and measured; ~450 s
-    stamp "batch norm fold (summed partials, fp32 folded): CUDA tests"
-    timeout -s INT 150 python3 -m pytest -q --tb=short -m cuda tests/kernels/test_batch_norm_kernels.py -k "fold or spread" \
-        > "$W/pytest_fold.log" 2>&1; echo "pytest rc=$?"; tail -1 "$W/pytest_fold.log"
-    grep -E "^FAILED|^E  " "$W/pytest_fold.log" | head -10 | cut -c1-250
-    stamp "conformance on CUDA: batch, instance and group norm"
-    timeout 120 python3 -m normkit check --impl normkit --device cuda --ops batch_norm,instance_norm,group_norm \
-        --quiet --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; tail -4 "$W/check.log" | cut -c1-160
-    stamp "fold A/B: nofold against the defaults, odd C, bf16 and fp32"
-    timeout 120 python3 benchmarks/bn_kernels.py --out "$W/fold" --layouts cl,contig --dtypes bf16,fp32 \
-        --shapes 64x3x224x224,4096x3x32x32,256x5x56x56,1048576x7,32x9x64x64 --only-variants nofold --budget 80 \
-        > "$W/fold.log" 2>&1; echo "bn rc=$?"; sed -n '/variants, graph ms/,$p' "$W/fold.log" | cut -c1-120 | tail -32
-    [ "${BREAKDOWN:-1}" = 0 ] || breakdown_c34
-elif [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests at the new fold; the layer / RMS suite
+if [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests at the new fold; the layer / RMS suite
     stamp "randomized test on CUDA: batch, instance, group norm (fresh seed)"
     seed=${SEED:-$RANDOM$RANDOM}; echo "NORMKIT_RANDOM_SEED=$seed"
     NORMKIT_RANDOM_SEED=$seed timeout -s INT ${RANDOM_S:-90} python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py \
@@ -83,8 +55,6 @@ elif [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests a
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, with ATen, Liger and FlagGems"
     ln_suite_bench ${LN_S:-300} bench-ln
-elif [ "$PART" = 116 ]; then
-    breakdown_c34
 elif [ "$PART" = 103 ]; then  # (carry .whl) batch norm's headline dtype against every peer (the every-dtype bench's
     use_wheels                  # budget leaves FlagGems' slow rows out)
     stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"
