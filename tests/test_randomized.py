@@ -314,6 +314,13 @@ def draw_bn_shape(r, training):
         elif r.random() < 0.15:  # short unaligned planes in rows of 16-element multiples (batch norm's spread view)
             C, sp = r.choice([16, 32]), r.choice([[3, 3], [5, 5], [7, 7], [9], [25]])
             N, nd = r.choice([1, 2, 3, 5]), 2 + len(sp)
+        elif r.random() < 0.12:  # rows of a small odd C, a multiple of 16 of them (batch norm's folded rows view)
+            C = r.choice([3, 5, 7, 9, 15])
+            if r.random() < 0.5:
+                N, sp = r.choice([2, 3, 4]), r.choice([[4, 4], [2, 8], [4, 12]])
+            else:
+                N, sp = 16 * r.choice([2, 3, 6, 9]), []
+            nd = 2 + len(sp)
         shape = (N, C, *sp)
         n = N * math.prod(sp)
         if training and n < 2:
