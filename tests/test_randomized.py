@@ -311,8 +311,9 @@ def draw_bn_shape(r, training):
         sp = [r.choice([1, 1, 2, 3, 5, 7, 9]) for _ in range(nd - 2)]
         if r.random() < 0.15:  # N·HW = 2, the smallest training batch
             N, sp = r.choice([(2, [1] * (nd - 2)), (1, [2] + [1] * (nd - 3))]) if nd > 2 else (2, [])
-        elif r.random() < 0.15:  # short unaligned planes in rows of 16-element multiples (batch norm's spread view)
-            C, sp = r.choice([16, 32]), r.choice([[3, 3], [5, 5], [7, 7], [9], [25]])
+        elif r.random() < 0.15:  # unaligned planes in rows of 16-element multiples (batch norm's spread view; 81 and
+            # 75 elements: odd planes past 64, spread in the elementwise pass only)
+            C, sp = r.choice([16, 32]), r.choice([[3, 3], [5, 5], [7, 7], [9], [25], [9, 9], [5, 15]])
             N, nd = r.choice([1, 2, 3, 5]), 2 + len(sp)
         elif r.random() < 0.12:  # rows of a small odd C, a multiple of 16 of them (batch norm's folded rows view)
             C = r.choice([3, 5, 7, 9, 15])
