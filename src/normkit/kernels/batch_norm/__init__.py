@@ -151,9 +151,9 @@ def _rows_view(v, ew=False):
 
 def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     """Launch the split reduction; returns (partials [2, P', C], P'): P' = P, or P*S on the spread view (S
-    partials a program and channel), P*NCB on the folded view (its programs sum each channel's columns). pdl: its dependent (the
-    combine) is launched with programmatic dependent launch. samples: the forward's ``_shift_samples(v)`` (unused by
-    the backward)."""
+    partials a program and channel), P*NCB on the folded view (its programs sum each channel's columns). pdl: its
+    dependent (the combine) is launched with programmatic dependent launch. samples: the forward's
+    ``_shift_samples(v)`` (unused by the backward)."""
     x = v.x
     rv, sp, fold = _rows_view(v)
     cfg = _reduce_cfg(rv, x.element_size(), bwd)

@@ -455,10 +455,10 @@ def _spread(v, ew=False):
 
 
 def _fold(v):
-    """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C)
-    rows (``fold_max_c``, inputs of at most ``fold_max_esize`` bytes an element), else 0. K is a multiple of
-    K0 = 16 / gcd(C, 16), so that K * C is one of 16: the least with K * C >= ``fold_min_cols``, or the largest smaller
-    one dividing M. Column j of a folded row is channel j % C."""
+    """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at
+    most ``fold_max_esize`` bytes an element), else 0. K is a multiple of K0 = 16 / gcd(C, 16), so that K * C is one
+    of 16: the least with K * C >= ``fold_min_cols``, or the largest smaller one dividing M. Column j of a folded row
+    is channel j % C."""
     if v.kind != "rows" or v.C % 2 == 0 or v.C == 1 or v.C > _TUNE["fold_max_c"]:
         return 0
     if v.x.element_size() > _TUNE["fold_max_esize"]:
