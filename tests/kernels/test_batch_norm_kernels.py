@@ -914,7 +914,8 @@ def _cuda_knob_case(shape, dtype, knobs, chosen, monkeypatch, cl=True):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7), (8, 3, 16, 4, 4)])
+@pytest.mark.parametrize("shape", [(64, 3, 224, 224), (4096, 3, 32, 32), (256, 5, 56, 56), (65536, 7),
+                                   (8, 3, 16, 4, 4)])
 def test_cuda_fold_rows(shape, dtype, monkeypatch):
     """``fold_max_c`` (odd C; 2-byte inputs since session 38, fp32 since session 39): channels_last / 2-D rows of
     C = 3 / 5 / 7 as folded rows whose programs sum each channel's columns."""
