@@ -10,6 +10,7 @@
 # For the next session (written in session 39):
 #   PART=119 (~400 s, carry .whl): randomized CUDA tests of batch / instance / group norm at session 39's fold (fp32
 #            folded), then the layer / RMS suite with Liger and FlagGems (never run with the peers on an H100).
+#   PART=120 (~60 s, on nvidia-h100-x2 or larger if ever lent): SyncBatchNorm over NCCL, a GPU a rank.
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
@@ -55,6 +56,10 @@ if [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests at 
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, with ATen, Liger and FlagGems"
     ln_suite_bench ${LN_S:-300} bench-ln
+elif [ "$PART" = 120 ]; then  # (kind nvidia-h100-x2 or larger, where lent) SyncBatchNorm over NCCL, a GPU a rank
+    stamp "SyncBatchNorm over NCCL ($(nvidia-smi -L | wc -l) GPUs) and the other distributed tests"
+    timeout -s INT 300 python3 -m pytest -q --tb=short tests/test_distributed.py > "$W/pytest_distributed.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_distributed.log"; grep -E "^FAILED|^E  |SKIP" "$W/pytest_distributed.log" | head -20
 elif [ "$PART" = 103 ]; then  # (carry .whl) batch norm's headline dtype against every peer (the every-dtype bench's
     use_wheels                  # budget leaves FlagGems' slow rows out)
     stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"

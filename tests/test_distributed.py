@@ -1,7 +1,8 @@
 """normkit.nn.SyncBatchNorm / normkit.distributed.sync_batch_norm over a real process group: three ranks over
-gloo (spawned processes; CPU tensors, or CUDA tensors on one GPU), each with its slice of one batch (one slice
-empty), against torch's float64 batch norm of the whole batch on the CPU: outputs, input gradients, the ranks'
-summed weight / bias gradients, and running statistics over two training steps; eval mode without collectives."""
+gloo (spawned processes; CPU tensors, or CUDA tensors on one GPU), or over NCCL with a GPU a rank (two or three,
+where the machine has them), each with its slice of one batch (one slice empty), against torch's float64 batch norm
+of the whole batch on the CPU: outputs, input gradients, the ranks' summed weight / bias gradients, and running
+statistics over two training steps; eval mode without collectives."""
 
 import os
 import sys
@@ -28,6 +29,12 @@ CASES = [
     ("ncl_fp64", (2, 1, 3), (5, 7), torch.float64, False, True, 0.5),
 ]
 STEPS = 2
+
+
+def _for_world(case, world):
+    """The case with the first ``world`` ranks' batch sizes (fewer ranks where fewer GPUs take part)."""
+    name, sizes, *rest = case
+    return (name, sizes[:world], *rest)
 
 
 def _case_inputs(case, seed):
@@ -60,11 +67,15 @@ def _layout(t, channels_last):
     return t
 
 
-def _worker(rank, path, seed, out_dir, device):
-    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=WORLD)
+def _worker(rank, path, seed, out_dir, device, backend="gloo", world=WORLD):
+    if backend == "nccl":  # a GPU a rank
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    dist.init_process_group(backend, init_method=f"file://{path}", rank=rank, world_size=world)
     try:
         results = {}
         for case in CASES:
+            case = _for_world(case, world)
             name, sizes, dims, dtype, cl, affine, momentum = case
             torch.manual_seed(seed)  # the same initial parameters on every rank
             m = SyncBatchNorm(dims[0], momentum=momentum, affine=affine)
@@ -104,12 +115,20 @@ def _to_cpu(obj):
     return obj
 
 
-@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def _gpus():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.fixture(scope="module", params=[
+    "cpu", pytest.param("cuda", marks=pytest.mark.cuda),
+    pytest.param("nccl", marks=[pytest.mark.cuda, pytest.mark.skipif(
+        _gpus() < 2 or not dist.is_nccl_available(), reason="needs two GPUs and NCCL")])])
 def ranks(request, tmp_path_factory):
     d = tmp_path_factory.mktemp("sbn")
     seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24  # fresh per session, in pytest's header (conftest)
-    mp.spawn(_worker, args=(str(d / "store"), seed, str(d), request.param), nprocs=WORLD, join=True)
-    return seed, [torch.load(d / f"{r}.pt") for r in range(WORLD)]
+    backend, world = ("nccl", min(WORLD, _gpus())) if request.param == "nccl" else ("gloo", WORLD)
+    mp.spawn(_worker, args=(str(d / "store"), seed, str(d), request.param, backend, world), nprocs=world, join=True)
+    return seed, [torch.load(d / f"{r}.pt") for r in range(world)]
 
 
 def _tol(dtype):
@@ -119,6 +138,7 @@ def _tol(dtype):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_sync_batch_norm_matches_the_whole_batch(ranks, case):
     seed, results = ranks
+    case = _for_world(case, len(results))
     name, sizes, dims, dtype, cl, affine, momentum = case
     C = dims[0]
     torch.manual_seed(seed)
