@@ -67,7 +67,8 @@ def _layout(t, channels_last):
     return t
 
 
-def _worker(rank, path, seed, out_dir, device, backend="gloo", world=WORLD):
+def _worker(rank, path, seed, out_dir, device, world=WORLD):
+    backend = "nccl" if device == "nccl" else "gloo"
     if backend == "nccl":  # a GPU a rank
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
@@ -126,8 +127,8 @@ def _gpus():
 def ranks(request, tmp_path_factory):
     d = tmp_path_factory.mktemp("sbn")
     seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24  # fresh per session, in pytest's header (conftest)
-    backend, world = ("nccl", min(WORLD, _gpus())) if request.param == "nccl" else ("gloo", WORLD)
-    mp.spawn(_worker, args=(str(d / "store"), seed, str(d), request.param, backend, world), nprocs=world, join=True)
+    world = min(WORLD, _gpus()) if request.param == "nccl" else WORLD
+    mp.spawn(_worker, args=(str(d / "store"), seed, str(d), request.param, world), nprocs=world, join=True)
     return seed, [torch.load(d / f"{r}.pt") for r in range(world)]
 
 

@@ -69,12 +69,12 @@ import struct
 import torch
 import triton.language as tl
 
-from normkit.kernels import _plan
+from normkit.kernels import _plan, next_pow2
 from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigger, scalar
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
                                                 _FoldView, _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
-                                                _flat_planes, _fold, _fold_sum, _one_launch_cfg, _reduce_cfg,
-                                                _rows_reduce_warps, _plane_align, _row_align, _spread, _warps)
+                                                _flat_planes, _fold, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
+                                                _plane_align, _row_align, _spread, _warps)
 from normkit.kernels.batch_norm._ew_kernels import (_bn_ew_flat_kernel, _bn_ew_ncs_kernel, _bn_ew_ncs_kernel_cs,
                                                     _bn_ew_rows_kernel)
 from normkit.kernels.batch_norm._fused_kernels import _bn_fused_bwd_kernel, _bn_fused_fwd_kernel
@@ -158,9 +158,8 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
     rv, sp, fold = _rows_view(v)
     cfg = _reduce_cfg(rv, x.element_size(), bwd)
     P, ncb = cfg["P"], cfg["NCB"]
-    fold_sum = _fold_sum(rv)
     # partials a channel: S a program on the spread view, NCB on the folded one, else 1
-    n_part = P * ncb if fold_sum else P * (rv.C // v.C)
+    n_part = P * ncb if fold else P * (rv.C // v.C)
     part = alloc(torch.empty((2, n_part, v.C), device=x.device, dtype=acc_t))
     grid = (P * ncb,)
     gg = g if g is not None else x
@@ -169,7 +168,7 @@ def _reduce(v, g, ref, bwd, acc_tl, acc_t, pdl=False, samples=(0, 0)):
         launch(_bn_reduce_rows_kernel, grid,
             x, gg, rr, part, rv.M, rv.C, P, ncb, cfg["n_iter"], v.C, *samples,
             BM=cfg["BM"], BC=cfg["BC"], BWD=bwd, ACC=acc_tl, UNROLL=cfg["UNROLL"], SMAP=sp, C_ALIGN=_row_align(rv.C),
-            FOLD=fold, FOLD_SUM=fold_sum, **pdl_trigger(pdl),
+            FOLD=fold, FOLD_SUM=next_pow2(fold) if fold else 0, **pdl_trigger(pdl),
             **({"TWO_BUF": True} if cfg.get("TWO_BUF") else {}),
             num_warps=_rows_reduce_warps(cfg, x.element_size()),
         )

@@ -456,24 +456,17 @@ def _spread(v, ew=False):
 
 def _fold(v):
     """K where the rows view (M, C) of an odd C >= 3 is taken as (M / K, K * C) rows (``fold_max_c``, inputs of at
-    most ``fold_max_esize`` bytes an element), else 0. K is a multiple of K0 = 16 / gcd(C, 16), so that K * C is one
-    of 16: the least with K * C >= ``fold_min_cols``, or the largest smaller one dividing M. Column j of a folded row
-    is channel j % C."""
+    most ``fold_max_esize`` bytes an element), else 0. K is a multiple of 16 (C is odd, so that K * C is one of 16):
+    the least with K * C >= ``fold_min_cols``, or the largest smaller one dividing M. Column j of a folded row is
+    channel j % C."""
     if v.kind != "rows" or v.C % 2 == 0 or v.C == 1 or v.C > _TUNE["fold_max_c"]:
         return 0
     if v.x.element_size() > _TUNE["fold_max_esize"]:
         return 0
-    k0 = 16 // math.gcd(v.C, 16)  # the least K with K * C a multiple of 16
-    k = k0 * max(1, -(-_TUNE["fold_min_cols"] // (k0 * v.C)))
-    while k > k0 and v.M % k:
-        k -= k0
+    k = 16 * max(1, -(-_TUNE["fold_min_cols"] // (16 * v.C)))
+    while k > 16 and v.M % k:
+        k -= 16
     return k if v.M % k == 0 and v.M // k >= 2 else 0
-
-
-def _fold_sum(v):
-    """FOLD_SUM of the reduction on view v: on a folded view (its programs sum their columns of each channel), the
-    power of two >= its C; else 0."""
-    return next_pow2(v.fold) if v.fold else 0
 
 
 class _FoldView:
