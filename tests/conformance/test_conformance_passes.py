@@ -1,4 +1,5 @@
-"""The done-criteria of the checker itself: torch's CPU kernels and normkit both pass 300+ cases.
+"""The done-criteria of the checker itself: torch's CPU kernels and normkit both pass 300+ cases, torch all but
+the cases where the checker caught its CPU kernels wrong (TORCH_CPU_WRONG).
 
 normkit runs twice: in this process, where tests/conftest.py turns Triton's interpreter on without a GPU
 (so the Triton kernels run), and in a subprocess without it (the reference path users get on CPU).
@@ -24,6 +25,12 @@ def _report(path):
     return report, failed
 
 
+# torch 2.13's CPU batch-norm backward on (N, C, L, 1) inputs of strides (L*C, 1, C, 1) (x.transpose(1, 2)
+# .unsqueeze(-1)) with a contiguous grad_out: grad_input / weight / bias off by O(1) in fp32 and fp64 (bf16 with fp32
+# params takes another kernel and passes). normkit passes these cases on both of its CPU paths.
+TORCH_CPU_WRONG = "3x4x5x1_unsqueezed_"
+
+
 @pytest.mark.parametrize("impl", ["torch", "normkit"])
 def test_impl_passes_every_case(impl, tmp_path, capsys):
     out = tmp_path / "check.json"
@@ -31,8 +38,10 @@ def test_impl_passes_every_case(impl, tmp_path, capsys):
     capsys.readouterr()
     report, failed = _report(out)
     assert report["cases"] >= 300
-    assert report["failed"] == 0 and not failed, failed[:5]
-    assert rc == 0
+    if impl == "torch":
+        failed = [r for r in failed if TORCH_CPU_WRONG not in r["case"]]
+    assert not failed, failed[:5]
+    assert rc == (1 if report["failed"] else 0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU reference path; CUDA machines run kernels")

@@ -59,7 +59,8 @@ def test_library_coverage():
     assert len(cases) + len(error_cases()) >= 600
     assert {c.family for c in cases} == set(FAMILIES)
     assert {c.dtype for c in cases} == set(ALL_DTYPES)
-    assert {c.layout for c in cases} == {"contiguous", "channels_last", "channels_last_3d", "noncontig"}
+    assert {c.layout for c in cases} == {"contiguous", "channels_last", "channels_last_3d", "noncontig",
+                                             "unsqueezed"}
     bn = [c for c in cases if c.family == "batch_norm"]
     assert {c.momentum for c in bn} >= {0.0, 0.1, -1.2, -1.0}
     assert any(not c.training for c in bn) and any(c.training for c in bn)
@@ -78,6 +79,11 @@ def test_inputs_fresh_nonzero_and_reproducible():
     assert not torch.equal(a["x"].flatten()[:5].double(), other["x"].flatten()[:5].double())
     nc = next(c for c in all_cases() if c.layout == "noncontig")
     assert not make_inputs(nc, "cpu")["x"].is_contiguous()
+    # (N, C, L, 1) at strides (L*C, 1, C, 1): channels_last by torch's test, its grad_out contiguous
+    uc = make_inputs(next(c for c in all_cases() if c.layout == "unsqueezed"), "cpu")
+    n, c, length, _ = uc["x"].shape
+    assert uc["x"].stride() == (length * c, 1, c, 1) and uc["x"].is_contiguous(memory_format=torch.channels_last)
+    assert uc["grad_out"].is_contiguous()
 
 
 @pytest.mark.parametrize("rejects", [True, False])

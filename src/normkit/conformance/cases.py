@@ -42,7 +42,7 @@ class Case:
     name: str
     shape: tuple
     dtype: str = "fp32"  # key of DTYPES
-    layout: str = "contiguous"  # contiguous | channels_last | channels_last_3d | noncontig
+    layout: str = "contiguous"  # contiguous | channels_last | channels_last_3d | noncontig | unsqueezed
     training: bool = True
     momentum: float = 0.1
     eps: float | None = 1e-5
@@ -120,6 +120,11 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
         wide.normal_()
         wide[..., ::2] = t
         return wide[..., ::2]
+    if layout == "unsqueezed":
+        # (N, C, L, 1) as x.transpose(1, 2).unsqueeze(-1) leaves a (N, L, C) tensor: strides (L*C, 1, C, 1),
+        # channels_last by torch's test but with the size-1 W at stride 1 (torch 2.13's CPU backward misreads it)
+        assert t.dim() == 4 and t.shape[-1] == 1, t.shape
+        return t[..., 0].transpose(1, 2).contiguous().transpose(1, 2).unsqueeze(-1)
     return t.contiguous()
 
 
@@ -152,7 +157,8 @@ def make_inputs(case: Case, device: str) -> dict:
 
     out = {
         "x": _layout(x.to(dt), case.layout).to(device),
-        "grad_out": _layout(g.to(dt), case.layout if case.layout != "noncontig" else "contiguous").to(device),
+        "grad_out": _layout(g.to(dt), case.layout if case.layout not in ("noncontig", "unsqueezed")
+                            else "contiguous").to(device),
         "weight": param(w) if case.weight else None,
         "bias": param(b) if case.bias else None,
         "running_mean": param(rm) if case.stats else None,
@@ -230,6 +236,8 @@ def batch_norm_cases() -> list:
         layout="channels_last_3d", training=False)
     add("4x3x5x6_noncontig_train", ("fp32", "fp16", "bf16+fp32"), shape=(4, 3, 5, 6), layout="noncontig")
     add("4x3x5x6_noncontig_eval", ("fp32",), shape=(4, 3, 5, 6), layout="noncontig", training=False)
+    add("3x4x5x1_unsqueezed_train", ("fp64", "fp32", "bf16+fp32"), shape=(3, 4, 5, 1), layout="unsqueezed")
+    add("3x4x5x1_unsqueezed_eval", ("fp32",), shape=(3, 4, 5, 1), layout="unsqueezed", training=False)
     add("4x3x5x5_strided_params_train", ("fp32", "bf16+fp32"), shape=(4, 3, 5, 5), strided_params=True)
     add("4x3x5x5_strided_params_eval", ("fp32",), shape=(4, 3, 5, 5), strided_params=True, training=False)
     # momentum, statistics
