@@ -7,6 +7,10 @@
 # The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
+# Session 40:
+#   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
+#            normkit's), then PART=103's batch-norm suite at a 450 s budget.
+#   PART=122 (~560 s, carry .whl): PART=119, then resnet50 steps with and without enable().
 # For the next session (written in session 39):
 #   PART=119 (~400 s, carry .whl): randomized CUDA tests of batch / instance / group norm at session 39's fold (fp32
 #            folded), then the layer / RMS suite with Liger and FlagGems (never run with the peers on an H100).
@@ -47,7 +51,19 @@ ln_suite_bench() {
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests at the new fold; the layer / RMS suite
+if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cases on CUDA; the batch-norm suite
+    for impl in torch normkit; do
+        stamp "conformance on CUDA, batch norm's unsqueezed cases, --impl $impl"
+        timeout 90 python3 -m normkit check --impl $impl --device cuda --ops batch_norm --case unsqueezed \
+            --json "$W/check-unsqueezed-$impl.json" > "$W/check-unsqueezed-$impl.log" 2>&1
+        echo "check rc=$?"; grep -E "^FAIL|cases passed" "$W/check-unsqueezed-$impl.log" | head -20 | cut -c1-200
+    done
+    use_wheels
+    stamp "bench: batch norm, bf16 in / fp32 params, with eager, FlagGems and torch.compile"
+    timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
+        --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
+elif [ "$PART" = 119 ] || [ "$PART" = 122 ]; then  # session 39 (carry .whl): randomized CUDA tests at the new fold; the layer / RMS suite
     stamp "randomized test on CUDA: batch, instance, group norm (fresh seed)"
     seed=${SEED:-$RANDOM$RANDOM}; echo "NORMKIT_RANDOM_SEED=$seed"
     NORMKIT_RANDOM_SEED=$seed timeout -s INT ${RANDOM_S:-90} python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py \
@@ -56,6 +72,11 @@ if [ "$PART" = 119 ]; then  # session 39 (carry .whl): randomized CUDA tests at 
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, with ATen, Liger and FlagGems"
     ln_suite_bench ${LN_S:-300} bench-ln
+    if [ "$PART" = 122 ]; then
+        stamp "resnet50 training steps (both layouts), with and without enable()"
+        timeout 130 python3 -m normkit bench --models resnet50 --json "$W/models/bench.json" --out "$W/models" \
+            --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "resnet|speedup|step" "$W/models/summary.md" | head -20
+    fi
 elif [ "$PART" = 120 ]; then  # (kind nvidia-h100-x2 or larger, where lent) SyncBatchNorm over NCCL, a GPU a rank
     stamp "SyncBatchNorm over NCCL ($(nvidia-smi -L | wc -l) GPUs) and the other distributed tests"
     timeout -s INT 300 python3 -m pytest -q --tb=short tests/test_distributed.py > "$W/pytest_distributed.log" 2>&1
