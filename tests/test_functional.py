@@ -498,6 +498,20 @@ def test_bad_arguments_get_torchs_error(case):
         assert got_n == got_t
 
 
+@pytest.mark.parametrize("name", ["batch_norm", "instance_norm", "layer_norm", "rms_norm"])
+def test_none_input_gets_torchs_type_error(name):
+    """input=None where torch's argument parser is the first to see it: its TypeError, not an AttributeError from
+    normkit's checks (batch norm in eval, instance norm with running stats). Training-mode batch / instance norm and
+    group norm read input.size() / .dim() in Python first: an AttributeError in torch too."""
+    rm, rv = _fresh((4,)), torch.rand(4) + 0.5
+    args, kwargs = {"batch_norm": ((rm, rv), {}), "instance_norm": ((rm, rv), {"use_input_stats": False}),
+                    "layer_norm": (((4,),), {}), "rms_norm": (((4,),), {})}[name]
+    msg = rf"^{name}\(\): argument 'input' \(position 1\) must be Tensor, not NoneType$"
+    for fn in (getattr(F, name), getattr(normkit, name)):
+        with pytest.raises(TypeError, match=msg):
+            fn(None, *args, **kwargs)
+
+
 def test_empty_batch_keeps_stats_and_gives_zero_param_grads():
     x = torch.randn(0, 3, 4, requires_grad=True)
     w, b = _leaf(torch.randn(3)), _leaf(torch.randn(3))
