@@ -429,6 +429,25 @@ def test_eval_backward_after_a_training_step_on_the_same_running_stats(dtype, st
     torch.testing.assert_close(gx.double(), expected, **_tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("strided_stats", [False, True])
+def test_batch_norm_updates_running_stats_under_inference_mode(dtype, strided_stats):
+    """Running stats made under torch.inference_mode (inference tensors, no autograd version counter) are updated
+    in place as torch's F.batch_norm updates them; normkit's version-preserving write raised "Inference tensors do
+    not track version counter"."""
+    x = _fresh((5, 4, 3), dtype)
+    with torch.inference_mode():
+        rm = _fresh((8,), dtype)[::2] if strided_stats else _fresh((4,), dtype)
+        rv = (torch.rand(8, dtype=dtype) + 0.5)[::2] if strided_stats else torch.rand(4, dtype=dtype) + 0.5
+        rm_t, rv_t, rv0 = rm.clone(), rv.clone(), rv.clone()
+        y = normkit.batch_norm(x, rm, rv, training=True, momentum=0.3)
+        y_t = F.batch_norm(x, rm_t, rv_t, training=True, momentum=0.3)
+    assert rv.is_inference() and not torch.equal(rv, rv0)
+    torch.testing.assert_close(y, y_t, **_tol(dtype))
+    torch.testing.assert_close(rm, rm_t, **_tol(dtype))
+    torch.testing.assert_close(rv, rv_t, **_tol(dtype))
+
+
 def _bad_argument_calls():
     np = pytest.importorskip("numpy")
     x, x3 = _fresh((2, 8)), _fresh((2, 8, 3))
@@ -477,6 +496,20 @@ def test_bad_arguments_get_torchs_error(case):
         torch.testing.assert_close(got_n, got_t)
     else:
         assert got_n == got_t
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "instance_norm", "layer_norm", "rms_norm"])
+def test_none_input_gets_torchs_type_error(name):
+    """input=None where torch's argument parser is the first to see it: its TypeError, not an AttributeError from
+    normkit's checks (batch norm in eval, instance norm with running stats). Training-mode batch / instance norm and
+    group norm read input.size() / .dim() in Python first: an AttributeError in torch too."""
+    rm, rv = _fresh((4,)), torch.rand(4) + 0.5
+    args, kwargs = {"batch_norm": ((rm, rv), {}), "instance_norm": ((rm, rv), {"use_input_stats": False}),
+                    "layer_norm": (((4,),), {}), "rms_norm": (((4,),), {})}[name]
+    msg = rf"^{name}\(\): argument 'input' \(position 1\) must be Tensor, not NoneType$"
+    for fn in (getattr(F, name), getattr(normkit, name)):
+        with pytest.raises(TypeError, match=msg):
+            fn(None, *args, **kwargs)
 
 
 def test_empty_batch_keeps_stats_and_gives_zero_param_grads():

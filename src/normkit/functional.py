@@ -110,9 +110,10 @@ def _int_like(v) -> bool:
 
 def _check_args(fn: str, tensors=(), floats=(), bools=(), ints=()) -> None:
     """``(name, position, value)`` triples by kind, checked as torch's parser checks them. Tensor arguments may
-    be None; a float is any real number or a 0-dim tensor."""
+    be None, except ``input`` (the parser's TypeError for None too); a float is any real number or a 0-dim
+    tensor."""
     for name, pos, v in tensors:
-        if v is not None and not isinstance(v, Tensor):
+        if not isinstance(v, Tensor) and (v is not None or name == "input"):
             _arg_error(fn, name, pos, "Tensor", v)
     for name, pos, v in floats:
         if type(v) is not float and not isinstance(v, (numbers.Real, torch.SymFloat, torch.SymInt)) and not (

@@ -75,6 +75,30 @@ def test_momentum_none_is_cumulative_average():
     torch.testing.assert_close(m.running_var, ref.running_var)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("momentum, compiled", [(0.1, False), (None, False), (0.1, True)])
+def test_batch_norm_training_under_inference_mode(dtype, momentum, compiled):
+    """A training-mode BatchNorm2d called under torch.inference_mode (e.g. recalibrating statistics) updates its
+    running stats as torch's does: built there its buffers are inference tensors, and compiled (aot_eager) the op
+    gets functionalized copies made there; both raised "Inference tensors do not track version counter".
+    (momentum=None does not compile fullgraph, torch's module neither: 1 / num_batches_tracked is data-dependent.)"""
+    torch.manual_seed(0)
+    with torch.inference_mode(not compiled):
+        ours = nknn.BatchNorm2d(3, momentum=momentum, dtype=dtype)
+        theirs = torch.nn.BatchNorm2d(3, momentum=momentum, dtype=dtype)
+        _randomize(ours)
+        theirs.load_state_dict(ours.state_dict())
+    run = torch.compile(ours, backend="aot_eager", fullgraph=True) if compiled else ours
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else {}
+    for _ in range(2):
+        x = torch.randn(4, 3, 5, 5, dtype=dtype) * 2 + 0.5
+        with torch.inference_mode():
+            torch.testing.assert_close(run(x), theirs(x), **tol)
+    for (k, u), (_, v) in zip(ours.state_dict().items(), theirs.state_dict().items()):
+        torch.testing.assert_close(u, v, msg=k, **tol)
+    assert int(ours.num_batches_tracked) == 2
+
+
 def test_not_tracking_stats_and_no_affine():
     m = nknn.BatchNorm1d(4, affine=False, track_running_stats=False).eval()
     ref = torch.nn.BatchNorm1d(4, affine=False, track_running_stats=False).eval()

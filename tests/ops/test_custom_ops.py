@@ -324,6 +324,29 @@ def test_double_backward_graph_like_torch(case, wrt):
             torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("fmt, shape", [(torch.channels_last, (2, 3, 4, 4)), (torch.channels_last_3d, (2, 3, 2, 3, 4))])
+@pytest.mark.parametrize("x_in_fmt", [True, False])
+def test_batch_norm_double_backward_keeps_input_layout(fmt, shape, x_in_fmt):
+    """A training batch norm's second-order gradient w.r.t. x is laid out as x, as torch's is, whatever the layout of
+    the gradients flowing in (gO and the penalty's weighting, here in the other layout): autograd through the
+    reference's ops made it follow theirs, so a channels_last x got a contiguous gradient and a contiguous x a
+    channels_last one. Values against torch in float64."""
+    x0, g0, m = (torch.randn(shape, dtype=F64) + 0.5 for _ in range(3))
+    if x_in_fmt:
+        x0 = x0.contiguous(memory_format=fmt)
+    else:
+        g0, m = g0.contiguous(memory_format=fmt), m.contiguous(memory_format=fmt)
+    w0 = torch.randn(3, dtype=F64)
+    results = []
+    for bn in (torch.nn.functional.batch_norm, normkit.batch_norm):
+        x, w, g = x0.clone().requires_grad_(), w0.clone().requires_grad_(), g0.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(bn(x, None, None, w, None, True), x, g, create_graph=True)
+        results.append(torch.autograd.grad((gx * m).sum(), (x, w, g)))
+    assert results[1][0].stride() == results[0][0].stride() == x0.stride()
+    for a, e in zip(results[1], results[0]):
+        torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("fn", [normkit.add_layer_norm, normkit.add_rms_norm])
 def test_add_norm_sum_requires_grad_like_torch(fn):
     """s = x + residual requires grad only where x or residual does, as torch's sum (not when only weight does)."""

@@ -217,3 +217,35 @@ def test_noncontiguous_params_and_running_stats(training):
                                                     ref[1], ref[2], training, 1e-5, [True, True, True])
     for a, e in zip(got, exp):
         torch.testing.assert_close(a.double(), e, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("strided", [False, True])
+def test_running_stats_updated_under_inference_mode(dtype, strided):
+    """Running stats made under torch.inference_mode are inference tensors, which have no autograd version counter:
+    the update's write without bumping it raised "Inference tensors do not track version counter" (the reference's
+    update, fp64; the kernels' write-back of strided stats, fp32; SyncBatchNorm's gather). torch updates them."""
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    x = torch.randn(4, 3, 5, 2, generator=g, dtype=dtype) * 2 + 0.5
+    x64 = x.double()
+    with torch.inference_mode():
+        rm = torch.randn(6, generator=g, dtype=dtype)
+        rv = torch.rand(6, generator=g, dtype=dtype) + 0.5
+        rm, rv = (rm[::2], rv[::2]) if strided else (rm[:3].clone(), rv[:3].clone())
+        rm0, rv0 = rm.to(F64, copy=True), rv.to(F64, copy=True)
+        rm64, rv64 = rm0.clone(), rv0.clone()
+        out = ops.native_batch_norm(x, None, None, rm, rv, True, 0.3, 1e-5)
+        ref = torch.ops.aten.native_batch_norm(x64, None, None, rm64, rv64, True, 0.3, 1e-5)
+        # SyncBatchNorm's global step: two ranks' halves of x merged, the running stats moved to x's statistics
+        halves = [ops.batch_norm_stats(h, 1e-5) for h in x.split(2)]
+        grm, grv = rm0.to(dtype, copy=True), rv0.to(dtype, copy=True)
+        ops.batch_norm_gather_stats_with_counts(x, torch.stack([m for m, _ in halves]),
+                                                torch.stack([s for _, s in halves]), grm, grv, 0.5, 1e-5,
+                                                torch.tensor([20.0, 20.0], dtype=dtype))
+    assert rm.is_inference() and grm.is_inference()
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else {}
+    torch.testing.assert_close(out[0].double(), ref[0], **tol)
+    torch.testing.assert_close(rm.double(), rm64, **tol)
+    torch.testing.assert_close(rv.double(), rv64, **tol)
+    torch.testing.assert_close(grm.double(), 0.5 * rm0 + 0.5 * x64.mean((0, 2, 3)), **tol)
+    torch.testing.assert_close(grv.double(), 0.5 * rv0 + 0.5 * x64.var((0, 2, 3)), **tol)

@@ -115,6 +115,21 @@ class _DependsOn(torch.autograd.Function):
         return (None,) * len(ctx.needs_input_grad)
 
 
+class _GradInFormat(torch.autograd.Function):
+    """``t`` itself, with its gradient laid out in ``fmt``. Autograd through the reference's ops gives a gradient
+    in the layout of the gradient flowing in, where ATen's double backward keeps the input's (channels_last)."""
+
+    @staticmethod
+    def forward(ctx, t, fmt):
+        ctx.set_materialize_grads(False)  # no gradient stays None, not zeros (torch's is None)
+        ctx.fmt = fmt
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, g):
+        return None if g is None else _in_format(g, ctx.fmt), None
+
+
 def _double_backward_outputs(grads, *inputs):
     """The double-backward graph's gradients, each one requiring grad where one of the ATen backward op's inputs
     (``inputs``, None allowed) does."""
@@ -185,6 +200,8 @@ def _(grad, x, weight, stat1, stat2, training, eps, mask):
 
 def _bn_double_backward_graph(grad, x, weight, s1, s2, training, eps, mask):
     ref = reference()
+    if x.requires_grad:  # the gradient w.r.t. x in x's layout, as ATen's (channels_last kept)
+        x = _GradInFormat.apply(x, _bn_fmt(x))
     if training:
         _, mean, invstd = ref.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
         grads = ref.native_batch_norm_backward(grad, x, weight, None, None, mean, invstd, True, eps, mask)

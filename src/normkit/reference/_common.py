@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import torch
@@ -113,6 +114,9 @@ def dims_are_nc(t: Tensor, N: int, C: int) -> bool:
 def write_running_stat(running: Tensor, value: Tensor) -> None:
     """running[...] = value in place without bumping running's autograd version, as aten's kernels write running
     statistics: an eval-mode batch norm saved them for its backward, and a training step in between must not make
-    that backward raise (torch's does not)."""
-    with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(running):
+    that backward raise (torch's does not). An inference tensor (made under torch.inference_mode) has no version
+    counter to preserve: it is written plainly."""
+    keep_version = (contextlib.nullcontext() if running.is_inference()
+                    else torch.autograd._unsafe_preserve_version_counter(running))
+    with torch.no_grad(), keep_version:
         running.copy_(value)
