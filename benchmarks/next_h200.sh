@@ -11,6 +11,9 @@
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
 #   PART=122 (~560 s, carry .whl): PART=119, then resnet50 steps with and without enable().
+#   PART=123 (~560 s, carry .whl; any GPU): session 40's host-side fixes on CUDA (pytest -m cuda of the ops, modules,
+#            functional and aten tests), conformance of every family on CUDA (normkit; torch on the unsqueezed
+#            cases), the randomized CUDA tests, then the layer / RMS suite with the peers at what is left.
 # For the next session (written in session 39):
 #   PART=119 (~400 s, carry .whl): randomized CUDA tests of batch / instance / group norm at session 39's fold (fp32
 #            folded), then the layer / RMS suite with Liger and FlagGems (never run with the peers on an H100).
@@ -63,6 +66,24 @@ if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cas
     timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
         --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
+elif [ "$PART" = 123 ]; then  # session 40 (carry .whl): validation on whatever GPU comes, then the layer / RMS suite
+    stamp "pytest -m cuda: ops, modules, functional, aten, custom ops"
+    cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
+    stamp "conformance on CUDA, every family, normkit"
+    timeout 150 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check.json" > "$W/check.log" 2>&1
+    echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200; tail -2 "$W/check.log"
+    stamp "conformance on CUDA, batch norm's unsqueezed cases, torch's kernels"
+    timeout 60 python3 -m normkit check --impl torch --device cuda --ops batch_norm --case unsqueezed \
+        --json "$W/check-unsqueezed-torch.json" > "$W/check-unsqueezed-torch.log" 2>&1
+    echo "check rc=$?"; grep -E "^FAIL|cases passed" "$W/check-unsqueezed-torch.log" | head -20 | cut -c1-200
+    stamp "randomized test on CUDA: batch, instance, group norm (fresh seed)"
+    seed=${SEED:-$RANDOM$RANDOM}; echo "NORMKIT_RANDOM_SEED=$seed"
+    NORMKIT_RANDOM_SEED=$seed timeout -s INT 60 python3 -m pytest -q --tb=short -m cuda tests/test_randomized.py \
+        -k "batch_norm or instance or group" > "$W/pytest_randomized_cuda.log" 2>&1
+    echo "pytest rc=$?"; tail -1 "$W/pytest_randomized_cuda.log"; grep -E "^FAILED|^E  " "$W/pytest_randomized_cuda.log" | head -20 | cut -c1-300
+    use_wheels
+    stamp "bench: layer and RMS norm, every dtype, with ATen, Liger and FlagGems"
+    ln_suite_bench $(( 540 - $(date +%s) + T0 )) bench-ln
 elif [ "$PART" = 119 ] || [ "$PART" = 122 ]; then  # session 39 (carry .whl): randomized CUDA tests at the new fold; the layer / RMS suite
     stamp "randomized test on CUDA: batch, instance, group norm (fresh seed)"
     seed=${SEED:-$RANDOM$RANDOM}; echo "NORMKIT_RANDOM_SEED=$seed"
