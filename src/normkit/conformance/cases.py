@@ -225,6 +225,11 @@ def batch_norm_cases() -> list:
     add("1x2x3_train_no_optional", ALL_DTYPES, shape=(1, 2, 3), weight=False, bias=False, stats=False)
     add("4x3x5_train_weight_only", ("fp32", "bf16+fp32"), shape=(4, 3, 5), bias=False)
     add("4x3x5_eval_bias_only", ("fp32", "fp16"), shape=(4, 3, 5), weight=False, training=False)
+    # an absent weight's gradient dtype follows the other parameters (§1.1): fp32 where fp32 statistics or bias make the
+    # call mixed, not the input's (a bf16-rounded grad_bias of an fp32 bias)
+    add("4x3x5_train_bias_only", ("bf16+fp32", "fp16+fp32", "bf16"), shape=(4, 3, 5), weight=False)
+    add("4x3x5_train_bias_only_no_stats", ("bf16+fp32", "bf16"), shape=(4, 3, 5), weight=False, stats=False)
+    add("4x3x5_eval_bias_only_mixed", ("bf16+fp32",), shape=(4, 3, 5), weight=False, training=False)
     add("4x3x5_train_no_affine", ("fp32", "fp16+fp32"), shape=(4, 3, 5), weight=False, bias=False)
     # memory formats
     add("4x3x6x6_channels_last_train", ALL_DTYPES, shape=(4, 3, 6, 6), layout="channels_last")
