@@ -353,6 +353,9 @@ def group_norm_cases() -> list:
         # so that combination is checked forward only
         add(f"1x6x3_G2_eps0.5_{wb}", ("fp32",) if w != b else ("fp64", "fp32"), shape=(1, 6, 3),
             groups=2, eps=0.5, weight=w, bias=b, backward=w or not b)
+    # a bias alone makes a 16-bit call mixed: fp32 mean / rstd (§5), which give the backward's grad_bias its fp32
+    # dtype where weight is None (forward only, as above; tests/test_functional.py checks normkit's backward)
+    add("2x6x5_G3_bias_only", ("bf16+fp32", "fp16+fp32"), shape=(2, 6, 5), groups=3, weight=False, backward=False)
     add("2x6x3_G2_eps-0.5", ("fp64",), shape=(2, 6, 3), groups=2, eps=-0.5, sensitive=True)
     add("1x3_G1", ("fp32",), shape=(1, 3), groups=1, fn=("native_group_norm",))
     add("0x2_G1_empty", ("fp32",), shape=(0, 2), groups=1)
