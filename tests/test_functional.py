@@ -116,6 +116,33 @@ def test_group_norm_and_instance_norm_match_torch():
                                F.instance_norm(x, rm, rv, use_input_stats=False))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_group_and_instance_norm_bias_grad_without_weight_keeps_fp32_precision(dtype, create_graph):
+    """A 16-bit input with an fp32 bias and no weight: the saved mean / rstd are fp32 (a mixed call, contract §5)
+    and so are grad_bias / grad_weight of native_group_norm_backward, as batch norm's (aten's own kernels raise for
+    weight None). bias.grad was the 16-bit-rounded sum (~1e-3 relative off), also under create_graph, whose
+    statistics the double backward recomputed in the input's dtype."""
+    seed = torch.seed() % 2**31
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(5, 4, 3, 2, generator=gen, dtype=F64) * 2 + 0.5).to(dtype)
+    g = (torch.randn(x.shape, generator=gen, dtype=F64) + 1.0).to(dtype)  # channel sums away from 0
+    exact = g.double().sum((0, 2, 3))
+    for fn in (lambda b: normkit.group_norm(x, 2, None, b), lambda b: normkit.instance_norm(x, bias=b)):
+        b = (torch.randn(4, generator=gen) + 0.5).requires_grad_()
+        (gb,) = torch.autograd.grad(fn(b), (b,), g, create_graph=create_graph)
+        assert gb.dtype == torch.float32
+        assert ((gb.double() - exact).abs() / exact.abs()).max().item() < 1e-6, seed
+    # aten level: fp32 statistics (mixed) -> fp32 grads; a pure 16-bit call's statistics and grads: the input's
+    b = torch.randn(4, generator=gen) + 0.5
+    for bias, want in ((b, torch.float32), (b.to(dtype), dtype)):
+        _, mean, rstd = normkit.ops.native_group_norm(x, None, bias, 5, 4, 6, 2, 1e-5)
+        assert mean.dtype == rstd.dtype == want
+        gi, gw, gb = normkit.ops.native_group_norm_backward(g, x, mean, rstd, None, 5, 4, 6, 2, [True, True, True])
+        assert gi.dtype == dtype and gw.dtype == gb.dtype == want
+        torch.testing.assert_close(gb.double(), exact, rtol=1e-6 if want == torch.float32 else 2 ** -7, atol=0)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("entry", ["functional", "ops"])

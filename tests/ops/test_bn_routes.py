@@ -115,13 +115,25 @@ def test_backward_routes(fakes):
 
 
 def test_no_backward_route_where_the_gradients_change_dtype(fakes):
+    """weight None: the kernels give grad_weight / grad_bias in the accumulation type; _backward_core casts them to
+    the dtype of the first statistic passed. A route (the kernels' outputs as they are) only where no cast follows."""
     x = torch.randn(3, 4, 5, dtype=torch.bfloat16).as_subclass(CudaLike)
     g = torch.randn_like(x)
     sm, si = torch.randn(4).as_subclass(CudaLike), torch.randn(4).as_subclass(CudaLike)
+    rm, rv = (torch.randn(4, dtype=torch.bfloat16).as_subclass(CudaLike) for _ in range(2))
     route, note = obn.ROUTES["native_batch_norm_backward"]
+    mask = [True, True, True]
     fakes.planned.add(("bwd", _sig((g, x, None, sm, si)), (True, True, True)))
-    note(g, x, None, None, None, sm, si, True, 1e-5, [True, True, True])  # no weight: fp32 sums cast to bf16
+    note(g, x, None, rm, rv, sm, si, True, 1e-5, mask)  # bf16 running stats: fp32 sums cast to bf16
     assert obn._routes == set()
+    x64 = x.double()
+    g64 = torch.randn_like(x64)
+    fakes.planned.add(("bwd", _sig((g64, x64, None, sm, si)), (True, True, True)))
+    note(g64, x64, None, None, None, sm, si, True, 1e-5, mask)  # fp32 saved stats: fp64 sums cast to fp32
+    assert obn._routes == set()
+    # no running stats: the fp32 saved stats make them fp32 (a mixed call), as the kernels give them
+    note(g, x, None, None, None, sm, si, True, 1e-5, mask)
+    assert route(g, x, None, None, None, sm, si, True, 1e-5, mask) == ("dx", "dw", "db")
 
 
 def test_routes_capped(fakes, monkeypatch):

@@ -132,6 +132,32 @@ def test_opcheck_group_norm(channels_last):
     _opcheck(torch.ops.normkit.group_norm_backward.default, (g, x, 3, mean, rstd, w, [True, True, False]))
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_opcheck_backward_without_weight_grad_dtypes(training):
+    """weight None: grad_weight / grad_bias in the statistics' dtype (fp32 for a bf16 input with fp32 ones, a mixed
+    call; bf16 for a pure-bf16 call's bf16 ones), in the real kernels and the fake ones alike."""
+    x = (torch.randn(4, 3, 5, 2) * 2 + 0.5).bfloat16()
+    g = torch.randn_like(x)
+    mask = [True, True, True]
+    if training:
+        _, s1, s2 = custom.batch_norm(x, None, torch.randn(3), None, None, True, 0.1, 1e-5)
+        pairs = [((s1, s2), torch.float32)]
+    else:
+        rm, rv = torch.randn(3), torch.rand(3) + 1
+        pairs = [((rm, rv), torch.float32), ((rm.bfloat16(), rv.bfloat16()), torch.bfloat16)]
+    for (a, b), want in pairs:
+        _opcheck(torch.ops.normkit.batch_norm_backward.default, (g, x, None, a, b, training, 1e-5, mask))
+        gi, gw, gb = custom.batch_norm_backward(g, x, None, a, b, training, 1e-5, mask)
+        assert gi.dtype == torch.bfloat16 and gw.dtype == gb.dtype == want
+    x = x.reshape(4, 6, 5)
+    g = torch.randn_like(x)
+    for bias, want in ((torch.randn(6), torch.float32), (torch.randn(6).bfloat16(), torch.bfloat16)):
+        _, mean, rstd = custom.group_norm(x, 3, None, bias, 1e-5, False)
+        _opcheck(torch.ops.normkit.group_norm_backward.default, (g, x, 3, mean, rstd, None, mask))
+        gi, gw, gb = custom.group_norm_backward(g, x, 3, mean, rstd, None, mask)
+        assert gi.dtype == torch.bfloat16 and gw.dtype == gb.dtype == want
+
+
 def _gn_model_fn(x, gw, gb, iw):
     y = normkit.group_norm(x, 3, gw, gb)
     y = normkit.instance_norm(y, weight=iw, bias=None)

@@ -4,6 +4,7 @@ float64 and against the contract's conventions (invstd saved, empty eval stats, 
 import pytest
 import torch
 
+import normkit
 from normkit import ops
 
 F64 = torch.float64
@@ -249,3 +250,60 @@ def test_running_stats_updated_under_inference_mode(dtype, strided):
     torch.testing.assert_close(rv.double(), rv64, **tol)
     torch.testing.assert_close(grm.double(), 0.5 * rm0 + 0.5 * x64.mean((0, 2, 3)), **tol)
     torch.testing.assert_close(grv.double(), 0.5 * rv0 + 0.5 * x64.var((0, 2, 3)), **tol)
+
+
+def _rel_err(got, exact):
+    return ((got.double() - exact).abs() / exact.abs()).max().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("training, stats", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_bias_grad_without_weight_keeps_fp32_precision(dtype, training, stats, create_graph):
+    """A 16-bit input with an fp32 bias and no weight (a mixed call, contract §1.1): bias.grad is the fp32 sum of
+    the upstream gradient, not a 16-bit-rounded one (grad_bias took the input's dtype, ~1e-3 relative off)."""
+    seed = torch.seed() % 2**31
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(6, 4, 5, 3, generator=gen, dtype=F64) * 2 + 0.5).to(dtype)
+    # an offset keeps every channel's sum away from 0: a relative error per channel means something
+    g = (torch.randn(x.shape, generator=gen, dtype=F64) + 1.0).to(dtype)
+    rm = torch.randn(4, generator=gen) if stats else None
+    rv = torch.rand(4, generator=gen) + 0.5 if stats else None
+    b = (torch.randn(4, generator=gen) + 0.5).requires_grad_()
+    y = normkit.batch_norm(x, rm, rv, None, b, training=training)
+    (gb,) = torch.autograd.grad(y, (b,), g, create_graph=create_graph)
+    exact = g.double().sum((0, 2, 3))
+    assert gb.dtype == torch.float32
+    assert _rel_err(gb, exact) < 1e-6, seed
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_native_batch_norm_backward_grad_dtype_without_weight(dtype):
+    """grad_weight / grad_bias with weight None take the dtype of the first statistic passed (running stats, then
+    saved stats), as torch's CPU kernels: fp32 for fp32 ones, the input's for a pure 16-bit eval call."""
+    seed = torch.seed() % 2**31
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(5, 3, 4, 2, generator=gen, dtype=F64) * 2 + 0.5).to(dtype)
+    g = (torch.randn(x.shape, generator=gen, dtype=F64) + 1.0).to(dtype)
+    rm, rv = torch.randn(3, generator=gen), torch.rand(3, generator=gen) + 0.5
+    b = torch.randn(3, generator=gen) + 0.5
+    exact = g.double().sum((0, 2, 3))
+    mask = [True, True, True]
+    A = torch.ops.aten
+    # training, fp32 saved stats (normkit's for a 16-bit input; torch's for a mixed call), with / without fp32
+    # running stats; eval with fp32 running stats
+    _, sm, si = ops.native_batch_norm(x, None, b, None, None, True, 0.1, 1e-5)
+    assert sm.dtype == torch.float32
+    for args in ((None, None, sm, si, True), (rm, rv, sm, si, True), (rm, rv, sm[:0], si[:0], False)):
+        got = ops.native_batch_norm_backward(g, x, None, *args, 1e-5, mask)
+        want = A.native_batch_norm_backward(g, x, None, *args, 1e-5, mask)
+        assert got[1].dtype == got[2].dtype == torch.float32 == want[2].dtype
+        assert _rel_err(got[2], exact) < 1e-6, seed
+        torch.testing.assert_close(got[1], want[1], rtol=1e-3, atol=1e-3)
+    # pure 16-bit eval call: 16-bit running stats, grad_bias in the input's dtype (torch's too)
+    rmh, rvh = rm.to(dtype), rv.to(dtype)
+    got = ops.native_batch_norm_backward(g, x, None, rmh, rvh, None, None, False, 1e-5, mask)
+    want = A.native_batch_norm_backward(g, x, None, rmh, rvh, None, None, False, 1e-5, mask)
+    assert got[1].dtype == got[2].dtype == dtype == want[2].dtype
+    torch.testing.assert_close(got[2].double(), exact, rtol=2 ** -7, atol=0)
+    torch.testing.assert_close(got[2], want[2], rtol=2 ** -7, atol=0)

@@ -1,7 +1,8 @@
 """Small helpers shared by the runner and the per-family checks.
 
 Upcasting to the float64 oracle (`up`), detached copies (`_clone`) and gradient leaves (`_leaf`), the
-accumulation dtype of reduced-precision inputs (`_acc`), the functional-API baseline through torch
+accumulation dtype of reduced-precision inputs (`_acc`), the dtype the backward ops give grad_weight /
+grad_bias (`_affine_grad_dtype`), the functional-API baseline through torch
 (`_f_torch`), and `_NotOnDevice`, raised where an op has no kernel on the device under test.
 """
 
@@ -23,6 +24,19 @@ def _clone(t):
 
 def _acc(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _affine_grad_dtype(x, *params):
+    """Expected dtype of batch / group norm's aten-level grad_weight and grad_bias (contract §1.1, §2.6): that
+    of the first defined of ``params`` (the weight, then the statistics the backward op was passed, in its
+    argument order), x's when none is. The backward never sees the bias: with weight None, fp32 statistics
+    of a bf16 / fp16 input (a mixed call) make them fp32. Judged by what each implementation's backward
+    received: its own saved statistics (fp32 for a 16-bit input in normkit, the input's dtype on torch's CPU
+    for a non-mixed call; both allowed)."""
+    for p in params:
+        if p is not None:
+            return p.dtype
+    return x.dtype
 
 
 class _NotOnDevice(Exception):

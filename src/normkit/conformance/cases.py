@@ -225,6 +225,11 @@ def batch_norm_cases() -> list:
     add("1x2x3_train_no_optional", ALL_DTYPES, shape=(1, 2, 3), weight=False, bias=False, stats=False)
     add("4x3x5_train_weight_only", ("fp32", "bf16+fp32"), shape=(4, 3, 5), bias=False)
     add("4x3x5_eval_bias_only", ("fp32", "fp16"), shape=(4, 3, 5), weight=False, training=False)
+    # an absent weight's gradient dtype follows the other parameters (§1.1): fp32 where fp32 statistics or bias make the
+    # call mixed, not the input's (a bf16-rounded grad_bias of an fp32 bias)
+    add("4x3x5_train_bias_only", ("bf16+fp32", "fp16+fp32", "bf16"), shape=(4, 3, 5), weight=False)
+    add("4x3x5_train_bias_only_no_stats", ("bf16+fp32", "bf16"), shape=(4, 3, 5), weight=False, stats=False)
+    add("4x3x5_eval_bias_only_mixed", ("bf16+fp32",), shape=(4, 3, 5), weight=False, training=False)
     add("4x3x5_train_no_affine", ("fp32", "fp16+fp32"), shape=(4, 3, 5), weight=False, bias=False)
     # memory formats
     add("4x3x6x6_channels_last_train", ALL_DTYPES, shape=(4, 3, 6, 6), layout="channels_last")
@@ -348,6 +353,9 @@ def group_norm_cases() -> list:
         # so that combination is checked forward only
         add(f"1x6x3_G2_eps0.5_{wb}", ("fp32",) if w != b else ("fp64", "fp32"), shape=(1, 6, 3),
             groups=2, eps=0.5, weight=w, bias=b, backward=w or not b)
+    # a bias alone makes a 16-bit call mixed: fp32 mean / rstd (§5), which give the backward's grad_bias its fp32
+    # dtype where weight is None (forward only, as above; tests/test_functional.py checks normkit's backward)
+    add("2x6x5_G3_bias_only", ("bf16+fp32", "fp16+fp32"), shape=(2, 6, 5), groups=3, weight=False, backward=False)
     add("2x6x3_G2_eps-0.5", ("fp64",), shape=(2, 6, 3), groups=2, eps=-0.5, sensitive=True)
     add("1x3_G1", ("fp32",), shape=(1, 3), groups=1, fn=("native_group_norm",))
     add("0x2_G1_empty", ("fp32",), shape=(0, 2), groups=1)

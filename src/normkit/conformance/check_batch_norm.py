@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from normkit.conformance._util import _acc, _clone, _f_with_running_stats_torch, _leaf, up
+from normkit.conformance._util import _acc, _affine_grad_dtype, _clone, _f_with_running_stats_torch, _leaf, up
 from normkit.conformance.cases import Case, make_inputs
 from normkit.conformance.rules import judge, suggested_format
 
@@ -83,9 +83,11 @@ class BatchNormChecks:
                 base = tg
                 base_ref = self._oracle("native_batch_norm_backward", g64, x64, up(w), up(t_stats[0]),
                                         up(t_stats[1]), up(t_out[1]), up(t_out[2]), tr, case.eps, mask)
-        pdt = w.dtype if w is not None else (torch.float32 if case.mixed else case.param_dtype)
-        metas = [(x.shape, x.dtype, self._grad_formats(x)), ((C,), pdt, ()),
-                 ((C,), b.dtype if b is not None else pdt, ())]
+        # grad_weight and grad_bias: the dtype of the first of (weight, running stats, this implementation's own
+        # saved stats) passed to the backward (the bias is not: a bf16 one of a pure-bf16 call may get an fp32
+        # gradient from fp32 saved stats, which autograd rounds once)
+        pdt = _affine_grad_dtype(x, w, rm, rv, sm, si)
+        metas = [(x.shape, x.dtype, self._grad_formats(x)), ((C,), pdt, ()), ((C,), pdt, ())]
         self._check_grads(("grad_input", "grad_weight", "grad_bias"), grads, ref_g, base, base_ref, metas, mask,
                           case.sensitive, "grads", bname)
 

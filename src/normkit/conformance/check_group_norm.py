@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from normkit.conformance._util import _clone, _f_torch, _f_with_running_stats_torch, _leaf, up
+from normkit.conformance._util import _affine_grad_dtype, _clone, _f_torch, _f_with_running_stats_torch, _leaf, up
 from normkit.conformance.cases import Case, make_inputs
 from normkit.conformance.rules import suggested_format
 
@@ -68,8 +68,10 @@ class GroupNormChecks:
             base = self._baseline(lambda: self.torch.aten(bname)(gg, x, tb[1], tb[2], w, N, C, HxW, G, mask))
             if base is not None:
                 base_ref = self._oracle(bname, up(g), x64, up(tb[1]), up(tb[2]), up(w), N, C, HxW, G, mask)
-        metas = [(x.shape, x.dtype, self._grad_formats(x)), ((C,), w.dtype if w is not None else x.dtype, ()),
-                 ((C,), b.dtype if b is not None else x.dtype, ())]
+        # grad_weight / grad_bias: the weight's dtype, else that of the mean passed (fp32 when a bias made the call
+        # mixed), as batch norm's rule
+        pdt = _affine_grad_dtype(x, w, mean)
+        metas = [(x.shape, x.dtype, self._grad_formats(x)), ((C,), pdt, ()), ((C,), pdt, ())]
         self._check_grads(("grad_input", "grad_weight", "grad_bias"), grads, ref_g, base, base_ref, metas, mask,
                           case.sensitive, "grads", bname)
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.kernels import _plan, dense_param
 from normkit.ops._select import PLAIN_TENSORS, kernels_for, params_ok, reference
-from normkit.reference._common import acc_dtype, write_running_stat
+from normkit.reference._common import acc_dtype, affine_grad_dtype, write_running_stat
 
 __all__ = [
     "native_batch_norm",
@@ -143,8 +143,10 @@ def _backward_core(grad_out, x, weight, running_mean, running_var, save_mean, sa
         invstd = torch.rsqrt(running_var.to(acc) + eps)
     gi, gw, gb = mod.bn_backward(grad_out, x, dense_param(weight), dense_param(mean), dense_param(invstd), train,
                                  mask)
-    # gradient dtype of an absent weight: the input's (the reference's rule; the kernels use fp32)
-    pdt = weight.dtype if weight is not None else x.dtype
+    # grad_weight / grad_bias dtype (the reference's rule): the weight's, else the first statistic passed (fp32 in a
+    # mixed call), else the input's. The kernels give the accumulation type for an absent weight: cast only where
+    # that differs (a pure-bf16 eval call with bf16 running stats), once
+    pdt = affine_grad_dtype(x, weight, running_mean, running_var, save_mean, save_invstd)
     if gw is not None and gw.dtype != pdt:
         gw = gw.to(pdt)
     if gb is not None and gb.dtype != pdt:
@@ -258,9 +260,11 @@ def _backward_route(op, grad_out, x, weight, running_mean, running_var, save_mea
 
 def _note_backward(op, grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, mask) -> None:
     """As _note_forward; only where the gradients needed no dtype conversion after the kernels (a weight, or
-    x in its own accumulation dtype)."""
+    grad_weight / grad_bias in the accumulation dtype the kernels give for an absent weight: _backward_core's
+    rule; the signature holds every dtype that rule reads)."""
     mod = kernels_for("batch_norm", x) if x.is_cuda else None
-    if mod is None or (weight is None and acc_dtype(x.dtype) != x.dtype):
+    if mod is None or (weight is None and affine_grad_dtype(x, running_mean, running_var, save_mean, save_invstd)
+                       != acc_dtype(x.dtype)):
         return
     sig = _plan.signature((grad_out, x, weight, running_mean, running_var, save_mean, save_invstd))
     launched = _plan.signature((grad_out, x, weight, save_mean, save_invstd))

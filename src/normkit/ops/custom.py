@@ -42,7 +42,7 @@ from normkit.ops import group_norm as _gn
 from normkit.ops import layer_norm as _ln
 from normkit.ops import _select
 from normkit.ops._select import reference
-from normkit.reference._common import acc_dtype
+from normkit.reference._common import acc_dtype, affine_grad_dtype
 
 __all__ = ["batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward", "rms_norm",
            "rms_norm_backward", "add_layer_norm", "add_rms_norm", "batch_norm_autograd", "layer_norm_autograd",
@@ -158,7 +158,8 @@ def _bn_backward_impl(grad, x, weight, stat1, stat2, training, eps, mask):
         gi, gw, gb = _bn._backward_core(grad, x, weight, None, None, stat1, stat2, True, eps, mask)
     else:
         gi, gw, gb = _bn._backward_core(grad, x, weight, stat1, stat2, None, None, False, eps, mask)
-    pdt = weight.dtype if weight is not None else x.dtype
+    # stat1 / stat2: the saved statistics (training) or the running ones (eval), as _backward_core got them
+    pdt = affine_grad_dtype(x, weight, stat1, stat2)
     return (gi if mask[0] else None, gw.to(pdt) if mask[1] else None, gb.to(pdt) if mask[2] else None)
 
 
@@ -191,7 +192,7 @@ def batch_norm_backward(grad: Tensor, x: Tensor, weight: Optional[Tensor], stat1
 @batch_norm_backward.register_fake
 def _(grad, x, weight, stat1, stat2, training, eps, mask):
     c = x.shape[1]
-    pdt = weight.dtype if weight is not None else x.dtype
+    pdt = affine_grad_dtype(x, weight, stat1, stat2)  # _bn_backward_impl's
     gi = torch.empty_like(x, memory_format=_bn_fmt(x)) if mask[0] else x.new_empty((0,))
     gw = x.new_empty((c,), dtype=pdt) if mask[1] else x.new_empty((0,))
     gb = x.new_empty((c,), dtype=pdt) if mask[2] else x.new_empty((0,))
@@ -652,7 +653,7 @@ def group_norm_backward(grad: Tensor, x: Tensor, num_groups: int, mean: Tensor, 
 @group_norm_backward.register_fake
 def _(grad, x, num_groups, mean, rstd, weight, mask):
     c = x.shape[1]
-    pdt = weight.dtype if weight is not None else x.dtype
+    pdt = affine_grad_dtype(x, weight, mean, rstd)  # native_group_norm_backward's (normkit.ops.group_norm)
     gi = torch.empty_like(x, memory_format=_fmt(x)) if mask[0] else x.new_empty((0,))
     gw = x.new_empty((c,), dtype=pdt) if mask[1] else x.new_empty((0,))
     gb = x.new_empty((c,), dtype=pdt) if mask[2] else x.new_empty((0,))
@@ -663,7 +664,9 @@ def _gn_grads(grad, x, num_groups, mean, rstd, weight, eps, mask):
     if torch.is_grad_enabled():  # double backward: statistics recomputed from x, differentiable
         ref = reference()
         n, c, hxw = _gn_dims(x)
-        _, m, r = ref.native_group_norm(x, None, None, n, c, hxw, num_groups, eps)
+        # in the saved statistics' dtype (fp32 for a mixed call: unrounded, and the gradients' dtype follows them)
+        xs = x if mean.dtype == x.dtype else x.to(mean.dtype)
+        _, m, r = ref.native_group_norm(xs, None, None, n, c, hxw, num_groups, eps)
         grads = ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
         return _double_backward_outputs(grads, grad, x, weight)
     if _via_custom_op(grad):

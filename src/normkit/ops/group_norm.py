@@ -18,7 +18,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.ops.batch_norm import _bn_kernels
-from normkit.reference._common import acc_dtype, dims_are_nc, param_dtype
+from normkit.reference._common import acc_dtype, affine_grad_dtype, dims_are_nc
 
 __all__ = [
     "native_group_norm",
@@ -82,7 +82,8 @@ def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, gr
             or (weight is not None and weight.dim() != 1)):
         return tuple(reference().native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
                                                             mask))
-    return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, param_dtype(weight, input))
+    pdt = affine_grad_dtype(input, weight, mean, rstd)  # the reference's rule (fp32 for a mixed call, weight None)
+    return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, pdt)
 
 
 def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],

@@ -88,6 +88,21 @@ def param_dtype(param: Optional[Tensor], input: Tensor) -> torch.dtype:
     return input.dtype if param is None else param.dtype
 
 
+def affine_grad_dtype(input: Tensor, *params: Optional[Tensor]) -> torch.dtype:
+    """Dtype of batch / group norm's grad_weight and grad_bias: that of the first defined of ``params`` (the
+    weight, then the statistics the backward op receives, in its argument order), the input's when none is.
+
+    aten decides "mixed" by the first defined parameter (contract §1.1), and these backward ops never see the
+    bias: with weight None, the fp32 statistics of a bf16 / fp16 input with an fp32 bias are what make the call
+    mixed and its grad_bias fp32 (torch's CPU kernels). ``param_dtype(weight, input)`` gave the input's dtype
+    there: the fp32 bias got a 16-bit-rounded gradient (~1e-3 relative).
+    """
+    for p in params:
+        if p is not None:
+            return p.dtype
+    return input.dtype
+
+
 def empty_stat(input: Tensor, dtype: torch.dtype) -> Tensor:
     """The (0,) saved statistic of eval mode (normkit's choice on every device, as on CPU/MPS)."""
     return input.new_empty((0,), dtype=dtype)

@@ -23,7 +23,7 @@ from normkit.reference._common import (
     channel_view,
     empty_stat,
     invstd_from_var,
-    param_dtype,
+    affine_grad_dtype,
     dense_memory_format,
     to_format,
     write_running_stat,
@@ -179,10 +179,12 @@ def _backward(grad_out, input, weight, running_mean, running_var, save_mean, sav
         else:
             gi = g * channel_view(scale, nd)
         grad_input = to_format(gi.to(input.dtype), dense_memory_format(input))
+    # weight None: the dtype of the statistics passed (fp32 in a mixed call), as aten's (contract §1.1)
+    pdt = affine_grad_dtype(input, weight, running_mean, running_var, save_mean, save_invstd)
     if output_mask[1]:
-        grad_weight = (sum_gx * invstd).to(param_dtype(weight, input))
+        grad_weight = (sum_gx * invstd).to(pdt)
     if output_mask[2]:
-        grad_bias = sum_g.to(param_dtype(weight, input))
+        grad_bias = sum_g.to(pdt)
     return grad_input, grad_weight, grad_bias
 
 
@@ -194,7 +196,8 @@ def native_batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Optional
     """``aten::native_batch_norm_backward`` → (grad_input, grad_weight, grad_bias); masked out → None.
 
     Training uses only the saved (mean, invstd); eval only the running stats. grad_weight/grad_bias have
-    the weight's dtype (the input's when weight is None); grad_input keeps input's memory format.
+    the weight's dtype; with weight None that of the first statistic passed (running_mean, running_var,
+    save_mean, save_invstd), the input's when there is none; grad_input keeps input's memory format.
     Differentiable in grad_out, input, weight and the saved stats: passing saved stats that are
     themselves differentiable functions of ``input`` gives the exact double backward.
     """

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.reference._common import (acc_dtype, channel_view, dims_are_nc, opmath_dtype, param_dtype,
+from normkit.reference._common import (acc_dtype, affine_grad_dtype, channel_view, dims_are_nc, opmath_dtype,
                                       suggest_memory_format, to_format)
 
 __all__ = ["native_group_norm", "native_group_norm_backward"]
@@ -66,7 +66,8 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
     """``aten::native_group_norm_backward`` → (grad_input, grad_weight, grad_bias); masked out → None.
 
     With x̂ = (x − mean)·rstd and g' = g·w, per group: dx = rstd·(g' − mean(g') − x̂·mean(g'·x̂));
-    per channel: dw = Σ g·x̂, db = Σ g (weight's dtype, the input's when weight is None).
+    per channel: dw = Σ g·x̂, db = Σ g (weight's dtype; with weight None mean's, which is fp32 when a bias made the
+    forward mixed, as batch norm's rule; aten's kernels raise for weight None with those outputs asked for).
     """
     _checks.check_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group)
     if not (dims_are_nc(input, N, C) and grad_out.shape == input.shape):
@@ -93,8 +94,10 @@ def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rs
                        - xhat_grp * (gw_grp * xhat_grp).mean(-1, keepdim=True))).reshape(input.shape)
         grad_input = to_format(gi.to(input.dtype), suggest_memory_format(input))
     pshape = (C,) if weight is None else weight.shape  # aten's are empty_like(weight): any shape of C elements
+    # weight None: mean's dtype, fp32 when a parameter (the bias) made the forward mixed (aten itself raises there)
+    pdt = affine_grad_dtype(input, weight, mean, rstd)
     if output_mask[1]:
-        grad_weight = (g * xhat).sum(dims).to(param_dtype(weight, input)).reshape(pshape)
+        grad_weight = (g * xhat).sum(dims).to(pdt).reshape(pshape)
     if output_mask[2]:
-        grad_bias = g.sum(dims).to(param_dtype(weight, input)).reshape(pshape)
+        grad_bias = g.sum(dims).to(pdt).reshape(pshape)
     return grad_input, grad_weight, grad_bias
