@@ -14,6 +14,9 @@
 #   PART=124 (~250 s, carry .whl; branch s40-span): the eval forward's flat tiles (ew_span_max_planes 8 there):
 #            their CUDA tests, bn_kernels.py eval rows at span0 / 2 / 4 / 8, and the suite's contiguous eval rows
 #            with torch.compile (which led them by 1-3 %).
+#   PART=125 (~300 s, carry .whl; branch s40-span with s40-gdtype): the absent-weight gradient dtype fix on CUDA
+#            (pytest -m cuda of the ops / functional / batch-norm kernel tests, conformance of batch / group / instance
+#            norm), then PART=124 without its tests.
 #   PART=123 (~560 s, carry .whl; any GPU): session 40's host-side fixes on CUDA (pytest -m cuda of the ops, modules,
 #            functional and aten tests), conformance of every family on CUDA (normkit; torch on the unsqueezed
 #            cases), the randomized CUDA tests, then the layer / RMS suite with the peers at what is left.
@@ -57,6 +60,15 @@ ln_suite_bench() {
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+if [ "$PART" = 125 ]; then  # session 40 (carry .whl): the absent-weight gradient dtype fix on CUDA, then PART=124's
+    stamp "pytest -m cuda: ops, functional, custom ops, the span tiles"
+    cuda_tests 70 tests/ops tests/test_functional.py
+    cuda_tests 40 tests/kernels/test_batch_norm_kernels.py -k span
+    stamp "conformance on CUDA: batch, group, instance norm"
+    timeout 90 python3 -m normkit check --impl normkit --device cuda --ops batch_norm group_norm instance_norm --quiet \
+        --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200
+    tail -2 "$W/check.log"
+fi
 if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cases on CUDA; the batch-norm suite
     for impl in torch normkit; do
         stamp "conformance on CUDA, batch norm's unsqueezed cases, --impl $impl"
@@ -69,9 +81,11 @@ if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cas
     timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
         --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
-elif [ "$PART" = 124 ]; then  # session 40 (carry .whl; branch s40-span): the eval span tiles
-    stamp "pytest -m cuda: the span tiles"
-    cuda_tests 70 tests/kernels/test_batch_norm_kernels.py -k "span"
+elif [ "$PART" = 124 ] || [ "$PART" = 125 ]; then  # session 40 (carry .whl; branch s40-span): the eval span tiles
+    if [ "$PART" = 124 ]; then
+        stamp "pytest -m cuda: the span tiles"
+        cuda_tests 70 tests/kernels/test_batch_norm_kernels.py -k "span"
+    fi
     stamp "bn_kernels.py eval, contiguous, bf16 / fp32: span0 (before) against span 2 / 4 / 8"
     timeout 110 python3 benchmarks/bn_kernels.py --out "$W/span" --modes eval --layouts contig --dtypes bf16,fp32 \
         --only-variants span0,span2,span4 --budget 60 --jobs 8 > "$W/span.log" 2>&1; echo "bn_kernels rc=$?"
