@@ -11,10 +11,11 @@
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
 #   PART=122 (~560 s, carry .whl): PART=119, then resnet50 steps with and without enable().
-#   PART=124 (~250 s, carry .whl; branch s40-span): the eval forward's flat tiles (ew_span_max_planes 8 there):
-#            their CUDA tests, bn_kernels.py eval rows at span0 / 2 / 4 / 8, and the suite's contiguous eval rows
-#            with torch.compile (which led them by 1-3 %).
-#   PART=125 (~300 s, carry .whl; branch s40-span with s40-gdtype): the absent-weight gradient dtype fix on CUDA
+#   PART=124 (~250 s, carry .whl): the eval forward's flat tiles (ew_span_max_planes, off): their CUDA tests,
+#            bn_kernels.py eval rows, default (span0, off) against span 2 / 4 / 8, and the suite's contiguous eval
+#            rows with torch.compile (which led them by 1-3 %; the bench runs the default, so turn the knob on first
+#            to compare it there).
+#   PART=125 (~250 s): session 40's absent-weight gradient dtype fix on CUDA
 #            (pytest -m cuda of the ops / functional / batch-norm kernel tests, conformance of batch / group / instance
 #            norm), then PART=124 without its tests.
 #   PART=123 (~560 s, carry .whl; any GPU): session 40's host-side fixes on CUDA (pytest -m cuda of the ops, modules,
@@ -81,14 +82,14 @@ if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cas
     timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
         --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
-elif [ "$PART" = 124 ] || [ "$PART" = 125 ]; then  # session 40 (carry .whl; branch s40-span): the eval span tiles
+elif [ "$PART" = 124 ] || [ "$PART" = 125 ]; then  # session 40 (carry .whl): the eval span tiles
     if [ "$PART" = 124 ]; then
         stamp "pytest -m cuda: the span tiles"
         cuda_tests 70 tests/kernels/test_batch_norm_kernels.py -k "span"
     fi
-    stamp "bn_kernels.py eval, contiguous, bf16 / fp32: span0 (before) against span 2 / 4 / 8"
+    stamp "bn_kernels.py eval, contiguous, bf16 / fp32: default (span0) against span 2 / 4 / 8"
     timeout 85 python3 benchmarks/bn_kernels.py --out "$W/span" --modes eval --layouts contig --dtypes bf16,fp32 \
-        --only-variants span0,span2,span4 --budget 40 --jobs 8 > "$W/span.log" 2>&1; echo "bn_kernels rc=$?"
+        --only-variants span2,span4,span8 --budget 40 --jobs 8 > "$W/span.log" 2>&1; echo "bn_kernels rc=$?"
     tail -30 "$W/span.log"
     [ $(( $(date +%s) - T0 )) -lt ${BENCH_BEFORE_S:-200} ] && use_wheels && \
     { stamp "bench: batch norm eval, contiguous, bf16 in / fp32 params, with eager and torch.compile"

@@ -49,8 +49,10 @@ _TUNE = {
     "ew_flat_max_plane": 64,
     # eval forward over contiguous planes longer than that as flat BLOCK-element tiles (_bn_ew_span_kernel), a tile
     # spanning at most this many planes (0: off; the [planes, S] tiles of _bn_ew_ncs instead). Aimed at the NCHW eval
-    # rows where torch.compile's flat pass led by 1-3 % (H100 session 37 and 40: 0.95-0.99 of copy against 0.98-1.00)
-    "ew_span_max_planes": 8,
+    # rows where torch.compile's flat pass led by 1-3 % (H100 sessions 37 and 40: 0.95-0.99 of copy against
+    # 0.98-1.00). Prepared in session 40 (same bits under the interpreter), not yet run on a GPU: off until its CUDA
+    # test passes and bn_kernels.py's span8 variant loses no row (next_h200.sh PART=125)
+    "ew_span_max_planes": 0,
     "ew_flat_max_plane_bwd": 256,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
