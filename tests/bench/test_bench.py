@@ -437,6 +437,28 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "rms_norm" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("suite, msg", [
+    ([1, 2], "a JSON object with an entry per op is expected, not a list"),
+    ({"batch_norm": {"shapes": [[4, 3]]}}, "batch_norm: 'dtypes' must be a non-empty list"),
+    ({"layer_norm": {"shapes": "abc", "dtypes": ["bf16"]}}, "layer_norm: 'shapes' must be a non-empty list"),
+    ({"rms_norm": {"shapes": [[64, 0]], "dtypes": ["bf16"]}}, "rms_norm: shape [64, 0] is not a list of two or more"),
+    ({"batch_norm": {"shapes": [[4, 3]], "dtypes": [["bf16", "fp32", "fp16"]]}}, "is neither a name nor an"),
+    ({"batch_norm": {"shapes": [[4, 3]], "dtypes": ["bf17"]}}, "unknown dtype 'bf17'"),
+    ({"batch_norm": {"shapes": [[4, 3, 2, 2]], "dtypes": ["bf16"], "layouts": ["weird"]}}, "unknown layouts ['weird']"),
+    ({"batch_norm": {"shapes": [[4, 3]], "dtypes": ["bf16"], "modes": ["training"]}}, "unknown modes ['training']"),
+])
+def test_cli_rejects_a_malformed_suite_before_any_row(tmp_path, capsys, suite, msg):
+    """A suite file of the wrong structure is a usage error up front (it was a traceback from the expansion)."""
+    from normkit.bench.cli import main
+
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(suite))
+    assert main(["--quick", "--no-progress", "--suite", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bench: cannot read suite: " in err and msg in err, err
+    C.check_suite(C.load_suite())  # the packaged suite passes
+
+
 def test_cli_output_paths_and_steps_are_checked_before_the_run(tmp_path, capsys):
     # a bad --out crashed after the run; a bad --json printed "wrote" and exited 0; --steps 0 gave error rows
     from normkit.bench.cli import main

@@ -137,8 +137,41 @@ def min_bytes(case: Case, direction: str) -> int:
 
 
 def load_suite(path: str | None = None) -> dict:
+    """The suite JSON, its structure checked up front (ValueError naming the first problem), so that a malformed
+    file fails before any row runs, not with a traceback in the middle of the expansion."""
     with open(path or SUITE_PATH) as f:
-        return json.load(f)
+        suite = json.load(f)
+    check_suite(suite)
+    return suite
+
+
+def check_suite(suite) -> None:
+    if not isinstance(suite, dict):
+        raise ValueError(f"a JSON object with an entry per op is expected, not a {type(suite).__name__}")
+    for op in OPS:
+        spec = suite.get(op)
+        if spec is None:
+            continue
+        if not isinstance(spec, dict):
+            raise ValueError(f"{op}: an object with 'shapes' and 'dtypes' is expected")
+        for key in ("shapes", "dtypes"):
+            if not isinstance(spec.get(key), list) or not spec[key]:
+                raise ValueError(f"{op}: '{key}' must be a non-empty list")
+        for shape in spec["shapes"]:
+            if not (isinstance(shape, list) and len(shape) >= 2
+                    and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+                raise ValueError(f"{op}: shape {shape!r} is not a list of two or more positive ints")
+        for dt in spec["dtypes"]:
+            pair = [dt] if isinstance(dt, str) else dt
+            if not (isinstance(pair, list) and 1 <= len(pair) <= 2 and all(isinstance(d, str) for d in pair)):
+                raise ValueError(f"{op}: dtype {dt!r} is neither a name nor an [input, params] pair")
+            for d in pair:
+                canon_dtype(d)
+        for key, allowed in (("layouts", LAYOUTS), ("modes", MODES)):
+            values = spec.get(key, [])
+            bad = [v for v in values if v not in allowed] if isinstance(values, list) else [values]
+            if bad:
+                raise ValueError(f"{op}: unknown {key} {bad}; known: {', '.join(allowed)}")
 
 
 def _shape_matches(case: Case, wanted):
