@@ -7,7 +7,10 @@
 # The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# Session 40:
+# For the next session (written in session 40), in this order: PART=125 (first: the gradient dtype fix has not run
+# on CUDA; then the span A/B), on an H200 PART=103 and PART=117 (the suites; .whl fits the device's copy limit again
+# after session 40 gzipped the large result JSONs), PART=120 on a multi-GPU kind if ever lent.
+# Session 40's parts (121 and 123 ran on an H100: results/h100-2026-12-06-s40):
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
 #   PART=122 (~560 s, carry .whl): PART=119, then resnet50 steps with and without enable().
@@ -21,7 +24,7 @@
 #   PART=123 (~560 s, carry .whl; any GPU): session 40's host-side fixes on CUDA (pytest -m cuda of the ops, modules,
 #            functional and aten tests), conformance of every family on CUDA (normkit; torch on the unsqueezed
 #            cases), the randomized CUDA tests, then the layer / RMS suite with the peers at what is left.
-# For the next session (written in session 39):
+# Earlier parts still useful (written in session 39):
 #   PART=119 (~400 s, carry .whl): randomized CUDA tests of batch / instance / group norm at session 39's fold (fp32
 #            folded), then the layer / RMS suite with Liger and FlagGems (never run with the peers on an H100).
 #   PART=120 (~60 s, on nvidia-h100-x2 or larger if ever lent): SyncBatchNorm over NCCL, a GPU a rank.
