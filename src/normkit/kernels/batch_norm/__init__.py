@@ -198,18 +198,18 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
             BM=cfg["BM"], BC=cfg["BC"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64, ACC=acc_tl, SMAP=sp,
             C_ALIGN=_row_align(rv.C), FOLD=fold, num_warps=_warps(cfg["BM"] * cfg["BC"]), **kw,
         )
-    elif (sc := _span_cfg(v, out.element_size(), mode)) is not None and not _flat_planes(v, mode):
-        launch(_bn_ew_span_kernel, (sc["NT"],),
-            x, g, out, p0, p1, p2, p3, v.N * v.C * v.S, v.C, v.S, sc["NT"], e0, e1, e2,
-            BLOCK=sc["BLOCK"], SPAN=sc["SPAN"], SP=sc["SP"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
-            ACC=acc_tl, num_warps=sc["nw"], **kw,
-        )
     elif _flat_planes(v, mode):
         fc = _flat_cfg_cached(v.N, v.C, v.S, out.element_size(), _TUNE["ew_tile_bytes_ncs"])
         launch(_bn_ew_flat_kernel, (fc["NT"],),
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
             S=v.S, R=fc["R"], RP=fc["RP"], BLOCK=fc["BLOCK"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
             ACC=acc_tl, num_warps=fc["nw"], **kw,
+        )
+    elif (sc := _span_cfg(v, out.element_size(), mode)) is not None:
+        launch(_bn_ew_span_kernel, (sc["NT"],),
+            x, g, out, p0, p1, p2, p3, v.N * v.C * v.S, v.C, v.S, sc["NT"], e0, e1, e2,
+            BLOCK=sc["BLOCK"], SPAN=sc["SPAN"], SP=sc["SP"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
+            ACC=acc_tl, num_warps=sc["nw"], **kw,
         )
     else:
         const_s = _const_s(v)
