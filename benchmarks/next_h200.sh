@@ -31,6 +31,8 @@
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
+#   PART=126 (~480 s, carry .whl; written in session 41): PART=117, then ViT-B/16 and GPT-2 small steps with and
+#            without enable() (last measured in session 10).
 #   PART=110 (carry ab_old): CUDA tests, conformance and bn_kernels.py's rows, ab_old's src (before) against main's.
 #   any other PART (carry .whl): every op's suite in every dtype, and resnet50 steps.
 # Turn a prepared knob on only after its CUDA test passes and its A/B loses no row.
@@ -142,10 +144,15 @@ elif [ "$PART" = 103 ]; then  # (carry .whl) batch norm's headline dtype against
         --budget 500 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
     grep -cE "\| (ok|skip)" "$W/bench.log"; grep -E "unavailable|skip" "$W/bench.log" | head -5
-elif [ "$PART" = 117 ]; then  # the layer / RMS suite with the peers
+elif [ "$PART" = 117 ] || [ "$PART" = 126 ]; then  # the layer / RMS suite with the peers
     use_wheels
     stamp "bench: layer and RMS norm, every dtype, with ATen, Liger and FlagGems"
     ln_suite_bench ${LN_S:-300} bench-ln
+    if [ "$PART" = 126 ]; then  # session 41: the transformer steps, last measured in session 10
+        stamp "ViT-B/16 and GPT-2 small training steps, with and without enable()"
+        timeout 150 python3 -m normkit bench --models vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
+            --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "vit|gpt" "$W/models/summary.md" | head -12
+    fi
 elif [ "$PART" = 110 ]; then  # (carry ab_old: another tree's src) the CUDA tests, conformance, bn_kernels.py before / after
     stamp "pytest -m cuda: ${TESTS:-batch-norm and group-norm kernels}"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}
