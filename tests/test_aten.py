@@ -455,6 +455,7 @@ def test_cuda_instance_norm_through_normkit_matches_eager(channels_last):
         assert aten.fallback_counts() == {}, aten.fallback_counts()
     assert counts.get("instance_norm") == 1, counts
     y_r, gx_r = run(ref)
+    assert y.is_contiguous() and y.stride() == y_r.stride()  # aten normalizes input.contiguous() (contract §6)
     torch.testing.assert_close(y, y_r, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(gx, gx_r, rtol=1e-4, atol=1e-4 * max(1.0, gx_r.abs().max().item()))
     torch.testing.assert_close(m.running_var, ref.running_var, rtol=1e-5, atol=1e-6)

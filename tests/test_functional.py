@@ -862,3 +862,54 @@ def test_add_norm_outputs_can_be_modified_in_place(fn):
         y.relu_()
         grads.append(torch.autograd.grad(y.square().sum(), xx)[0])
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fn", ["add_layer_norm", "add_rms_norm"])
+def test_add_norm_sum_modified_in_place_with_y_unused(fn):
+    """Only the sum s used, and s changed in place before the backward: torch's `s = x + r; y = norm(s)` keeps
+    working (y's backward never runs); normkit's Function read its saved s first and raised "modified by an
+    inplace operation"."""
+    x, r = _leaf(_fresh((4, 8))), _leaf(_fresh((4, 8)))
+    w = _leaf(_fresh((8,)))
+    y, s = normkit.add_layer_norm(x, r, (8,), w) if fn == "add_layer_norm" else normkit.add_rms_norm(x, r, (8,), w)
+    s.add_(1.0)
+    g = _fresh((4, 8))
+    gx, gr = torch.autograd.grad(s, (x, r), g)
+    torch.testing.assert_close(gx, g)
+    torch.testing.assert_close(gr, g)
+
+
+def _norm_calls():
+    """(name, f(x, w, b), shape of x) for each family, in float32: the kernels run (Triton's interpreter here)."""
+    return [
+        ("layer_norm", lambda x, w, b: normkit.layer_norm(x, (8,), w, b), lambda x, w, b: F.layer_norm(x, (8,), w, b),
+         (3, 8)),
+        ("rms_norm", lambda x, w, b: normkit.rms_norm(x, (8,), w), lambda x, w, b: F.rms_norm(x, (8,), w), (3, 8)),
+        ("add_layer_norm", lambda x, w, b: normkit.add_layer_norm(x, x * 0.5, (8,), w, b)[0],
+         lambda x, w, b: F.layer_norm(x * 1.5, (8,), w, b), (3, 8)),
+        ("batch_norm", lambda x, w, b: normkit.batch_norm(x, None, None, w, b, True),
+         lambda x, w, b: F.batch_norm(x, None, None, w, b, True), (4, 3, 5)),
+        ("group_norm", lambda x, w, b: normkit.group_norm(x, 3, w, b), lambda x, w, b: F.group_norm(x, 3, w, b),
+         (2, 6, 5)),
+    ]
+
+
+@pytest.mark.parametrize("name, ours, theirs, shape", _norm_calls(), ids=[c[0] for c in _norm_calls()])
+def test_batched_gradients_like_torch(name, ours, theirs, shape):
+    """`torch.autograd.grad(..., is_grads_batched=True)` (what vectorized `jacobian` / `hessian` use) hands the
+    backward a legacy-vmap batched gradient, which has no storage: the kernels' launch raised "Cannot access storage
+    of BatchedTensorImpl". Such gradients now take the reference's plain torch ops; judged against float64."""
+    C = shape[1] if name in ("batch_norm", "group_norm") else shape[-1]
+    x, w, b = _fresh(shape), _fresh((C,)), _fresh((C,))
+    G = _fresh((5,) + shape)
+    leaves = [_leaf(t) for t in (x, w, b)]
+    got = torch.autograd.grad(ours(*leaves), leaves, G, is_grads_batched=True, allow_unused=True)
+    leaves64 = [_leaf(t.double()) for t in (x, w, b)]
+    want = torch.autograd.grad(theirs(*leaves64), leaves64, G.double(), is_grads_batched=True, allow_unused=True)
+    for a, e in zip(got, want):
+        assert (a is None) == (e is None)
+        if e is not None:
+            torch.testing.assert_close(a.double(), e, rtol=1e-4, atol=1e-4 * max(1.0, e.abs().max().item()))
+    jac = torch.autograd.functional.jacobian(lambda t: ours(t, w, b), x, vectorize=True)
+    jac64 = torch.autograd.functional.jacobian(lambda t: theirs(t, w.double(), b.double()), x.double(), vectorize=True)
+    torch.testing.assert_close(jac.double(), jac64, rtol=1e-4, atol=1e-4)

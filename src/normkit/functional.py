@@ -49,12 +49,15 @@ def _in_functorch() -> bool:
 
 def _in_transform(*tensors: Optional[Tensor]) -> bool:
     """Whether a `torch.func` transform (vmap, grad, jvp, jacrev, ...) is active, `torch.jit.trace` is
-    recording, or any of these tensors is a forward-mode dual tensor (`torch.autograd.forward_ad`). normkit's
+    recording, or any of these tensors is a forward-mode dual tensor (`torch.autograd.forward_ad`) or a nested
+    tensor (whose layer / RMS norm torch implements on the packed values; normkit's kernels take dense tensors). normkit's
     autograd Functions and kernels take plain tensors, and a trace would record the Function's inside without
     its no-grad context (its running-statistics update then carried a graph), so such calls go to torch's own
     functional op (whose batching and derivative rules exist; under `enable()` its CUDA kernels still reach
     normkit's). `torch.export` gets torch's ops too: an exported program then holds aten ops only (it loads and
     differentiates without normkit; under `enable()` they still run normkit's kernels)."""
+    if any(isinstance(t, Tensor) and t.is_nested for t in tensors):
+        return True
     if torch.compiler.is_compiling():  # Dynamo cannot trace the jit and forward-AD checks (nor needs them)
         return _is_exporting() or _in_functorch()
     if torch._C._is_tracing() or _in_functorch():
@@ -305,8 +308,15 @@ def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_
 
 
 def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps):
-    """instance_norm after its checks (also what `enable()` routes `aten::instance_norm` to)."""
+    """instance_norm after its checks (also what `enable()` routes `aten::instance_norm` to).
+
+    As aten's (contract §6), it normalizes ``input.contiguous()``: the output, and the input's gradient, are
+    contiguous for a channels_last input too. Its backward uses a copy of the weight (aten's saves
+    ``weight.repeat(N)``), so the weight may change in place before it, as an optimizer step does."""
     n, c = input.shape[0], input.shape[1]
+    input = input.contiguous()
+    if weight is not None and torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+        weight = weight.clone()
     if input.numel() == 0:
         if use_input_stats and n == 0 and (running_mean is not None or running_var is not None):
             # aten writes back the mean over no instances (contract §6): the batch average of an empty batch, NaN
@@ -314,7 +324,7 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
 
             no_means = input.new_empty((0, c), dtype=torch.float32)
             update_instance_running_stats(running_mean, running_var, no_means, input, float(momentum))
-        x = input.contiguous().view((1, n * c) + tuple(input.shape[2:]))
+        x = input.view((1, n * c) + tuple(input.shape[2:]))
         w = None if weight is None else weight.repeat(n)
         b = None if bias is None else bias.repeat(n)
         return _empty_batch_output(x, w, b).view(input.shape)

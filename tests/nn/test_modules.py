@@ -419,3 +419,92 @@ def test_output_can_be_modified_in_place(ours, theirs, args, shape, training):
         y.relu_()
         grads.append(torch.autograd.grad(y.square().sum(), [xx] + list(m.parameters())))
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ours, theirs, shape, fmt", [
+    (nknn.InstanceNorm2d, torch.nn.InstanceNorm2d, (2, 3, 4, 5), torch.channels_last),
+    (nknn.InstanceNorm3d, torch.nn.InstanceNorm3d, (2, 3, 2, 3, 4), torch.channels_last_3d)])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_instance_norm_of_channels_last_input_is_contiguous_like_torch(ours, theirs, shape, fmt, training, dtype):
+    """aten's instance norm normalizes input.contiguous() (contract §6): the output of a channels_last input is
+    contiguous, and a `.view(N, -1)` of it works. normkit's kept channels_last (group norm's rule), in both the
+    batch-statistics and the running-statistics path; the values were right. In float32 and bf16 the kernels run
+    (Triton's interpreter on the CPU)."""
+    kwargs = dict(affine=True, track_running_stats=True)
+    a, b, exact = ours(3, **kwargs), theirs(3, **kwargs), theirs(3, **kwargs)
+    _randomize(a)
+    b.load_state_dict(a.state_dict())
+    exact.load_state_dict(a.state_dict())
+    x = (torch.randn(shape, dtype=torch.float64) * 2 + 0.5).to(dtype).contiguous(memory_format=fmt)
+    g = torch.randn(shape, dtype=torch.float64) + 0.5  # not y itself: the gradient of y.square().sum() cancels to 0
+    results = []
+    for m, inp in ((a.to(dtype), x), (b.to(dtype), x), (exact.double(), x.double())):
+        m.train(training)
+        xx = inp.clone().requires_grad_()
+        y = m(xx)
+        assert y.is_contiguous()
+        y.view(shape[0], -1)
+        (gx,) = torch.autograd.grad(y, [xx], g.to(y.dtype))
+        results.append((y.double(), gx.double()))
+    (y, gx), (y_torch, gx_torch), (y64, gx64) = results
+    # judged against float64: normkit's error at most twice torch's in the same dtype (plus a rounding's worth)
+    for got, theirs_, want in ((y, y_torch, y64), (gx, gx_torch, gx64)):
+        ulp = want.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 1e-5)
+        assert (got - want).abs().max().item() <= 2 * (theirs_ - want).abs().max().item() + ulp
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_instance_norm_backward_survives_an_in_place_weight_update(training):
+    """An affine instance norm whose weight changes in place between forward and backward (an optimizer step,
+    load_state_dict): aten's backward uses the forward's weight (it saves weight.repeat(N), a copy); normkit saved
+    the parameter itself and raised "modified by an inplace operation"."""
+    torch.manual_seed(0)
+    kwargs = dict(affine=True, track_running_stats=True, dtype=torch.float64)
+    a, b = nknn.InstanceNorm2d(3, **kwargs), torch.nn.InstanceNorm2d(3, **kwargs)
+    _randomize(a)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64) * 2 + 0.5
+    grads = []
+    for m in (a, b):
+        m.train(training)
+        xx = x.clone().requires_grad_()
+        y = m(xx)
+        with torch.no_grad():
+            m.weight.mul_(2.0)
+        grads.append(torch.autograd.grad(y.square().sum(), [xx] + list(m.parameters())))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided])
+def test_layer_and_rms_norm_of_nested_tensors_like_torch(layout):
+    """torch's LayerNorm takes nested tensors (jagged and strided) and its RMSNorm jagged ones; normkit's raised
+    from its shape checks (int() of a nested size). They now run torch's own op on them."""
+    torch.manual_seed(0)
+    parts = [torch.randn(3, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)]
+    pairs = [(nknn.LayerNorm(8, dtype=torch.float64), torch.nn.LayerNorm(8, dtype=torch.float64))]
+    if layout == torch.jagged:
+        pairs.append((nknn.RMSNorm(8, dtype=torch.float64), torch.nn.RMSNorm(8, dtype=torch.float64)))
+    for ours, theirs in pairs:
+        _randomize(ours)
+        theirs.load_state_dict(ours.state_dict())
+        nt = torch.nested.nested_tensor(parts, layout=layout)
+        for got, want in zip(ours(nt).unbind(), theirs(nt).unbind()):
+            torch.testing.assert_close(got, want)
+
+
+def test_script_says_it_swaps_the_eager_models_modules():
+    """torch.jit.script writes what a child's __prepare_scriptable__ returns into its parent: normkit's modules
+    become torch's in the eager model too (its results stay right, but it no longer runs normkit). That used to
+    happen silently; it is now a UserWarning, and scripting a deepcopy keeps the eager model on normkit."""
+    import copy
+
+    model = nknn.convert(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4),
+                                             torch.nn.LayerNorm([4, 5, 5])))
+    kept = copy.deepcopy(model)
+    with pytest.warns(UserWarning, match="copy.deepcopy"):
+        torch.jit.script(copy.deepcopy(kept))
+    assert type(kept[1]) is nknn.BatchNorm2d and type(kept[2]) is nknn.LayerNorm
+    with pytest.warns(UserWarning, match="in the model it was given"):
+        torch.jit.script(model)
+    assert type(model[1]) is torch.nn.BatchNorm2d  # torch's own preparation did this

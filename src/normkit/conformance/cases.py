@@ -396,6 +396,9 @@ def instance_norm_cases() -> list:
     add("3x2x3x4_no_affine_no_stats", ("fp32", "bf16"), shape=(3, 2, 3, 4), weight=False, bias=False, stats=False)
     add("1x2x3_no_kwargs", ("fp32",), shape=(1, 2, 3), weight=False, bias=False, stats=False)
     add("2x3x5x5_channels_last", ("fp32",), shape=(2, 3, 5, 5), layout="channels_last")
+    add("2x3x5x5_channels_last_no_stats", ("bf16",), shape=(2, 3, 5, 5), layout="channels_last", stats=False)
+    add("2x3x2x3x4_channels_last_3d_running", ("fp32",), shape=(2, 3, 2, 3, 4), layout="channels_last_3d",
+        training=False)
     add("2x3x4x6_noncontig", ("fp32",), shape=(2, 3, 4, 6), layout="noncontig")
     add("2x3x4x6_strided_params", ("fp32",), shape=(2, 3, 4, 6), strided_params=True)
     add("2x3x32_offset1000", ("fp32",), shape=(2, 3, 32), offset=1000.0, sensitive=True)

@@ -7,6 +7,8 @@ Each module subclasses its `torch.nn` counterpart: same constructor, parameters,
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from normkit import functional as _F
@@ -222,9 +224,15 @@ if hasattr(torch.nn, "RMSNorm"):
 def _torch_module(self) -> torch.nn.Module:
     """``__prepare_scriptable__``: `torch.jit.script` compiles torch's own module in place of normkit's (whose
     forward is Python TorchScript cannot compile), sharing its parameters and buffers; under `enable()` the
-    scripted aten ops still reach normkit's kernels."""
+    scripted aten ops still reach normkit's kernels. torch writes the module returned here into the parent's
+    ``_modules``, so the eager model passed to `torch.jit.script` holds torch's module afterwards: said once."""
     base = _TORCH_BASES.get(type(self))
-    return self if base is None else _swapped(self, base)
+    if base is None:
+        return self
+    warnings.warn("torch.jit.script replaces normkit.nn modules by their torch.nn counterparts (same parameters and "
+                  "buffers), in the scripted model and, through torch's module preparation, in the model it was "
+                  "given; script a copy.deepcopy(model) to keep the eager model on normkit", UserWarning, stacklevel=2)
+    return _swapped(self, base)
 
 
 _TORCH_BASES = {normkit_cls: torch_cls for torch_cls, normkit_cls in _SWAPS.items()}

@@ -68,6 +68,17 @@ def _via_custom_op(x: Tensor) -> bool:
     return _compiling() or type(x) not in _PLAIN or _dispatch_stack_len() > 0
 
 
+def _has_storage(t: Tensor) -> bool:
+    """False for a tensor wrapping others, whose values no kernel can address: the gradients of
+    ``torch.autograd.grad(..., is_grads_batched=True)`` (and of vectorized `jacobian` / `hessian`) are legacy-vmap
+    batched tensors. Their backward runs the reference's plain torch ops, which that vmap batches."""
+    try:
+        t.untyped_storage()
+    except NotImplementedError:
+        return False
+    return True
+
+
 def _own(t: Tensor) -> Tensor:
     """``t`` (same memory, no copy) as a tensor autograd does not take for a view. The kernels' row-wise outputs are
     views of their (rows, width) buffers; a custom Function's output that is a view of a tensor made inside it may
@@ -241,6 +252,8 @@ class _BatchNormFn(torch.autograd.Function):
             gi, gw, gb = _bn_double_backward_graph(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
         elif _via_custom_op(grad):
             gi, gw, gb = batch_norm_backward(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
+        elif not _has_storage(grad):
+            gi, gw, gb = _bn_double_backward_graph(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
         else:
             gi, gw, gb = _bn_backward_impl(grad, x, weight, s1, s2, ctx.training, ctx.eps, mask)
         return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None,
@@ -312,6 +325,8 @@ def _ln_grads(grad, x, ns, mean, rstd, weight, bias, eps, mask):
         return _ln_double_backward_graph(grad, x, ns, weight, bias, eps, mask)
     if _via_custom_op(grad):
         return layer_norm_backward(grad, x, ns, mean, rstd, weight, bias, mask)
+    if not _has_storage(grad):
+        return _ln_double_backward_graph(grad, x, ns, weight, bias, eps, mask)
     return _ln_backward_impl(grad, x, ns, mean, rstd, weight, bias, mask)
 
 
@@ -412,6 +427,8 @@ def _rms_grads(grad, x, ns, rstd, weight, eps, mask):
         return _rms_double_backward_graph(grad, x, ns, weight, eps, mask)
     if _via_custom_op(grad):
         return rms_norm_backward(grad, x, ns, rstd, weight, mask)
+    if not _has_storage(grad):
+        return _rms_double_backward_graph(grad, x, ns, weight, eps, mask)
     return _rms_backward_impl(grad, x, ns, rstd, weight, mask)
 
 
@@ -515,16 +532,17 @@ class _AddLayerNormFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy, gs, _gm, _gr):
-        s, weight, bias, mean, rstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         need_sum = bool(n[0] or n[1])
-        mask = [need_sum, bool(n[3]) and weight is not None, bool(n[4]) and bias is not None]
-        gsum = gw = gb = None
-        if gy is not None and any(mask):
-            gsum, gw, gb = _ln_grads(gy, s, ctx.normalized_shape, mean, rstd, weight, bias, ctx.eps, mask)
-        gsum = _sum_grad(gsum if mask[0] else None, gs) if need_sum else None
-        return (gsum if n[0] else None, gsum if n[1] else None, None, gw if mask[1] else None,
-                gb if mask[2] else None, None)
+        gnorm = gw = gb = None
+        if gy is not None:  # else the saved sum is not read: it may have changed in place since, as torch's x + r
+            s, weight, bias, mean, rstd = ctx.saved_tensors
+            mask = [need_sum, bool(n[3]) and weight is not None, bool(n[4]) and bias is not None]
+            if any(mask):
+                gnorm, gw, gb = _ln_grads(gy, s, ctx.normalized_shape, mean, rstd, weight, bias, ctx.eps, mask)
+            gnorm, gw, gb = (g if m else None for g, m in zip((gnorm, gw, gb), mask))
+        gsum = _sum_grad(gnorm, gs) if need_sum else None
+        return gsum if n[0] else None, gsum if n[1] else None, None, gw, gb, None
 
 
 def _add_ln_setup(ctx, inputs, output):
@@ -581,15 +599,17 @@ class _AddRMSNormFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy, gs, _gr):
-        s, weight, rstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         need_sum = bool(n[0] or n[1])
-        mask = [need_sum, bool(n[3]) and weight is not None]
-        gsum = gw = None
-        if gy is not None and any(mask):
-            gsum, gw = _rms_grads(gy, s, ctx.normalized_shape, rstd, weight, ctx.eps, mask)
-        gsum = _sum_grad(gsum if mask[0] else None, gs) if need_sum else None
-        return gsum if n[0] else None, gsum if n[1] else None, None, gw if mask[1] else None, None
+        gnorm = gw = None
+        if gy is not None:  # as in _AddLayerNormFn
+            s, weight, rstd = ctx.saved_tensors
+            mask = [need_sum, bool(n[3]) and weight is not None]
+            if any(mask):
+                gnorm, gw = _rms_grads(gy, s, ctx.normalized_shape, rstd, weight, ctx.eps, mask)
+            gnorm, gw = (g if m else None for g, m in zip((gnorm, gw), mask))
+        gsum = _sum_grad(gnorm, gs) if need_sum else None
+        return gsum if n[0] else None, gsum if n[1] else None, None, gw, None
 
 
 def _add_rms_setup(ctx, inputs, output):
@@ -660,17 +680,24 @@ def _(grad, x, num_groups, mean, rstd, weight, mask):
     return gi, gw, gb
 
 
+def _gn_double_backward_graph(grad, x, num_groups, stat_dtype, weight, eps, mask):
+    """The backward as differentiable reference ops, statistics recomputed from x in the saved ones' dtype (fp32
+    for a mixed call: unrounded, and the gradients' dtype follows them)."""
+    ref = reference()
+    n, c, hxw = _gn_dims(x)
+    xs = x if stat_dtype == x.dtype else x.to(stat_dtype)
+    _, m, r = ref.native_group_norm(xs, None, None, n, c, hxw, num_groups, eps)
+    grads = ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
+    return _double_backward_outputs(grads, grad, x, weight)
+
+
 def _gn_grads(grad, x, num_groups, mean, rstd, weight, eps, mask):
-    if torch.is_grad_enabled():  # double backward: statistics recomputed from x, differentiable
-        ref = reference()
-        n, c, hxw = _gn_dims(x)
-        # in the saved statistics' dtype (fp32 for a mixed call: unrounded, and the gradients' dtype follows them)
-        xs = x if mean.dtype == x.dtype else x.to(mean.dtype)
-        _, m, r = ref.native_group_norm(xs, None, None, n, c, hxw, num_groups, eps)
-        grads = ref.native_group_norm_backward(grad, x, m, r, weight, n, c, hxw, num_groups, mask)
-        return _double_backward_outputs(grads, grad, x, weight)
+    if torch.is_grad_enabled():
+        return _gn_double_backward_graph(grad, x, num_groups, mean.dtype, weight, eps, mask)
     if _via_custom_op(grad):
         return group_norm_backward(grad, x, num_groups, mean, rstd, weight, mask)
+    if not _has_storage(grad):
+        return _gn_double_backward_graph(grad, x, num_groups, mean.dtype, weight, eps, mask)
     return _gn_backward_impl(grad, x, num_groups, mean, rstd, weight, mask)
 
 

@@ -3,7 +3,8 @@
 Group norm runs the Triton kernels (`normkit.kernels.group_norm`) where they handle the input (fp16 / bf16
 / fp32 on CUDA, or on CPU under TRITON_INTERPRET=1; parameters in the input dtype or fp32), the reference
 otherwise; instance norm runs group norm with one group per channel (or batch norm's eval mode with
-running statistics). Outputs keep the input's suggested memory format. The SyncBatchNorm primitives
+running statistics). Group norm's outputs keep the input's suggested memory format, instance norm's are
+contiguous (aten's). The SyncBatchNorm primitives
 validate with `normkit._checks`, then run batch norm's kernels (composed per primitive) where those take the
 input, else `normkit.reference`.
 """
@@ -91,8 +92,9 @@ def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor
                   momentum: float, eps: float, cudnn_enabled: bool = False) -> Tensor:
     """aten::instance_norm. With input statistics: group norm with one group per channel (fp32 statistics)
     and the running statistics moved towards their batch average; otherwise batch norm's eval mode on the
-    input. The output keeps the input's suggested memory format."""
+    input. As aten's, it normalizes ``input.contiguous()``: the output is contiguous (contract §6)."""
     _checks.check_instance_norm(input, weight, bias, running_mean, running_var, use_input_stats)
+    input = input.contiguous()
     if input.numel() == 0:  # aten returns before normalizing (the running statistics: the reference's rule)
         return reference().instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum,
                                          eps, cudnn_enabled)
