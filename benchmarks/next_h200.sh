@@ -31,6 +31,8 @@
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
+#   PART=127 (~450 s, carry .whl; session 41): PART=125 with the modules' and aten tests and every family's
+#            conformance (session 41's instance-norm layout, batched-gradient and nested-tensor fixes on CUDA).
 #   PART=126 (~480 s, carry .whl; written in session 41): PART=117, then ViT-B/16 and GPT-2 small steps with and
 #            without enable() (last measured in session 10).
 #   PART=110 (carry ab_old): CUDA tests, conformance and bn_kernels.py's rows, ab_old's src (before) against main's.
@@ -66,12 +68,20 @@ ln_suite_bench() {
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 125 ]; then  # session 40 (carry .whl): the absent-weight gradient dtype fix on CUDA, then PART=124's
-    stamp "pytest -m cuda: ops, functional, custom ops, the span tiles"
-    cuda_tests 60 tests/ops tests/test_functional.py
+if [ "$PART" = 125 ] || [ "$PART" = 127 ]; then  # session 40 (carry .whl): the absent-weight gradient dtype fix
+    # on CUDA, then PART=124's A/B; PART=127 (session 41) also session 41's host-side fixes (instance norm's layout,
+    # batched gradients, nested tensors) and every family's conformance
+    if [ "$PART" = 127 ]; then
+        stamp "pytest -m cuda: ops, modules, functional, aten, the span tiles"
+        cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
+    else
+        stamp "pytest -m cuda: ops, functional, custom ops"
+        cuda_tests 60 tests/ops tests/test_functional.py
+    fi
     cuda_tests 30 tests/kernels/test_batch_norm_kernels.py -k span
-    stamp "conformance on CUDA: batch, group, instance norm"
-    timeout 75 python3 -m normkit check --impl normkit --device cuda --ops batch_norm group_norm instance_norm --quiet \
+    ops="batch_norm group_norm instance_norm"; [ "$PART" = 127 ] && ops="all"
+    stamp "conformance on CUDA: $ops"
+    timeout 150 python3 -m normkit check --impl normkit --device cuda $([ "$ops" = all ] || echo --ops $ops) --quiet \
         --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200
     tail -2 "$W/check.log"
 fi
@@ -87,7 +97,7 @@ if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cas
     timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
         --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
-elif [ "$PART" = 124 ] || [ "$PART" = 125 ]; then  # session 40 (carry .whl): the eval span tiles
+elif [ "$PART" = 124 ] || [ "$PART" = 125 ] || [ "$PART" = 127 ]; then  # session 40 (carry .whl): the eval span tiles
     if [ "$PART" = 124 ]; then
         stamp "pytest -m cuda: the span tiles"
         cuda_tests 70 tests/kernels/test_batch_norm_kernels.py -k "span"
