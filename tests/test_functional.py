@@ -724,7 +724,7 @@ def test_rms_norm_rank_error_is_torchs_value_error(call, shape, ns):
 
 @pytest.mark.parametrize("fmt, shape", [(torch.channels_last, (2, 3, 4, 5)), (torch.channels_last_3d, (2, 3, 2, 3, 4))])
 def test_rms_norm_grad_input_keeps_channels_last(fmt, shape):
-    # aten's rms_norm keeps a channels_last input's layout for the output and for grad_input
+    # aten's rms_norm keeps a channels_last input's layout for the output; grad_input follows the incoming gradient
     x = _leaf(_fresh(shape).contiguous(memory_format=fmt))
     w = _leaf(_fresh(shape[-1:]))
     xr, wr = _leaf(x.double()), _leaf(w.double())
@@ -732,7 +732,7 @@ def test_rms_norm_grad_input_keeps_channels_last(fmt, shape):
     g = torch.randn(shape)
     gx, gw = _grads(y, (x, w), g)
     gxr, gwr = _grads(yr, (xr, wr), g.double())
-    assert y.is_contiguous(memory_format=fmt) and gx.is_contiguous(memory_format=fmt)
+    assert y.is_contiguous(memory_format=fmt) and gx.stride() == gxr.stride()
     torch.testing.assert_close(y.double(), yr, **_tol(torch.float32))
     torch.testing.assert_close(gx.double(), gxr, **_tol(torch.float32))
     torch.testing.assert_close(gw.double(), gwr, **_tol(torch.float32))
@@ -913,3 +913,21 @@ def test_batched_gradients_like_torch(name, ours, theirs, shape):
     jac = torch.autograd.functional.jacobian(lambda t: ours(t, w, b), x, vectorize=True)
     jac64 = torch.autograd.functional.jacobian(lambda t: theirs(t, w.double(), b.double()), x.double(), vectorize=True)
     torch.testing.assert_close(jac.double(), jac64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_cl, g_cl", [(True, False), (True, True), (False, False)])
+def test_rms_norm_input_gradient_layout_follows_the_incoming_gradient(x_cl, g_cl):
+    """A channels_last input takes torch's composite rms_norm, whose input gradient is laid out like the incoming
+    gradient: contiguous for a contiguous one. normkit's was channels_last whatever the incoming gradient (values
+    right; seen through torch.autograd.grad, a leaf's .grad takes the leaf's layout either way)."""
+    x, g, w = _fresh((2, 3, 4, 5)), _fresh((2, 3, 4, 5)), _fresh((5,))
+    if x_cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    if g_cl:
+        g = g.contiguous(memory_format=torch.channels_last)
+    grads = []
+    for f in (normkit.rms_norm, F.rms_norm):
+        xx = _leaf(x)
+        grads.append(torch.autograd.grad(f(xx, (5,), w), xx, g)[0])
+    assert grads[0].stride() == grads[1].stride()
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)

@@ -382,10 +382,16 @@ def _rms_forward_impl(x, normalized_shape, weight, eps):
     return _own(y.contiguous()), rstd.to(acc_dtype(x.dtype))
 
 
+def _rms_grad_format(grad: Tensor, x: Tensor):
+    """grad_input's layout: channels_last(_3d) where x and the incoming gradient both are, else contiguous. A
+    channels_last input takes aten's composite rms_norm, whose input gradient follows the incoming one's layout."""
+    fmt = _ln.rms_memory_format(x)
+    return fmt if grad.is_contiguous(memory_format=fmt) else torch.contiguous_format
+
+
 def _rms_backward_impl(grad, x, normalized_shape, rstd, weight, mask):
     gi, gw = _ln._rms_norm_backward_core(grad, x, normalized_shape, rstd, weight, mask)
-    # grad_input in the output's layout: channels_last(_3d) for such inputs, as aten's rms_norm
-    return (_in_format(gi, _ln.rms_memory_format(x)) if mask[0] else None,
+    return (_in_format(gi, _rms_grad_format(grad, x)) if mask[0] else None,
             gw.to(weight.dtype) if mask[1] and weight is not None else None)
 
 
@@ -410,7 +416,7 @@ def rms_norm_backward(grad: Tensor, x: Tensor, normalized_shape: List[int], rstd
 
 @rms_norm_backward.register_fake
 def _(grad, x, normalized_shape, rstd, weight, mask):
-    gi = (torch.empty_like(x, memory_format=_ln.rms_memory_format(x)) if mask[0] else x.new_empty((0,)))
+    gi = (torch.empty_like(x, memory_format=_rms_grad_format(grad, x)) if mask[0] else x.new_empty((0,)))
     gw = _dense_like(weight) if mask[1] and weight is not None else x.new_empty((0,))
     return gi, gw
 
