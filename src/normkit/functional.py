@@ -314,7 +314,7 @@ def _instance_norm_checked(input, running_mean, running_var, weight, bias, use_i
     contiguous for a channels_last input too. Its backward uses a copy of the weight (aten's saves
     ``weight.repeat(N)``), so the weight may change in place before it, as an optimizer step does."""
     n, c = input.shape[0], input.shape[1]
-    input = input.contiguous()
+    input = _ops().contiguous_autograd(input)
     if weight is not None and torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
         weight = weight.clone()
     if input.numel() == 0:

@@ -10,7 +10,8 @@ import torch
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 _FAMILY_MODULE = {"batch_norm": "normkit.kernels.batch_norm", "layer_norm": "normkit.kernels.layer_norm",
-                  "rms_norm": "normkit.kernels.layer_norm", "group_norm": "normkit.kernels.group_norm"}
+                  "rms_norm": "normkit.kernels.layer_norm", "group_norm": "normkit.kernels.group_norm",
+                  "layout": "normkit.kernels.layout"}
 _modules: dict = {}
 
 

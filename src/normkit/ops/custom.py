@@ -47,7 +47,7 @@ from normkit.reference._common import acc_dtype, affine_grad_dtype
 __all__ = ["batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward", "rms_norm",
            "rms_norm_backward", "add_layer_norm", "add_rms_norm", "batch_norm_autograd", "layer_norm_autograd",
            "rms_norm_autograd", "add_layer_norm_autograd", "add_rms_norm_autograd", "group_norm",
-           "group_norm_backward", "group_norm_autograd"]
+           "group_norm_backward", "group_norm_autograd", "contiguous_autograd"]
 
 
 def _compiling() -> bool:
@@ -633,6 +633,33 @@ add_rms_norm.register_autograd(lambda ctx, *grads: _AddRMSNormFn.backward(ctx, *
 def add_rms_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                           eps: float):
     return _AddRMSNormFn.apply(x, residual, normalized_shape, weight, eps)
+
+
+# ------------------------------------------------------------------------- instance norm's contiguous input
+
+class _ContiguousFn(torch.autograd.Function):
+    """``x.contiguous()`` of a dense channels_last(_3d) x through normkit's tile transpose. The backward returns
+    the gradient in x's layout (the tile transpose again): a leaf's AccumulateGrad would otherwise make that copy
+    with torch's slower strided one, and a convolution before it takes either layout. (torch's `contiguous`
+    passes the contiguous gradient on; the values are the same.)"""
+
+    @staticmethod
+    def forward(ctx, x, fmt):
+        ctx.fmt = fmt
+        return _gn.in_layout(x, torch.contiguous_format)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None if g is None else _gn.in_layout(g, ctx.fmt)), None
+
+
+def contiguous_autograd(x: Tensor) -> Tensor:
+    """``x.contiguous()`` with autograd, fast for dense channels_last(_3d) inputs on the kernels' devices (instance
+    norm's input, which aten normalizes contiguous). Traced or compiled calls keep torch's own."""
+    fmt = _gn.channels_last_of_rank(x)
+    if x.is_contiguous() or fmt is None or not x.is_contiguous(memory_format=fmt) or _via_custom_op(x):
+        return x.contiguous()
+    return _ContiguousFn.apply(x, fmt)
 
 
 # ----------------------------------------------------------------------------------------------- group norm
