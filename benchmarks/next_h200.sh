@@ -7,9 +7,9 @@
 # The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# For the next session (written in session 40), in this order: PART=125 (first: the gradient dtype fix has not run
-# on CUDA; then the span A/B), on an H200 PART=103 and PART=117 (the suites; .whl fits the device's copy limit again
-# after session 40 gzipped the large result JSONs), PART=120 on a multi-GPU kind if ever lent.
+# For the next session (written in session 41), in this order: PART=128 (the tile transpose, off until it runs
+# there), on an H200 PART=103 and PART=126 (the suites and the transformer steps), PART=120 on a multi-GPU kind if
+# ever lent. Session 41 ran PART=127 and PART=126 on an H100 (results/h100-2026-12-06-s41).
 # Session 40's parts (121 and 123 ran on an H100: results/h100-2026-12-06-s40):
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
@@ -33,6 +33,8 @@
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
 #   PART=127 (~450 s, carry .whl; session 41): PART=125 with the modules' and aten tests and every family's
 #            conformance (session 41's instance-norm layout, batched-gradient and nested-tensor fixes on CUDA).
+#   PART=128 (~120 s; session 41): the tile transpose's CUDA tests and its A/B (benchmarks/tile_transpose_ab.py);
+#            turn `tile_transpose` on if they pass and knob 1 is faster on every row.
 #   PART=126 (~480 s, carry .whl; written in session 41): PART=117, then ViT-B/16 and GPT-2 small steps with and
 #            without enable() (last measured in session 10).
 #   PART=110 (carry ab_old): CUDA tests, conformance and bn_kernels.py's rows, ab_old's src (before) against main's.
@@ -163,6 +165,12 @@ elif [ "$PART" = 117 ] || [ "$PART" = 126 ]; then  # the layer / RMS suite with 
         timeout 150 python3 -m normkit bench --models vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
             --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "vit|gpt" "$W/models/summary.md" | head -12
     fi
+elif [ "$PART" = 128 ]; then  # session 41 (~120 s): the tile transpose (group norm's tile_transpose, off)
+    stamp "pytest -m cuda: the tile transpose, instance norm"
+    cuda_tests 60 tests/kernels/test_layout.py tests/test_aten.py -k "layout or transpose or instance"
+    stamp "instance norm of channels_last inputs: tile_transpose 0 against 1, aten, copy"
+    timeout 90 python3 benchmarks/tile_transpose_ab.py --json "$W/tile_transpose.json" > "$W/tile_transpose.log" 2>&1
+    echo "ab rc=$?"; cat "$W/tile_transpose.log" | tail -8
 elif [ "$PART" = 110 ]; then  # (carry ab_old: another tree's src) the CUDA tests, conformance, bn_kernels.py before / after
     stamp "pytest -m cuda: ${TESTS:-batch-norm and group-norm kernels}"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}

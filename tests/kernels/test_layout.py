@@ -1,6 +1,6 @@
 """The tile transpose between contiguous and channels_last(_3d) layouts (`normkit.kernels.layout`), and instance
-norm's contiguous input through it. A copy: every element must arrive bit for bit. Without CUDA the kernel runs
-through Triton's interpreter."""
+norm's contiguous input through it (knob `tile_transpose`, off by default until it has run on a GPU; on here). A
+copy: every element must arrive bit for bit. Without CUDA the kernel runs through Triton's interpreter."""
 
 import os
 
@@ -23,6 +23,14 @@ INTERPRETED = type(K._transpose_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
 CL = {4: torch.channels_last, 5: torch.channels_last_3d}
 SHAPES = [(2, 3, 5, 7), (1, 64, 8, 8), (3, 70, 9, 1), (2, 5, 3, 4, 6), (4, 130, 3, 3)]
+
+
+@pytest.fixture(autouse=True)
+def tile_transpose_on(monkeypatch):
+    """The knob is off by default until the kernel has run on a GPU (group norm's _CFG): on for these tests."""
+    from normkit.kernels import group_norm
+
+    monkeypatch.setitem(group_norm._CFG, "tile_transpose", 1)
 
 
 def _check_both_ways(shape, dtype, device):
@@ -52,6 +60,10 @@ def test_in_layout_takes_the_kernel_only_between_the_two_dense_layouts(monkeypat
     gn_ops.in_layout(x[:, :, ::2], torch.contiguous_format)
     assert gn_ops.in_layout(x, torch.channels_last) is x
     assert calls == [torch.contiguous_format]
+    from normkit.kernels import group_norm
+
+    monkeypatch.setitem(group_norm._CFG, "tile_transpose", 0)  # off: torch's copy
+    assert gn_ops.in_layout(x, torch.contiguous_format).is_contiguous() and calls == [torch.contiguous_format]
 
 
 @interp

@@ -68,6 +68,11 @@ _CFG = {
     # host time of small layers). H200 2026-12-04 (session 26), 16x64x8x8 bf16: gn_forward 159 -> 43 µs a call,
     # F.group_norm forward + backward under enable() 342 -> 167 µs (eager 166)
     "plans": 1,
+    # instance norm's channels_last input made contiguous (and its gradient turned back) by normkit.kernels.layout's
+    # tile transpose instead of torch's strided copy (session 41: prepared, interpreter-tested, not yet run on a GPU;
+    # predicted on the H100 for bf16 16x64x128x128 channels_last: forward 0.149 -> ~0.055 ms, backward 0.164 ->
+    # ~0.07 ms). 0 = torch's copy
+    "tile_transpose": 0,
 }
 
 

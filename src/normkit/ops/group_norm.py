@@ -92,16 +92,23 @@ def channels_last_of_rank(x: Tensor):
     return {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
 
 
+def tile_transpose_for(t: Tensor):
+    """`normkit.kernels.layout` when it moves ``t`` (knob ``tile_transpose`` of group norm's kernels on, and the
+    kernels take t's device and dtype), else None."""
+    gn = kernels_for("group_norm", t)
+    return kernels_for("layout", t) if gn is not None and gn._CFG["tile_transpose"] else None
+
+
 def in_layout(t: Tensor, fmt) -> Tensor:
     """``t`` in layout ``fmt``. Between contiguous and channels_last(_3d) (dense either way) the copy is normkit's
-    tile transpose (`normkit.kernels.layout`) where the kernels take ``t``: about copy speed, where torch's strided
-    copy runs at a quarter of it."""
+    tile transpose where `tile_transpose_for` gives it: about copy speed, where torch's strided copy runs at a
+    quarter of it."""
     if t.is_contiguous(memory_format=fmt):
         return t
     cl = channels_last_of_rank(t)
     if cl is not None and fmt in (cl, torch.contiguous_format) and (t.is_contiguous() or t.is_contiguous(
             memory_format=cl)):
-        mod = kernels_for("layout", t)
+        mod = tile_transpose_for(t)
         if mod is not None:
             return mod.to_memory_format(t, fmt)
     return t.contiguous(memory_format=fmt)
