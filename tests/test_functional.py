@@ -931,3 +931,56 @@ def test_rms_norm_input_gradient_layout_follows_the_incoming_gradient(x_cl, g_cl
         grads.append(torch.autograd.grad(f(xx, (5,), w), xx, g)[0])
     assert grads[0].stride() == grads[1].stride()
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-4)
+
+
+_TIED = {  # normkit's call with one tensor in two places, torch's equivalent
+    "batch_norm": (lambda x, w: normkit.batch_norm(x, None, None, w, w, True),
+                   lambda x, w: F.batch_norm(x, None, None, w, w, True), 4),
+    "group_norm": (lambda x, w: normkit.group_norm(x, 2, w, w), lambda x, w: F.group_norm(x, 2, w, w), 4),
+    "layer_norm": (lambda x, w: normkit.layer_norm(x, (5,), w, w), lambda x, w: F.layer_norm(x, (5,), w, w), 5),
+    "add_layer_norm": (lambda x, w: normkit.add_layer_norm(x, x, (5,), w, w)[0],
+                       lambda x, w: F.layer_norm(x + x, (5,), w, w), 5),
+    "add_rms_norm": (lambda x, w: normkit.add_rms_norm(x, x, (5,), w)[0], lambda x, w: F.rms_norm(x + x, (5,), w), 5),
+}
+
+
+@pytest.mark.parametrize("name", list(_TIED))
+def test_compiled_fullgraph_with_one_tensor_in_two_arguments(name):
+    """torch.compile(fullgraph=True) of a call given one tensor twice (a weight tied to the bias, x as its own
+    residual): Dynamo refuses an autograd Function with a repeated tensor input, so normkit's call failed where
+    torch's compiles. Values and gradients against torch in float64."""
+    ours, theirs, C = _TIED[name]
+    x, w = _fresh((3, 4, 5), F64), _fresh((C,), F64)
+    results = []
+    for f in (torch.compile(ours, backend="aot_eager", fullgraph=True), theirs):
+        xx, ww = _leaf(x), _leaf(w)
+        y = f(xx, ww)
+        results.append((y, *torch.autograd.grad(y, (xx, ww), torch.ones_like(y) + x)))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
+
+
+def test_batch_norm_compiled_fullgraph_with_one_buffer_for_both_running_stats():
+    x = _fresh((4, 3, 5), F64)
+    f = torch.compile(lambda x, s: normkit.batch_norm(x, s, s, None, None, False), backend="aot_eager",
+                      fullgraph=True)
+    s = torch.rand(3, dtype=F64) + 0.5
+    xx = _leaf(x)
+    y = f(xx, s)
+    (gx,) = torch.autograd.grad(y, xx, torch.ones_like(y))
+    xt = _leaf(x)
+    yt = F.batch_norm(xt, s, s, None, None, False)
+    torch.testing.assert_close(y, yt)
+    torch.testing.assert_close(gx, torch.autograd.grad(yt, xt, torch.ones_like(yt))[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_instance_norm_running_stats_in_one_buffer_like_torch(dtype):
+    """running_mean and running_var one tensor: aten computes both updates from the values before the call and
+    writes the mean, then the variance; normkit updated the mean first and blended the variance into that."""
+    x = _fresh((4, 3, 5), dtype)
+    ours, theirs = torch.rand(3, dtype=dtype) + 0.5, None
+    theirs = ours.clone()
+    normkit.instance_norm(x, ours, ours, use_input_stats=True, momentum=0.3)
+    F.instance_norm(x, theirs, theirs, use_input_stats=True, momentum=0.3)
+    torch.testing.assert_close(ours, theirs)

@@ -141,6 +141,18 @@ class _GradInFormat(torch.autograd.Function):
         return None if g is None else _in_format(g, ctx.fmt), None
 
 
+def _distinct(*tensors):
+    """The tensors, each repeat of an earlier one replaced by a view of it (the same memory): Dynamo refuses an
+    autograd Function given one tensor twice, so `torch.compile(fullgraph=True)` of `batch_norm(x, ..., w, w)` (a
+    weight tied to the bias, one buffer for both running statistics) failed where torch's op compiles."""
+    out = []
+    for t in tensors:
+        if t is not None and any(t is u for u in out):
+            t = t.view_as(t)
+        out.append(t)
+    return out
+
+
 def _double_backward_outputs(grads, *inputs):
     """The double-backward graph's gradients, each one requiring grad where one of the ATen backward op's inputs
     (``inputs``, None allowed) does."""
@@ -264,6 +276,7 @@ def batch_norm_autograd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tens
                         running_mean: Optional[Tensor], running_var: Optional[Tensor], training: bool,
                         momentum: float, eps: float) -> Tuple[Tensor, Tensor, Tensor]:
     """Batch norm with autograd and double backward (inputs already validated by the caller)."""
+    x, weight, bias, running_mean, running_var = _distinct(x, weight, bias, running_mean, running_var)
     return _BatchNormFn.apply(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
@@ -357,6 +370,7 @@ class _LayerNormFn(torch.autograd.Function):
 
 def layer_norm_autograd(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                         bias: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    x, weight, bias = _distinct(x, weight, bias)
     return _LayerNormFn.apply(x, normalized_shape, weight, bias, eps)
 
 
@@ -465,6 +479,7 @@ class _RMSNormFn(torch.autograd.Function):
 
 def rms_norm_autograd(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                       eps: float) -> Tuple[Tensor, Tensor]:
+    x, weight = _distinct(x, weight)
     return _RMSNormFn.apply(x, normalized_shape, weight, eps)
 
 
@@ -565,6 +580,7 @@ add_layer_norm.register_autograd(lambda ctx, *grads: _AddLayerNormFn.backward(ct
 
 def add_layer_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                             bias: Optional[Tensor], eps: float):
+    x, residual, weight, bias = _distinct(x, residual, weight, bias)
     return _AddLayerNormFn.apply(x, residual, normalized_shape, weight, bias, eps)
 
 
@@ -632,6 +648,7 @@ add_rms_norm.register_autograd(lambda ctx, *grads: _AddRMSNormFn.backward(ctx, *
 
 def add_rms_norm_autograd(x: Tensor, residual: Tensor, normalized_shape: List[int], weight: Optional[Tensor],
                           eps: float):
+    x, residual, weight = _distinct(x, residual, weight)
     return _AddRMSNormFn.apply(x, residual, normalized_shape, weight, eps)
 
 
@@ -764,4 +781,5 @@ def group_norm_autograd(x: Tensor, num_groups: int, weight: Optional[Tensor], bi
                         eps: float, fp32_stats: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """Group norm with autograd and double backward (inputs already validated by the caller).
     ``fp32_stats``: mean / rstd in fp32 whatever the contract's dtype (instance norm's saved statistics)."""
+    x, weight, bias = _distinct(x, weight, bias)
     return _GroupNormFn.apply(x, num_groups, weight, bias, eps, fp32_stats)

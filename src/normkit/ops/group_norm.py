@@ -146,8 +146,9 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
     ``torch.var`` (Welford in fp32) of values near 1000 with std 0.1 was 9e-5 off (H200 session 16, the randomized
     test); the CPU's was not."""
     with torch.no_grad():
+        updates = []  # both computed before either is written: aten's order, also for aliased statistics
         if running_mean is not None:
-            _blend(running_mean, mean.mean(0), momentum)
+            updates.append((running_mean, _blended(running_mean, mean.mean(0), momentum)))
         if running_var is not None:
             x = input.to(acc_dtype(input.dtype)).flatten(2) if input.dim() > 2 else None
             if x is not None and x.shape[2] > 1 and x.shape[0] > 0:
@@ -157,15 +158,17 @@ def update_instance_running_stats(running_mean: Optional[Tensor], running_var: O
                 # unbiased variance is 0/0, NaN, as in ATen's batch norm on the (1, N*C) view; no instances: the
                 # average below is NaN whatever they hold
                 var = torch.full(mean.shape, float("nan"), dtype=acc_dtype(input.dtype), device=input.device)
-            _blend(running_var, var.mean(0), momentum)
+            updates.append((running_var, _blended(running_var, var.mean(0), momentum)))
+        for running, new in updates:
+            running.copy_(new)
 
 
-def _blend(running: Tensor, batch: Tensor, momentum: float) -> None:
-    """running = (1 - momentum) * running + momentum * batch in place, computed in the accumulation type and rounded
-    once (as the batch-norm kernels do): in bf16 / fp16 buffers three roundings, the terms of opposite sign, were
-    4 half-ulps off float64 (randomized test, InstanceNorm2d with bf16 buffers, session 22)."""
+def _blended(running: Tensor, batch: Tensor, momentum: float) -> Tensor:
+    """(1 - momentum) * running + momentum * batch, computed in the accumulation type (rounded once when copied into
+    the buffer, as the batch-norm kernels do): in bf16 / fp16 buffers three roundings, the terms of opposite sign,
+    were 4 half-ulps off float64 (randomized test, InstanceNorm2d with bf16 buffers, session 22)."""
     acc = acc_dtype(running.dtype)
-    running.copy_(torch.add(running.to(acc) * (1 - momentum), batch.to(acc), alpha=momentum))
+    return torch.add(running.to(acc) * (1 - momentum), batch.to(acc), alpha=momentum)
 
 
 def batch_norm_stats(input: Tensor, eps: float):
