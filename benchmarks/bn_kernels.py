@@ -168,9 +168,6 @@ VARIANTS = {
     # where C * 289 % 16 == 0) or through the flat gather pass (elementwise only)
     "spread320": {"spread_max_plane": 320, "spread_max_plane_ew": 320},
     "spread1536": {"spread_max_plane": 1536, "spread_max_plane_ew": 1536},  # 35x35 too (1225 partials a program)
-    # session 40: the eval forward over contiguous planes as flat tiles (_bn_ew_span_kernel), the most planes a tile
-    # may span (0: the [planes, S] tiles of before)
-    **{f"span{k}": {"ew_span_max_planes": k} for k in (0, 2, 4, 8)},
     "spreadodd": {"spread_max_plane": 1 << 30, "spread_max_plane_ew": 1 << 30},  # every unaligned plane (73x73, 147x147)
     "flat320": {"ew_flat_max_plane": 320, "ew_flat_max_plane_bwd": 320},
     # session 38: odd planes through the ncs elementwise pass (the spread one since, up to 8192 elements), or spread
@@ -235,10 +232,9 @@ VARIANT_SCOPE = {
     "oddewall": ("ncs", ("fwd", "bwd", "eval")),
     "nofold": ("rows", ("fwd", "bwd", "eval")),
     "noplanealign": ("ncs", ("fwd", "bwd", "eval")),
-    **{f"span{k}": ("ncs", ("eval",)) for k in (0, 2, 4, 8)},
 }
 # variants also run in fp32 (the rest: bf16 only)
-FP32_VARIANTS = ("span0", "span2", "span4", "span8", "noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
+FP32_VARIANTS = ("noflat", "flat256", "nopdl", "comb4kbwd", "comb1kfwd", "rowsw8", "fused", "split", "combwide",
                  "nospread", "spread32", "rowstp396", "rowsr4ktp660", "rowsonebuf", "rtbwide", "noalign", "spread320",
                  "spread1536", "spreadodd", "flat320",
                  "noplanealign", "nofold")

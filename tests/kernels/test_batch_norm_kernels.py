@@ -962,27 +962,6 @@ def test_cuda_row_align(shape, dtype, path, monkeypatch):
                     lambda x: B._View(x).kind == "rows" and BCFG._row_align(shape[1]) > 1, monkeypatch)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(256, 64, 112, 112), (256, 512, 28, 28), (256, 1024, 14, 14), (16, 64, 32, 64, 64),
-                                   (7, 3, 1000, 33)])
-def test_cuda_eval_span_tiles(shape, dtype, monkeypatch):
-    """``ew_span_max_planes``: the eval forward's flat tiles on the GPU give the bits of the [planes, S] tiles."""
-    x = torch.randn(shape, device="cuda", dtype=dtype) + 0.5
-    C = shape[1]
-    w, b = torch.rand(C, device="cuda") + 0.5, torch.randn(C, device="cuda")
-    rm, rv = torch.randn(C, device="cuda") * 0.1, torch.rand(C, device="cuda") + 0.5
-    outs = []
-    for knob in (0, 8):
-        monkeypatch.setitem(B._TUNE, "ew_span_max_planes", knob)
-        assert (BCFG._span_cfg(B._View(x), x.element_size(), BCFG._FWD_EVAL) is None) == (knob == 0)
-        outs.append(B.bn_forward_eval(x, w, b, rm, rv, 1e-5))
-    assert torch.equal(outs[0], outs[1])
-    sh = bshape(x)
-    yr = (x.float() - rm.view(sh)) * (torch.rsqrt(rv + 1e-5) * w).view(sh) + b.view(sh)
-    assert relerr(outs[1], yr) < (1.2e-2 if dtype == torch.bfloat16 else 1e-5)
-
-
 @interp
 @pytest.mark.parametrize("shape", [(2, 3, 1030), (2, 3, 38, 38), (3, 2, 1156)])
 def test_plane_align(shape, monkeypatch):
@@ -1013,58 +992,6 @@ def test_plane_align(shape, monkeypatch):
     S = math.prod(shape[2:])
     ncs = {a for name, a in hints if name in ("_bn_reduce_ncs_kernel", "_bn_ew_ncs_kernel")}
     assert ncs == {math.gcd(S, 16)}, hints
-
-
-# contiguous planes for the eval forward's flat tiles (ew_span_max_planes): tiles spanning 2 to 8 planes, C below the
-# span (a tile wraps round the channels), a ragged last tile, 3-D and (N, C, L) inputs
-SPAN_CASES = [(2, 3, 40, 40), (3, 5, 33, 31), (2, 4, 1100), (1, 3, 7, 150), (2, 2, 3, 20, 20), (5, 7, 300)]
-
-
-@interp
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape", SPAN_CASES, ids=str)
-@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
-def test_eval_span_tiles(shape, dtype, affine, monkeypatch, poison):
-    """``ew_span_max_planes``: the eval forward over contiguous planes as flat tiles (_bn_ew_span_kernel) gives the
-    bits of the [planes, S] tiles, and agrees with float64."""
-    x = make_x(shape, dtype, "contig")
-    C = shape[1]
-    w, b, rm, rv = _params(C, dtype, "input" if dtype == torch.float64 else "fp32", True, True)
-    w, b = (w, b) if affine else (None, None)
-    names = []
-    real = B.launch
-    monkeypatch.setattr(B, "launch", lambda k, *a, **kw: (names.append(k.__name__), real(k, *a, **kw))[1])
-    monkeypatch.setitem(B._TUNE, "ew_span_max_planes", 0)
-    y_off = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
-    monkeypatch.setitem(B._TUNE, "ew_span_max_planes", 8)
-    y = B.bn_forward_eval(x, w, b, rm, rv, 1e-5)
-    assert names[-1] == "_bn_ew_span_kernel" and "_bn_ew_span_kernel" not in names[:-1], names
-    assert torch.equal(y, y_off) and y.stride() == x.stride()
-    sh = bshape(x)
-    yr = (x.double() - rm.double().view(sh)) / torch.sqrt(rv.double().view(sh) + 1e-5)
-    if affine:
-        yr = yr * w.double().view(sh) + b.double().view(sh)
-    assert relerr(y, yr) < TOL[dtype]
-
-
-def test_span_choice(monkeypatch):
-    """The flat tiles' BLOCK: the widest power of two up to the ncs tile whose tiles span at most the knob's planes;
-    eval forward of contiguous planes only."""
-    monkeypatch.setitem(B._TUNE, "ew_span_max_planes", 8)
-
-    def cfg(shape, dtype=torch.bfloat16, mode=BCFG._FWD_EVAL, cl=False):
-        x = torch.empty(shape, dtype=dtype)
-        if cl:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return BCFG._span_cfg(B._View(x), x.element_size(), mode)
-
-    assert cfg((256, 64, 112, 112)) == dict(BLOCK=4096, SPAN=2, SP=2, NT=256 * 64 * 112 * 112 // 4096, nw=8)
-    assert cfg((256, 512, 28, 28))["SPAN"] == 7 and cfg((256, 512, 28, 28), torch.float32)["BLOCK"] == 2048
-    assert cfg((256, 1024, 14, 14))["BLOCK"] == 1024  # 4096 / 2048 would span 22 / 12 planes
-    assert cfg((8, 4, 7, 7)) is None  # no tile of >= 512 elements spans <= 8 planes of 49
-    assert cfg((256, 64, 56, 56), mode=BCFG._FWD_TRAIN) is None and cfg((256, 64, 56, 56), cl=True) is None
-    monkeypatch.setitem(B._TUNE, "ew_span_max_planes", 0)
-    assert cfg((256, 64, 112, 112)) is None
 
 
 # rows that fold (M divisible by K): C = 3 / 5 / 9 / 7 / 21 channels_last, 2-D and 3-D

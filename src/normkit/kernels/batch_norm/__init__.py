@@ -74,9 +74,9 @@ from normkit.kernels._launch import alloc, launch, pdl_follow, pdl_on, pdl_trigg
 from normkit.kernels.batch_norm._config import (_BWD_EVAL, _BWD_TRAIN, _FWD_EVAL, _FWD_TRAIN, _TUNE, _SpreadView,
                                                 _FoldView, _View, _combine_cfg, _const_s, _ew_cfg, _flat_cfg_cached,
                                                 _flat_planes, _fold, _one_launch_cfg, _reduce_cfg, _rows_reduce_warps,
-                                                _plane_align, _row_align, _span_cfg, _spread, _warps)
+                                                _plane_align, _row_align, _spread, _warps)
 from normkit.kernels.batch_norm._ew_kernels import (_bn_ew_flat_kernel, _bn_ew_ncs_kernel, _bn_ew_ncs_kernel_cs,
-                                                    _bn_ew_rows_kernel, _bn_ew_span_kernel)
+                                                    _bn_ew_rows_kernel)
 from normkit.kernels.batch_norm._fused_kernels import _bn_fused_bwd_kernel, _bn_fused_fwd_kernel
 from normkit.kernels.batch_norm._reduce_kernels import (_bn_combine_bwd_kernel, _bn_combine_fwd_kernel,
                                                         _bn_reduce_ncs_kernel, _bn_reduce_ncs_kernel_cs,
@@ -204,12 +204,6 @@ def _elementwise(v, x, g, out, params, mode, has_w, has_b, eps, acc_tl, pdl=Fals
             x, g, out, p0, p1, p2, p3, v.N * v.C, v.C, fc["NT"], e0, e1, e2,
             S=v.S, R=fc["R"], RP=fc["RP"], BLOCK=fc["BLOCK"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
             ACC=acc_tl, num_warps=fc["nw"], **kw,
-        )
-    elif (sc := _span_cfg(v, out.element_size(), mode)) is not None:
-        launch(_bn_ew_span_kernel, (sc["NT"],),
-            x, g, out, p0, p1, p2, p3, v.N * v.C * v.S, v.C, v.S, sc["NT"], e0, e1, e2,
-            BLOCK=sc["BLOCK"], SPAN=sc["SPAN"], SP=sc["SP"], MODE=mode, HAS_W=has_w, HAS_B=has_b, F64=f64,
-            ACC=acc_tl, num_warps=sc["nw"], **kw,
         )
     else:
         const_s = _const_s(v)

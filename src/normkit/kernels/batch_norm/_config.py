@@ -47,12 +47,6 @@ _TUNE = {
     # 256x2048x7x7 eval / fwd / bwd 0.0423 / 0.0750 / 0.0935 -> 0.0322 / 0.0632 / 0.0849 ms; at 14x14 the
     # backward won 3-6 % but the bf16 forward and eval lost 2-6 %)
     "ew_flat_max_plane": 64,
-    # eval forward over contiguous planes longer than that as flat BLOCK-element tiles (_bn_ew_span_kernel), a tile
-    # spanning at most this many planes (0: off; the [planes, S] tiles of _bn_ew_ncs instead). Aimed at the NCHW eval
-    # rows where torch.compile's flat pass led by 1-3 % (H100 sessions 37 and 40: 0.95-0.99 of copy against
-    # 0.98-1.00). Prepared in session 40 (same bits under the interpreter), not yet run on a GPU: off until its CUDA
-    # test passes and bn_kernels.py's span8 variant loses no row (next_h200.sh PART=125)
-    "ew_span_max_planes": 0,
     "ew_flat_max_plane_bwd": 256,
     # rows-view forward statistics of 4- and 8-byte inputs: run 2's configuration (fp32 channels_last
     # 256x64x112x112: 0.602 ms, 0.64 SOL). The 2-byte winners above (4 KB, 4 chunks, 512 programs; swept
@@ -414,21 +408,6 @@ def _flat_cfg_cached(N, C, S, esize, tile_bytes):
             best_util, R = util, r
     BLOCK = next_pow2(R * S)
     return dict(R=R, RP=next_pow2(R), BLOCK=BLOCK, NT=cdiv(N * C, R), nw=_warps(BLOCK))
-
-
-def _span_cfg(v, esize, mode):
-    """_bn_ew_span_kernel's tile for an eval forward over ncs planes: the widest power-of-two BLOCK up to the ncs
-    tile whose tiles span at most ew_span_max_planes planes, or None (not eval, knob off, planes too short)."""
-    limit = _TUNE["ew_span_max_planes"]
-    if mode != _FWD_EVAL or v.kind != "ncs" or limit < 2:
-        return None
-    block = _tile(esize, "ew_tile_bytes_ncs")
-    while block >= 512:
-        span = cdiv(block - 1, v.S) + 1  # planes a tile starting anywhere in a plane can touch
-        if span <= limit:
-            return dict(BLOCK=block, SPAN=span, SP=next_pow2(span), NT=cdiv(v.N * v.C * v.S, block), nw=_warps(block))
-        block //= 2
-    return None
 
 
 def _warps(elems):

@@ -248,34 +248,3 @@ def _bn_ew_flat_kernel(
     else:
         _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, base, i, ((NC - r0) * S).to(tl.int32), loc, ch,
                          rmask, C, e0, e1, e2, MODE, HAS_W, HAS_B, F64, ACC, PDL)
-
-
-@triton.jit
-def _bn_ew_span_kernel(
-    x_ptr, g_ptr, y_ptr, p0, p1, p2, p3,
-    total, C, S, NT, e0, e1, e2,
-    BLOCK: tl.constexpr, SPAN: tl.constexpr, SP: tl.constexpr, MODE: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, F64: tl.constexpr, ACC: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """Elementwise pass over a contiguous (N, C, S) input as one flat array of BLOCK-element tiles, the way
-    torch.compile lays out an eval batch norm: every tile starts on a BLOCK boundary (16-byte vectors whatever S
-    is) and spans at most SPAN planes (SP = next_pow2(SPAN)). Their coefficients are computed once a tile and each
-    element finds its plane with SPAN - 1 comparisons (no division per element); _bn_ew_flat_tile spreads them."""
-    pid = NT - 1 - tl.program_id(0)
-    start = pid.to(tl.int64) * BLOCK
-    plane0 = start // S
-    r0 = (start - plane0 * S).to(tl.int32)  # the tile's offset in its first plane
-    i = tl.arange(0, BLOCK)
-    loc = tl.zeros([BLOCK], dtype=tl.int32)
-    for k in tl.static_range(1, SPAN):
-        loc += (r0 + i >= k * S).to(tl.int32)
-    rl = tl.arange(0, SP)
-    ch = ((plane0 % C).to(tl.int32) + rl) % C
-    rmask = rl < SPAN
-    if start + BLOCK <= total:  # a whole tile: the bound is a compile-time constant
-        _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, start, i, BLOCK, loc, ch, rmask, C, e0, e1, e2,
-                         MODE, HAS_W, HAS_B, F64, ACC, PDL)
-    else:
-        _bn_ew_flat_tile(x_ptr, g_ptr, y_ptr, p0, p1, p2, p3, start, i, (total - start).to(tl.int32), loc, ch,
-                         rmask, C, e0, e1, e2, MODE, HAS_W, HAS_B, F64, ACC, PDL)
