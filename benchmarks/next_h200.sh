@@ -7,20 +7,14 @@
 # The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# For the next session (written in session 41), in this order: PART=128 (the tile transpose, off until it runs
-# there), on an H200 PART=103 and PART=126 (the suites and the transformer steps), PART=120 on a multi-GPU kind if
-# ever lent. Session 41 ran PART=127 and PART=126 on an H100 (results/h100-2026-12-06-s41).
+# For the next session (written in session 41), in this order: PART=127 then PART=128 (validation, then the tile
+# transpose, off until it runs there; chain them on one lease), on an H200 PART=103 and PART=126 (the suites and the
+# transformer steps), PART=120 on a multi-GPU kind if ever lent. Session 41 ran PART=127 (then with the span A/B,
+# since deleted) and PART=126 on an H100 (results/h100-2026-12-06-s41).
 # Session 40's parts (121 and 123 ran on an H100: results/h100-2026-12-06-s40):
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
 #   PART=122 (~560 s, carry .whl): PART=119, then resnet50 steps with and without enable().
-#   PART=124 (~250 s, carry .whl): the eval forward's flat tiles (ew_span_max_planes, off): their CUDA tests,
-#            bn_kernels.py eval rows, default (span0, off) against span 2 / 4 / 8, and the suite's contiguous eval
-#            rows with torch.compile (which led them by 1-3 %; the bench runs the default, so turn the knob on first
-#            to compare it there).
-#   PART=125 (~250 s): session 40's absent-weight gradient dtype fix on CUDA
-#            (pytest -m cuda of the ops / functional / batch-norm kernel tests, conformance of batch / group / instance
-#            norm), then PART=124 without its tests.
 #   PART=123 (~560 s, carry .whl; any GPU): session 40's host-side fixes on CUDA (pytest -m cuda of the ops, modules,
 #            functional and aten tests), conformance of every family on CUDA (normkit; torch on the unsqueezed
 #            cases), the randomized CUDA tests, then the layer / RMS suite with the peers at what is left.
@@ -31,8 +25,9 @@
 #   PART=103 (~560 s, carry .whl): the batch-norm suite, bf16 in / fp32 params, with eager, FlagGems and
 #            torch.compile (on an H200: not re-benched there since session 33).
 #   PART=117 (~330 s, carry .whl): the layer / RMS suite, every dtype, with ATen, Liger and FlagGems.
-#   PART=127 (~450 s, carry .whl; session 41): PART=125 with the modules' and aten tests and every family's
-#            conformance (session 41's instance-norm layout, batched-gradient and nested-tensor fixes on CUDA).
+#   PART=127 (~300 s; session 41): pytest -m cuda of the ops, modules, functional and aten tests, and every family's
+#            conformance on CUDA (session 41's later fixes: one tensor in two arguments under fullgraph compile,
+#            instance norm's aliased running statistics; the earlier ones ran at 6009b8f).
 #   PART=128 (~120 s; session 41): the tile transpose's CUDA tests and its A/B (benchmarks/tile_transpose_ab.py);
 #            turn `tile_transpose` on if they pass and knob 1 is faster on every row.
 #   PART=126 (~480 s, carry .whl; written in session 41): PART=117, then ViT-B/16 and GPT-2 small steps with and
@@ -70,23 +65,6 @@ ln_suite_bench() {
 {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-if [ "$PART" = 125 ] || [ "$PART" = 127 ]; then  # session 40 (carry .whl): the absent-weight gradient dtype fix
-    # on CUDA, then PART=124's A/B; PART=127 (session 41) also session 41's host-side fixes (instance norm's layout,
-    # batched gradients, nested tensors) and every family's conformance
-    if [ "$PART" = 127 ]; then
-        stamp "pytest -m cuda: ops, modules, functional, aten, the span tiles"
-        cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
-    else
-        stamp "pytest -m cuda: ops, functional, custom ops"
-        cuda_tests 60 tests/ops tests/test_functional.py
-    fi
-    cuda_tests 30 tests/kernels/test_batch_norm_kernels.py -k span
-    ops="batch_norm group_norm instance_norm"; [ "$PART" = 127 ] && ops="all"
-    stamp "conformance on CUDA: $ops"
-    timeout 150 python3 -m normkit check --impl normkit --device cuda $([ "$ops" = all ] || echo --ops $ops) --quiet \
-        --json "$W/check.json" > "$W/check.log" 2>&1; echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200
-    tail -2 "$W/check.log"
-fi
 if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cases on CUDA; the batch-norm suite
     for impl in torch normkit; do
         stamp "conformance on CUDA, batch norm's unsqueezed cases, --impl $impl"
@@ -99,20 +77,12 @@ if [ "$PART" = 121 ]; then  # session 40 (carry .whl): the unsqueezed-layout cas
     timeout 490 python3 -m normkit bench --ops batch_norm --peers aten aten-native flaggems compile \
         --budget 450 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
         > "$W/bench.log" 2>&1; echo "bench rc=$?"; sed -n '/## Headline/,/^!\[/p' "$W/bench/summary.md" | head -12
-elif [ "$PART" = 124 ] || [ "$PART" = 125 ] || [ "$PART" = 127 ]; then  # session 40 (carry .whl): the eval span tiles
-    if [ "$PART" = 124 ]; then
-        stamp "pytest -m cuda: the span tiles"
-        cuda_tests 70 tests/kernels/test_batch_norm_kernels.py -k "span"
-    fi
-    stamp "bn_kernels.py eval, contiguous, bf16 / fp32: default (span0) against span 2 / 4 / 8"
-    timeout 85 python3 benchmarks/bn_kernels.py --out "$W/span" --modes eval --layouts contig --dtypes bf16,fp32 \
-        --only-variants span2,span4,span8 --budget 40 --jobs 8 > "$W/span.log" 2>&1; echo "bn_kernels rc=$?"
-    tail -30 "$W/span.log"
-    [ $(( $(date +%s) - T0 )) -lt ${BENCH_BEFORE_S:-200} ] && use_wheels && \
-    { stamp "bench: batch norm eval, contiguous, bf16 in / fp32 params, with eager and torch.compile"
-    timeout 100 python3 -m normkit bench --ops batch_norm --modes eval --layouts contiguous --peers aten compile \
-        --budget 80 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
-        > "$W/bench.log" 2>&1; echo "bench rc=$?"; grep -E "\| eval \|" "$W/bench/summary.md" | head -20; }
+elif [ "$PART" = 127 ]; then  # session 41: the host-side fixes on CUDA (tests of the ops, modules, functions, aten
+    stamp "pytest -m cuda: ops, modules, functional, aten"   # routes) and every family's conformance
+    cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
+    stamp "conformance on CUDA, every family"
+    timeout 150 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check.json" > "$W/check.log" 2>&1
+    echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200; tail -2 "$W/check.log"
 elif [ "$PART" = 123 ]; then  # session 40 (carry .whl): validation on whatever GPU comes, then the layer / RMS suite
     stamp "pytest -m cuda: ops, modules, functional, aten, custom ops"
     cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
