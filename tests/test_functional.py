@@ -984,3 +984,17 @@ def test_instance_norm_running_stats_in_one_buffer_like_torch(dtype):
     normkit.instance_norm(x, ours, ours, use_input_stats=True, momentum=0.3)
     F.instance_norm(x, theirs, theirs, use_input_stats=True, momentum=0.3)
     torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("grad_dtype", [F64, torch.bfloat16])
+def test_layer_norm_backward_op_rejects_a_gradient_of_another_dtype(grad_dtype):
+    """aten's native_layer_norm_backward reads dY as X's type and raises; normkit's computed a result (batch and
+    group norm's backward ops already raised torch's error)."""
+    x, w, b = _fresh((3, 8)), _fresh((8,)), _fresh((8,))
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [8], w, b, 1e-5)
+    g = _fresh((3, 8), grad_dtype)
+    with pytest.raises(RuntimeError) as expected:
+        torch.ops.aten.native_layer_norm_backward(g, x, [8], mean, rstd, w, b, [True, True, True])
+    with pytest.raises(RuntimeError) as got:
+        normkit.ops.native_layer_norm_backward(g, x, [8], mean, rstd, w, b, [True, True, True])
+    assert str(got.value) == str(expected.value)

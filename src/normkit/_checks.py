@@ -462,6 +462,10 @@ def check_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape,
     _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
     check_floating(input, "LayerNormBackwardKernelImpl")
     _check_row_backward(grad_out, input, normalized_shape, (("mean", mean), ("rstd", rstd)))
+    if grad_out.dtype != input.dtype:  # aten's kernel reads dY as X's type (its data_ptr<T> check)
+        raise RuntimeError(
+            f"expected scalar type {dtype_name(input.dtype)} but found {dtype_name(grad_out.dtype)}"
+        )
 
 
 def _check_row_backward(grad_out: Tensor, input: Tensor, normalized_shape, stats) -> None:
