@@ -255,10 +255,7 @@ def check_batch_norm_backward(
         _check_numel("weight", weight, c)
     if input.dtype not in _FLOATING:
         check_floating(input, kernel)
-    if grad_out.dtype != input.dtype:
-        raise RuntimeError(
-            f"expected scalar type {dtype_name(input.dtype)} but found {dtype_name(grad_out.dtype)}"
-        )
+    _check_grad_dtype(grad_out, input)
     if grad_out.shape != input.shape:
         raise RuntimeError(
             f"Expected grad_out to have the same shape as input, but got grad_out of shape "
@@ -462,7 +459,12 @@ def check_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape,
     _check_normalized_shape(input, normalized_shape, (("weight", weight), ("bias", bias)), "*, ")
     check_floating(input, "LayerNormBackwardKernelImpl")
     _check_row_backward(grad_out, input, normalized_shape, (("mean", mean), ("rstd", rstd)))
-    if grad_out.dtype != input.dtype:  # aten's kernel reads dY as X's type (its data_ptr<T> check)
+    _check_grad_dtype(grad_out, input)
+
+
+def _check_grad_dtype(grad_out: Tensor, input: Tensor) -> None:
+    """aten's batch / layer norm backward kernels read dY as X's type (their data_ptr<T> check)."""
+    if grad_out.dtype != input.dtype:
         raise RuntimeError(
             f"expected scalar type {dtype_name(input.dtype)} but found {dtype_name(grad_out.dtype)}"
         )

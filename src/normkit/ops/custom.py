@@ -673,8 +673,8 @@ class _ContiguousFn(torch.autograd.Function):
 def contiguous_autograd(x: Tensor) -> Tensor:
     """``x.contiguous()`` with autograd, fast for dense channels_last(_3d) inputs on the kernels' devices (instance
     norm's input, which aten normalizes contiguous). Traced or compiled calls keep torch's own."""
-    fmt = _gn.channels_last_of_rank(x)
-    if (x.is_contiguous() or fmt is None or not x.is_contiguous(memory_format=fmt) or _via_custom_op(x)
+    fmt = _bn_fmt(x)
+    if (fmt == torch.contiguous_format or not x.is_contiguous(memory_format=fmt) or _via_custom_op(x)
             or _gn.tile_transpose_for(x) is None):
         return x.contiguous()
     return _ContiguousFn.apply(x, fmt)

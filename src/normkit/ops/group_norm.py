@@ -19,7 +19,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.ops.batch_norm import _bn_kernels
-from normkit.reference._common import acc_dtype, affine_grad_dtype, dims_are_nc
+from normkit.reference._common import acc_dtype, affine_grad_dtype, dense_memory_format, dims_are_nc
 
 __all__ = [
     "native_group_norm",
@@ -87,11 +87,6 @@ def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, gr
     return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, pdt)
 
 
-def channels_last_of_rank(x: Tensor):
-    """channels_last / channels_last_3d for a 4-D / 5-D x, else None."""
-    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
-
-
 def tile_transpose_for(t: Tensor):
     """`normkit.kernels.layout` when it moves ``t`` (knob ``tile_transpose`` of group norm's kernels on, and the
     kernels take t's device and dtype), else None."""
@@ -105,9 +100,8 @@ def in_layout(t: Tensor, fmt) -> Tensor:
     quarter of it."""
     if t.is_contiguous(memory_format=fmt):
         return t
-    cl = channels_last_of_rank(t)
-    if cl is not None and fmt in (cl, torch.contiguous_format) and (t.is_contiguous() or t.is_contiguous(
-            memory_format=cl)):
+    source = dense_memory_format(t)  # channels_last(_3d) where t is dense so, else its suggested format
+    if torch.contiguous_format in (source, fmt) and t.is_contiguous(memory_format=source):
         mod = tile_transpose_for(t)
         if mod is not None:
             return mod.to_memory_format(t, fmt)
