@@ -69,10 +69,10 @@ _CFG = {
     # F.group_norm forward + backward under enable() 342 -> 167 µs (eager 166)
     "plans": 1,
     # instance norm's channels_last input made contiguous (and its gradient turned back) by normkit.kernels.layout's
-    # tile transpose instead of torch's strided copy (session 41: prepared, interpreter-tested, not yet run on a GPU;
-    # predicted on the H100 for bf16 16x64x128x128 channels_last: forward 0.149 -> ~0.055 ms, backward 0.164 ->
-    # ~0.07 ms). 0 = torch's copy
-    "tile_transpose": 0,
+    # tile transpose instead of torch's strided copy. H100 2026-12-06 (session 42, benchmarks/tile_transpose_ab.py),
+    # forward / forward + backward ms: bf16 16x64x128x128 0.148 / 0.266 -> 0.048 / 0.114 (predicted ~0.055 fwd),
+    # fp32 0.182 / 0.330 -> 0.094 / 0.215, bf16 2x32x128^3 3.17 / 4.17 -> 0.47 / 1.09. 0 = torch's copy
+    "tile_transpose": 1,
 }
 
 
