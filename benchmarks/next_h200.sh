@@ -81,7 +81,7 @@ elif [ "$PART" = 127 ]; then  # session 41: the host-side fixes on CUDA (tests o
     stamp "pytest -m cuda: ops, modules, functional, aten"   # routes) and every family's conformance
     cuda_tests 150 tests/ops tests/nn tests/test_functional.py tests/test_aten.py
     stamp "conformance on CUDA, every family"
-    timeout 150 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check.json" > "$W/check.log" 2>&1
+    timeout 300 python3 -m normkit check --impl normkit --device cuda --quiet --json "$W/check.json" > "$W/check.log" 2>&1
     echo "check rc=$?"; grep -E "^FAIL" "$W/check.log" | head -10 | cut -c1-200; tail -2 "$W/check.log"
 elif [ "$PART" = 123 ]; then  # session 40 (carry .whl): validation on whatever GPU comes, then the layer / RMS suite
     stamp "pytest -m cuda: ops, modules, functional, aten, custom ops"
