@@ -1,6 +1,6 @@
 """The tile transpose between contiguous and channels_last(_3d) layouts (`normkit.kernels.layout`), and instance
-norm's contiguous input through it (knob `tile_transpose`, off by default until it has run on a GPU; on here). A
-copy: every element must arrive bit for bit. Without CUDA the kernel runs through Triton's interpreter."""
+norm's contiguous input and group norm's incoming gradient through it (knob `tile_transpose`). A copy: every element
+must arrive bit for bit. Without CUDA the kernel runs through Triton's interpreter."""
 
 import os
 
@@ -23,14 +23,6 @@ INTERPRETED = type(K._transpose_kernel).__name__ == "InterpretedFunction"
 interp = pytest.mark.skipif(not INTERPRETED, reason="kernels were imported compiled; see test_cpu_checks_in_subprocess")
 CL = {4: torch.channels_last, 5: torch.channels_last_3d}
 SHAPES = [(2, 3, 5, 7), (1, 64, 8, 8), (3, 70, 9, 1), (2, 5, 3, 4, 6), (4, 130, 3, 3)]
-
-
-@pytest.fixture(autouse=True)
-def tile_transpose_on(monkeypatch):
-    """The knob is off by default until the kernel has run on a GPU (group norm's _CFG): on for these tests."""
-    from normkit.kernels import group_norm
-
-    monkeypatch.setitem(group_norm._CFG, "tile_transpose", 1)
 
 
 def _check_both_ways(shape, dtype, device):
@@ -98,6 +90,28 @@ def test_instance_norm_of_channels_last_input_against_float64(training):
     assert y.is_contiguous() and gx.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gx.double(), gx64, rtol=1e-5, atol=1e-5 * gx64.abs().max().item())
+
+
+@interp
+@pytest.mark.parametrize("groups", [3, 6])
+def test_group_norm_backward_takes_a_channels_last_gradient_through_the_kernel(monkeypatch, groups):
+    """A contiguous input's channels_last incoming gradient (the next layer's) is moved to x's layout by the
+    kernel; the gradients match float64 torch."""
+    calls = []
+    move = K.to_memory_format
+    monkeypatch.setattr(K, "to_memory_format", lambda t, fmt: calls.append(fmt) or move(t, fmt))
+    x = torch.randn(2, 6, 5, 7, dtype=torch.float64) * 2 + 0.5
+    w, b = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    g = torch.randn(x.shape, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    grads = []
+    for fn, dt in ((normkit.group_norm, torch.float32), (torch.nn.functional.group_norm, torch.float64)):
+        xx, ww, bb = (t.to(dt).requires_grad_() for t in (x, w, b))
+        fn(xx, groups, ww, bb).backward(g.to(dt))
+        grads.append((xx.grad, ww.grad, bb.grad))
+    assert calls == [torch.contiguous_format]
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    assert grads[0][0].is_contiguous()
 
 
 def test_cpu_checks_in_subprocess():

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from normkit.kernels import cdiv
 from normkit.kernels._launch import alloc, launch
+from normkit.reference._common import dense_memory_format
 
 _TILE = 64  # 64 x 64 elements: 8 KB (16-bit) / 16 KB (fp32) a program, 16 elements a thread at 4 warps
 
@@ -44,9 +45,17 @@ def _rows_cols(x: torch.Tensor, channels_last_source: bool):
     return (N, HW, C) if channels_last_source else (N, C, HW)
 
 
+def transposable(t: torch.Tensor, fmt) -> bool:
+    """Whether `to_memory_format` moves ``t`` to ``fmt``: t dense in one of contiguous and channels_last(_3d) (the
+    one matching its rank), fmt the other."""
+    source = dense_memory_format(t)
+    return (source != fmt and torch.contiguous_format in (source, fmt) and t.is_contiguous(memory_format=source)
+            and t.dim() in (4, 5))
+
+
 def to_memory_format(x: torch.Tensor, fmt) -> torch.Tensor:
     """A copy of dense ``x`` (contiguous, or channels_last(_3d) matching its rank) in layout ``fmt``, the other
-    one of the two."""
+    one of the two (`transposable`)."""
     source_cl = not x.is_contiguous()
     N, R, S = _rows_cols(x, source_cl)
     y = alloc(torch.empty_like(x, memory_format=fmt))

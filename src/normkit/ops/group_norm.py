@@ -19,7 +19,7 @@ from torch import Tensor
 from normkit import _checks
 from normkit.ops._select import kernels_for, params_ok, reference
 from normkit.ops.batch_norm import _bn_kernels
-from normkit.reference._common import acc_dtype, affine_grad_dtype, dense_memory_format, dims_are_nc
+from normkit.reference._common import acc_dtype, affine_grad_dtype, dims_are_nc
 
 __all__ = [
     "native_group_norm",
@@ -100,11 +100,9 @@ def in_layout(t: Tensor, fmt) -> Tensor:
     quarter of it."""
     if t.is_contiguous(memory_format=fmt):
         return t
-    source = dense_memory_format(t)  # channels_last(_3d) where t is dense so, else its suggested format
-    if torch.contiguous_format in (source, fmt) and t.is_contiguous(memory_format=source):
-        mod = tile_transpose_for(t)
-        if mod is not None:
-            return mod.to_memory_format(t, fmt)
+    mod = tile_transpose_for(t)
+    if mod is not None and mod.transposable(t, fmt):
+        return mod.to_memory_format(t, fmt)
     return t.contiguous(memory_format=fmt)
 
 
