@@ -28,8 +28,8 @@
 #   PART=127 (~300 s; session 41): pytest -m cuda of the ops, modules, functional and aten tests, and every family's
 #            conformance on CUDA (session 41's later fixes: one tensor in two arguments under fullgraph compile,
 #            instance norm's aliased running statistics; the earlier ones ran at 6009b8f).
-#   PART=128 (~120 s; session 41): the tile transpose's CUDA tests and its A/B (benchmarks/tile_transpose_ab.py);
-#            turn `tile_transpose` on if they pass and knob 1 is faster on every row.
+#   PART=128 (~150 s; session 42): the tile transpose's CUDA tests (batch norm's dy in x's layout is new) and its
+#            A/B (benchmarks/layout_ab.py); keep batch norm's `tile_transpose` on if they pass and no row loses.
 #   PART=126 (~480 s, carry .whl; written in session 41): PART=117, then ViT-B/16 and GPT-2 small steps with and
 #            without enable() (last measured in session 10).
 #   PART=110 (carry ab_old): CUDA tests, conformance and bn_kernels.py's rows, ab_old's src (before) against main's.
@@ -135,12 +135,12 @@ elif [ "$PART" = 117 ] || [ "$PART" = 126 ]; then  # the layer / RMS suite with 
         timeout 150 python3 -m normkit bench --models vit_b16 gpt2 --json "$W/models/bench.json" --out "$W/models" \
             --no-progress > "$W/models.log" 2>&1; echo "models rc=$?"; grep -iE "vit|gpt" "$W/models/summary.md" | head -12
     fi
-elif [ "$PART" = 128 ]; then  # session 41 (~120 s): the tile transpose (group norm's tile_transpose, off)
-    stamp "pytest -m cuda: the tile transpose, instance norm"
-    cuda_tests 60 tests/kernels/test_layout.py tests/test_aten.py -k "layout or transpose or instance"
-    stamp "instance norm of channels_last inputs: tile_transpose 0 against 1, aten, copy"
-    timeout 90 python3 benchmarks/tile_transpose_ab.py --json "$W/tile_transpose.json" > "$W/tile_transpose.log" 2>&1
-    echo "ab rc=$?"; cat "$W/tile_transpose.log" | tail -8
+elif [ "$PART" = 128 ]; then  # session 42 (~150 s): the tile transpose's uses (batch norm's knob new, group norm's on)
+    stamp "pytest -m cuda: the tile transpose, instance norm, batch / group norm with dy in the other layout"
+    cuda_tests 100 tests/kernels/test_layout.py tests/test_aten.py -k "layout or transpose or instance or other_layout"
+    stamp "layout A/B: tile_transpose 0 against 1, aten, copy"
+    timeout 120 python3 benchmarks/layout_ab.py --json "$W/layout_ab.json" > "$W/layout_ab.log" 2>&1
+    echo "ab rc=$?"; cat "$W/layout_ab.log" | tail -8
 elif [ "$PART" = 110 ]; then  # (carry ab_old: another tree's src) the CUDA tests, conformance, bn_kernels.py before / after
     stamp "pytest -m cuda: ${TESTS:-batch-norm and group-norm kernels}"
     cuda_tests ${PYTEST_S:-220} ${TESTS:-tests/kernels/test_batch_norm_kernels.py tests/kernels/test_group_norm_kernels.py}

@@ -101,17 +101,49 @@ def test_group_norm_backward_takes_a_channels_last_gradient_through_the_kernel(m
     move = K.to_memory_format
     monkeypatch.setattr(K, "to_memory_format", lambda t, fmt: calls.append(fmt) or move(t, fmt))
     x = torch.randn(2, 6, 5, 7, dtype=torch.float64) * 2 + 0.5
-    w, b = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
     g = torch.randn(x.shape, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
-    grads = []
-    for fn, dt in ((normkit.group_norm, torch.float32), (torch.nn.functional.group_norm, torch.float64)):
-        xx, ww, bb = (t.to(dt).requires_grad_() for t in (x, w, b))
-        fn(xx, groups, ww, bb).backward(g.to(dt))
-        grads.append((xx.grad, ww.grad, bb.grad))
+    grads = _grads_against_float64(lambda x, w, b: normkit.group_norm(x, groups, w, b),
+                                   lambda x, w, b: torch.nn.functional.group_norm(x, groups, w, b), x, g, "cpu")
     assert calls == [torch.contiguous_format]
+    _assert_grads_close(grads)
+    assert grads[0][0].is_contiguous()
+
+
+def _grads_against_float64(fn, ref, x, g, device):
+    """(normkit's, float64 torch's) (dx, dw, db) for ``fn`` / ``ref`` called as f(x, w, b) with incoming ``g``."""
+    C = x.shape[1]
+    w, b = torch.randn(C, dtype=torch.float64) + 1.5, torch.randn(C, dtype=torch.float64)
+    grads = []
+    for f, dt in ((fn, torch.float32), (ref, torch.float64)):
+        xx, ww, bb = (t.to(device, dt).requires_grad_() for t in (x, w, b))
+        f(xx, ww, bb).backward(g.to(device, dt))
+        grads.append((xx.grad, ww.grad, bb.grad))
+    return grads
+
+
+def _assert_grads_close(grads):
     for got, want in zip(*grads):
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
-    assert grads[0][0].is_contiguous()
+
+
+@interp
+@pytest.mark.parametrize("dim", [4, 5])
+def test_batch_norm_backward_takes_a_contiguous_gradient_of_a_channels_last_input_through_the_kernel(monkeypatch,
+                                                                                                     dim):
+    """A channels_last input's contiguous incoming gradient (a reshape after the layer) is moved to x's layout by
+    the kernel; the gradients match float64 torch and dx keeps x's layout."""
+    calls = []
+    move = K.to_memory_format
+    monkeypatch.setattr(K, "to_memory_format", lambda t, fmt: calls.append(fmt) or move(t, fmt))
+    shape = (3, 5, 4, 6) if dim == 4 else (2, 5, 3, 2, 4)
+    x = (torch.randn(shape, dtype=torch.float64) * 2 + 0.5).contiguous(memory_format=CL[dim])
+    g = torch.randn(shape, dtype=torch.float64)
+    bn = torch.nn.functional.batch_norm
+    grads = _grads_against_float64(lambda x, w, b: normkit.batch_norm(x, None, None, w, b, training=True),
+                                   lambda x, w, b: bn(x, None, None, w, b, training=True), x, g, "cpu")
+    assert calls == [CL[dim]]
+    _assert_grads_close(grads)
+    assert grads[0][0].is_contiguous(memory_format=CL[dim])
 
 
 def test_cpu_checks_in_subprocess():
@@ -123,3 +155,23 @@ def test_cpu_checks_in_subprocess():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_transpose_copies_every_element(shape, dtype):
     _check_both_ways(shape, dtype, "cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(16, 64, 56, 56), (4, 37, 9, 11), (2, 32, 8, 16, 16)], ids=str)
+@pytest.mark.parametrize("family", ["batch_norm", "group_norm"])
+@pytest.mark.parametrize("x_cl", [True, False])
+def test_cuda_backward_of_an_incoming_gradient_in_the_other_layout(shape, family, x_cl):
+    """dy dense in the other layout than x (moved by the tile transpose): gradients against float64 torch."""
+    cl = CL[len(shape)]
+    x = torch.randn(shape, dtype=torch.float64) * 2 + 0.5
+    g = torch.randn(shape, dtype=torch.float64)
+    x, g = (x.contiguous(memory_format=cl), g) if x_cl else (x, g.contiguous(memory_format=cl))
+    if family == "batch_norm":
+        fn = lambda x, w, b: normkit.batch_norm(x, None, None, w, b, training=True)  # noqa: E731
+        ref = lambda x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True)  # noqa: E731
+    else:
+        groups = 1 if shape[1] % 4 else 4
+        fn = lambda x, w, b: normkit.group_norm(x, groups, w, b)  # noqa: E731
+        ref = lambda x, w, b: torch.nn.functional.group_norm(x, groups, w, b)  # noqa: E731
+    _assert_grads_close(_grads_against_float64(fn, ref, x, g, "cuda"))
