@@ -323,6 +323,19 @@ def _edge_worker(rank, path, seed, out_dir):
         xs = x[mine].clone().requires_grad_()
         normkit.distributed.sync_batch_norm(xs, None, None, None, b).backward(dy[mine])
         out["db"] = b.grad.clone()
+        b32 = torch.randn(3, generator=g).requires_grad_()  # bf16 input, fp32 bias, no weight
+        x16, dy16 = x[mine].bfloat16().requires_grad_(), dy[mine].bfloat16()
+        normkit.distributed.sync_batch_norm(x16, None, None, None, b32).backward(dy16)
+        out["db_bf16"] = (b32.grad.clone(), dy16)
+        w = torch.rand(3, generator=g, dtype=F64).add_(0.5).requires_grad_()
+        xs = x[mine].clone().requires_grad_()
+        (gx,) = torch.autograd.grad(normkit.distributed.sync_batch_norm(xs, None, None, w), xs, dy[mine],
+                                    create_graph=True)
+        try:
+            torch.autograd.grad(gx.pow(2).sum(), xs)
+            out["double_backward"] = "no error"
+        except RuntimeError as e:
+            out["double_backward"] = str(e)
         m = SyncBatchNorm(3, eps=0.0).double()
         out["eps0"] = m(x[mine]).detach()
         torch.save(out, os.path.join(out_dir, f"edge{rank}.pt"))
@@ -335,7 +348,8 @@ def test_sync_edges_like_torchs_module(tmp_path):
     """A rank outside the module's process group normalizes its own batch (torch's module: world size -1 means no
     sync; it used to crash in the gather); a step where every rank is empty decays the running stats by
     (1 - momentum) as aten's gather of no rows does (it turned them NaN); a bias without a weight gets its gradient
-    (it got None); eps = 0 is taken in synchronized training (torch's sync path has F.batch_norm's eps rule
+    (it got None), summed in fp32 for a bf16 input's fp32 bias (it was rounded to bf16); a second backward raises
+    (the all-reduce carries no graph: it was silently wrong); eps = 0 is taken in synchronized training (torch's sync path has F.batch_norm's eps rule
     nowhere)."""
     seed = int(os.environ["NORMKIT_RANDOM_SEED"]) % 2 ** 24
     mp.spawn(_edge_worker, args=(str(tmp_path / "store"), seed, str(tmp_path)), nprocs=WORLD, join=True)
@@ -357,4 +371,7 @@ def test_sync_edges_like_torchs_module(tmp_path):
         torch.testing.assert_close(erm, torch.full((3,), 0.5 * 0.75, dtype=F64))
         torch.testing.assert_close(erv, torch.full((3,), 0.75, dtype=F64))
         torch.testing.assert_close(res["db"], dy[2 * r:2 * r + 2].sum((0, 2)))  # local, as the dw / db of torch's
+        db32, dy16 = res["db_bf16"]  # summed in fp32, not rounded to the input's bf16
+        torch.testing.assert_close(db32.double(), dy16.double().sum((0, 2)), rtol=1e-6, atol=1e-6)
+        assert "has no second derivative" in res["double_backward"]  # raises, never a silently wrong second order
         torch.testing.assert_close(res["eps0"], eps0[2 * r:2 * r + 2])

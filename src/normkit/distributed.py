@@ -59,21 +59,33 @@ class _SyncBatchNorm(torch.autograd.Function):
                                                                momentum, eps, counts)
         ctx.save_for_backward(input, weight, mean, invstd, counts)
         ctx.group = group
+        ctx.bias_dtype = None if bias is None else bias.dtype
         if input.numel() == 0:
             return torch.empty_like(input)
         return ops.batch_norm_elemt(input, weight, bias, mean, invstd, eps)
 
     @staticmethod
     def backward(ctx, grad_out):
+        input, weight = ctx.saved_tensors[:2]
+        return _fail_on_second_backward(_SyncBatchNorm._grads(ctx, grad_out), (input, weight, grad_out))
+
+    @staticmethod
+    def _grads(ctx, grad_out):
         input, weight, mean, invstd, counts = ctx.saved_tensors
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
         need_dw = need_dw and weight is not None
+        # without a weight the op's grad_bias takes the input's dtype (aten's rule): a bf16 input's fp32 bias gets
+        # sum_dy, summed in fp32, instead
+        db_from_sum = need_db and weight is None
         dx = dw = db = None
         C = input.shape[1]
         if input.numel() > 0:
             grad_out = _dense(grad_out)
             sum_dy, sum_dy_xmu, dw, db = ops.batch_norm_backward_reduce(grad_out, input, mean, invstd, weight,
-                                                                        need_dx, need_dw, need_db)
+                                                                        need_dx or db_from_sum, need_dw,
+                                                                        need_db and not db_from_sum)
+            if db_from_sum:
+                db = sum_dy.to(ctx.bias_dtype)
         else:  # no local grads (None, as torch's), but the rank still joins the all-reduce
             sum_dy = sum_dy_xmu = torch.zeros(C, dtype=mean.dtype, device=mean.device)
         if need_dx:  # every rank whose input needs a gradient joins this all-reduce, empty or not
@@ -86,6 +98,27 @@ class _SyncBatchNorm(torch.autograd.Function):
             else:
                 dx = torch.empty_like(input)
         return dx, dw, db, None, None, None, None, None, None
+
+
+_SECOND_BACKWARD = ("normkit's sync_batch_norm / SyncBatchNorm has no second derivative: its global statistics and "
+                    "all-reduce carry no graph (torch's SyncBatchNorm has none either)")
+
+
+def _fail_on_second_backward(grads, sources):
+    """``grads`` as they are, unless the backward records a graph (create_graph=True): then they are returned
+    through a node that raises when differentiated, as aten's ops without a derivative formula do, with the
+    ``sources`` they depend on (input, weight, incoming gradient) behind it, so that differentiating towards any
+    of them reaches it. A second backward would otherwise be silently wrong (the all-reduce has no autograd)."""
+    given = [i for i, g in enumerate(grads) if g is not None]
+    if not (torch.is_grad_enabled() and given):
+        return grads
+    behind = [t for t in sources if t is not None and t.requires_grad]
+    failing = torch._C._functions.DelayedError(_SECOND_BACKWARD, len(given) + len(behind))(
+        *[grads[i].detach().requires_grad_() for i in given], *behind)
+    out = list(grads)
+    for i, g in zip(given, (failing,) if isinstance(failing, Tensor) else failing):
+        out[i] = g
+    return tuple(out)
 
 
 def sync_batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
