@@ -55,8 +55,9 @@ def main() -> None:
         g = torch.randn(shape, device="cuda", dtype=dtype)
         x = (x.contiguous(memory_format=CL[len(shape)]) if x_cl else x).requires_grad_()
         g = g.contiguous(memory_format=CL[len(shape)]) if dy_cl else g
-        w = torch.randn(shape[1], device="cuda", requires_grad=True)
-        b = torch.randn(shape[1], device="cuda", requires_grad=True)
+        pdt = dtype if family == "group_norm" else torch.float32  # aten's group norm takes x's dtype only
+        w = torch.randn(shape[1], device="cuda", dtype=pdt, requires_grad=True)
+        b = torch.randn(shape[1], device="cuda", dtype=pdt, requires_grad=True)
         copy_out = torch.empty_like(x)
         row = {"family": family, "shape": list(shape), "dtype": str(dtype).split(".")[-1], "x_channels_last": x_cl,
                "dy_channels_last": dy_cl, "copy_ms": _time(lambda: copy_out.copy_(x.detach()))}
