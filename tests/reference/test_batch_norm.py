@@ -82,6 +82,26 @@ def test_eval_backward_ignores_saved_stats():
         close(t2, t3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eval_running_var_plus_eps_rounds_like_aten(dtype):
+    """running_var = -eps: aten's sum in the accumulation dtype (fp32) is 0, invstd infinite, the channel's outputs
+    and input gradients non-finite; a float64 sum (2.5e-13) used to turn them into finite numbers. (torch's CPU
+    kernel gives NaN where the x * alpha + beta form meets inf - inf, normkit inf as torch's CUDA formula does:
+    the non-finite positions are compared.)"""
+    eps = 1e-5
+    x = (torch.randn(4, 3, 5, dtype=F64) * 2 + 0.5).to(dtype)
+    g = torch.randn(4, 3, 5, dtype=F64).to(dtype)
+    w = torch.rand(3) + 0.5
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rv[1] = -eps
+    y = R.native_batch_norm(x, w, None, rm, rv, False, 0.1, eps)[0]
+    want = A.native_batch_norm(x, w, None, rm, rv, False, 0.1, eps)[0]
+    assert not torch.isfinite(y[:, 1]).any()
+    assert torch.equal(torch.isfinite(y), torch.isfinite(want))
+    gx = R.native_batch_norm_backward(g, x, w, rm, rv, None, None, False, eps, [True, False, False])[0]
+    assert not torch.isfinite(gx[:, 1]).any() and torch.isfinite(gx[:, [0, 2]]).all()
+
+
 def test_legit_overloads_and_new_stack():
     x = make((4, 3, 5))
     w, b = _params(3, "both")

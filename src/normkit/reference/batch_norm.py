@@ -86,6 +86,12 @@ def _normalize(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
     return to_format(y.to(input.dtype), dense_memory_format(input))
 
 
+def _running_invstd(input: Tensor, running_var: Tensor, eps: float, cdt: torch.dtype) -> Tensor:
+    """Eval's rsqrt(running_var + eps), the sum rounded in the accumulation dtype as aten's kernels round it: a
+    running_var of -eps then gives aten's infinite invstd (NaN outputs), not a finite one from a float64 sum."""
+    return torch.rsqrt((running_var.to(acc_dtype(input.dtype)) + eps).to(cdt))
+
+
 def _forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
     cdt, sdt = opmath_dtype(input), acc_dtype(input.dtype)
     if training:
@@ -96,7 +102,7 @@ def _forward(input, weight, bias, running_mean, running_var, training, momentum,
         return _normalize(input, weight, bias, mean, invstd), mean.to(sdt), invstd.to(sdt)
     # Eval: normalize with the running stats; plain 1/sqrt (aten has no zero guard here).
     mean = running_mean.to(cdt)
-    invstd = torch.rsqrt(running_var.to(cdt) + eps)
+    invstd = _running_invstd(input, running_var, eps, cdt)
     out = _normalize(input, weight, bias, mean, invstd)
     return out, empty_stat(input, sdt), empty_stat(input, sdt)
 
@@ -162,7 +168,7 @@ def _backward(grad_out, input, weight, running_mean, running_var, save_mean, sav
         mean, invstd = save_mean.to(cdt), save_invstd.to(cdt)
     else:
         # Eval always uses the running stats, whatever the saved stats hold (empty or filled).
-        mean, invstd = running_mean.to(cdt), torch.rsqrt(running_var.to(cdt) + eps)
+        mean, invstd = running_mean.to(cdt), _running_invstd(input, running_var, eps, cdt)
     g = grad_out.to(cdt)
     xmu = input.to(cdt) - channel_view(mean, nd)
     sum_g = g.sum(dims)
