@@ -7,10 +7,11 @@
 # The parts sessions 1-39 ran are in git history (`git log -p -- benchmarks/next_h200.sh`); every results folder's
 # README names the commit and the command it ran.
 #
-# For the next session (written in session 41), in this order: PART=127 then PART=128 (validation, then the tile
-# transpose, off until it runs there; chain them on one lease), on an H200 PART=103 and PART=126 (the suites and the
-# transformer steps), PART=120 on a multi-GPU kind if ever lent. Session 41 ran PART=127 (then with the span A/B,
-# since deleted) and PART=126 on an H100 (results/h100-2026-12-06-s41).
+# For the next session (written in session 42): on an H200, PART=103 (the batch-norm suite; last on an H200 in
+# session 33, before the fold / plane-align / summed-fold work) and PART=126 (the layer / RMS suite + ViT / GPT-2 steps),
+# then PART=127 (validation after session 42's SyncBatchNorm and reference changes); PART=120 on a multi-GPU kind if
+# ever lent. Session 42 ran PART=127, 128 and 103 on an H100 (results/h100-2026-12-06-s42); PART=128 (the tile
+# transpose's CUDA tests and A/B) need not run again.
 # Session 40's parts (121 and 123 ran on an H100: results/h100-2026-12-06-s40):
 #   PART=121 (~560 s, carry .whl): the conformance cases of the `unsqueezed` layout on CUDA (torch's kernels and
 #            normkit's), then PART=103's batch-norm suite at a 450 s budget.
