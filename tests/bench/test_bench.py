@@ -405,6 +405,44 @@ def test_models_tiny_cpu():
     assert M.resolve(["resnet50"]) == ["resnet50", "resnet50-cl"]
 
 
+class _CountingProgress(Progress):
+    """The bench's progress bar, keeping its total and the units reported against it."""
+
+    last = None
+
+    def __init__(self, total, *a, **k):
+        super().__init__(total, *a, **k)
+        self.reported = 0
+        _CountingProgress.last = self
+
+    def update(self, n=1, label=""):
+        self.reported += n
+        super().update(n, label)
+
+
+def test_models_are_resolved_once(tmp_path, monkeypatch):
+    # `--models resnet50-nchw` resolved to the key `resnet50`, which run_models resolved again as the alias for
+    # both layouts: the channels_last model ran too, past the progress bar's total
+    from normkit.bench import cli
+    from normkit.bench import models as M
+
+    ran = []
+
+    def fake_run_one(name, setting, device, steps, warmup, seed):
+        ran.append((name, setting))
+        return {"model": name, "setting": setting, "status": "ok", "step_ms": 1.0, "final_loss": 1.0}
+
+    monkeypatch.setattr(M, "run_one", fake_run_one)
+    monkeypatch.setattr(cli, "Progress", _CountingProgress)
+    js = tmp_path / "b.json"
+    assert cli.main(["--models", "resnet50-nchw", "--steps", "1", "--json", str(js), "--no-progress"]) == 0
+    assert ran == [("resnet50", "eager"), ("resnet50", "normkit")]
+    assert M.MODELS["resnet50"][2] == "contiguous"
+    assert [r["model"] for r in _strict_json(js)["models"]] == ["resnet50", "resnet50"]
+    bar = _CountingProgress.last
+    assert bar.reported == bar.total == 1 + len(ran)  # the copy bandwidth, then one unit per model row
+
+
 def test_norm_kernel_names():
     from normkit.bench.models import NORM_KERNEL
 

@@ -347,9 +347,11 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
 
 def run_models(names, device: str, steps: int = 20, warmup: int = 5, seed: int = 0, progress=None,
                over_budget=lambda: False, on_pair=None) -> list:
-    """Both settings of each model in turn; ``on_pair(rows so far)`` after each model (incremental JSON)."""
+    """Both settings of each model in turn; ``on_pair(rows so far)`` after each model (incremental JSON).
+    ``names`` are keys of MODELS, as ``resolve`` returns them: resolving them again would widen ``resnet50``
+    (the NCHW model, what ``resnet50-nchw`` resolves to) to both layouts."""
     out = []
-    for name in resolve(names):
+    for name in names:
         pair = {}
         for setting in ("eager", "normkit"):
             if over_budget():
