@@ -45,7 +45,18 @@ def cannot_make_folder(path: str) -> Optional[str]:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # inside the try: a reader gone before the last buffered line is a broken pipe too
+    except BrokenPipeError:
+        # the reader left (`... | head -2`): no traceback; stdout to devnull, so that Python's own flush at exit
+        # does not hit the closed pipe again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
+
+
+def _dispatch(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
