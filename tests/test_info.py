@@ -81,6 +81,15 @@ def test_top_level_usage_goes_to_stderr_when_no_command_is_given(capsys):
     assert "unknown command 'bogus'" in capsys.readouterr().err
 
 
+def test_version_flag(capsys):
+    # `python -m normkit --version` was "unknown command '--version'"
+    from normkit.cli import main
+
+    for flag in ("--version", "-V"):
+        assert main([flag]) == 0
+        assert capsys.readouterr().out == f"normkit {normkit.__version__}\n"
+
+
 @pytest.mark.parametrize("command", [["info"], ["check", "--list"]])
 def test_a_reader_that_leaves_early_gets_no_traceback(command):
     # `python -m normkit check --list | head -2` ended in BrokenPipeError tracebacks

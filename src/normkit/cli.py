@@ -5,6 +5,7 @@ import sys
 from typing import Optional
 
 USAGE = """usage: python -m normkit {check,bench,info} [options]
+       python -m normkit --version
 
   check   conformance of a backend against the ATen contract (python -m normkit check -h)
   bench   side-by-side benchmarks against the peers (python -m normkit bench -h)
@@ -60,6 +61,11 @@ def _dispatch(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from normkit import __version__
+
+        print(f"normkit {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "check":
         from normkit.conformance.cli import main as run
