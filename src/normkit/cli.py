@@ -45,6 +45,24 @@ def cannot_make_folder(path: str) -> Optional[str]:
     return None if os.access(path, os.W_OK) else "it is not writable"
 
 
+def split_names(values: Optional[list]) -> Optional[list]:
+    """The names a list option was given, as one or more arguments, each comma-separated ("a,b c" -> [a, b, c]);
+    None when the option was not given."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in str(value).split(",") if name.strip()]
+
+
+def ops_error(ops: list, known) -> Optional[str]:
+    """Why the op families given to --ops cannot be run (none named, or unknown ones), or None."""
+    if not ops:  # a blank --ops would otherwise read as "every family" (minutes)
+        return f"--ops names no op family; choose from {', '.join(known)}"
+    unknown = [op for op in ops if op not in known]
+    if unknown:
+        return f"unknown op family {', '.join(unknown)}; choose from {', '.join(known)}"
+    return None
+
+
 def main(argv=None) -> int:
     try:
         status = _dispatch(list(sys.argv[1:] if argv is None else argv))

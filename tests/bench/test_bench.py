@@ -475,6 +475,18 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "rms_norm" in capsys.readouterr().out
 
 
+def test_blank_ops_is_the_usage_error_check_gives(capsys):
+    # `bench --ops ""` ran every op (`check --ops ""` was a usage error already)
+    from normkit.bench.cli import main as bench
+    from normkit.conformance.cli import main as check
+
+    assert check(["--ops", ""]) == 2
+    check_err = capsys.readouterr().err
+    assert bench(["--quick", "--no-progress", "--ops", ""]) == 2
+    bench_err = capsys.readouterr().err
+    assert "--ops names no op family" in check_err and "--ops names no op family" in bench_err
+
+
 @pytest.mark.parametrize("suite, msg", [
     ([1, 2], "a JSON object with an entry per op is expected, not a list"),
     ({"batch_norm": {"shapes": [[4, 3]]}}, "batch_norm: 'dtypes' must be a non-empty list"),

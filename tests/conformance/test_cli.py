@@ -69,6 +69,18 @@ def test_list_and_case_count(capsys):
     assert len(names) >= 600 and len(set(names)) == len(names)
 
 
+def test_ops_take_commas_and_spaces_as_bench_does(capsys):
+    # `check --ops` took only "a,b" while `bench --ops` took "a,b" and "a b" alike
+    listed = []
+    for ops in (["rms_norm,group_norm"], ["rms_norm", "group_norm"], ["rms_norm,", " group_norm"]):
+        assert main(["--list", "--ops"] + ops) == 0
+        listed.append(capsys.readouterr().out)
+    assert listed[0] == listed[1] == listed[2]
+    names = listed[0].split()
+    assert any("rms_norm" in n for n in names) and any("group_norm" in n for n in names)
+    assert not any("batch_norm" in n or "layer_norm" in n for n in names)
+
+
 def test_bad_arguments():
     assert main(["--ops", "nope"]) == 2
     with pytest.raises(SystemExit):

@@ -18,7 +18,7 @@ from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_
                                   estimate_seconds, fmt_s, git_sha, headline_dtypes, run_accuracy, run_case,
                                   unscoped)
 from normkit.bench.timing import Progress, Timer
-from normkit.cli import cannot_make_folder, cannot_write_file
+from normkit.cli import cannot_make_folder, cannot_write_file, ops_error, split_names
 
 COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled {once}{scope}; every "
                 "implementation (compile included) is timed on CUDA as the replay of a CUDA graph that holds the "
@@ -40,15 +40,6 @@ EPILOG = """examples:
   python -m normkit bench --models resnet50 --steps 20    # whole training steps, with / without enable()
   python -m normkit bench --quick --json out.json --out outdir   # tiny sizes on CPU (CI)
 """
-
-
-def _csv(values):
-    if values is None:
-        return None
-    out = []
-    for v in values:
-        out += [s.strip() for s in str(v).split(",") if s.strip()]
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,13 +138,12 @@ def main(argv=None) -> int:
     except Exception as e:
         print(f"bench: cannot read suite: {e}", file=sys.stderr)
         return 2
-    ops = _csv(args.ops)
-    if ops:
-        bad = [o for o in ops if o not in C.OPS]
-        if bad:
-            print(f"bench: unknown op(s) {bad}; known: {', '.join(C.OPS)}", file=sys.stderr)
-            return 2
-    peers = _csv(args.peers)
+    ops = split_names(args.ops)
+    why = ops is not None and ops_error(ops, C.OPS)
+    if why:
+        print(f"bench: {why}", file=sys.stderr)
+        return 2
+    peers = split_names(args.peers)
     if peers is None:
         peers = list(ALL_PEERS) if device == "cuda" else ["aten", "aten-native"]
     elif peers in (["all"],):
@@ -164,14 +154,15 @@ def main(argv=None) -> int:
     if bad:
         print(f"bench: unknown peer(s) {bad}; known: {', '.join(ALL_PEERS)}", file=sys.stderr)
         return 2
-    for flag, given, known in (("--layouts", _csv(args.layouts), C.LAYOUTS), ("--modes", _csv(args.modes), C.MODES)):
+    for flag, given, known in (("--layouts", split_names(args.layouts), C.LAYOUTS),
+                               ("--modes", split_names(args.modes), C.MODES)):
         bad = [v for v in given or [] if v not in known]
         if bad:  # a misspelt filter would otherwise select nothing and "pass" with 0 rows
             print(f"bench: unknown {flag[2:-1]}(s) {bad}; known: {', '.join(known)}", file=sys.stderr)
             return 2
     if args.dtype_slots:
         try:
-            slots = [int(v) for v in _csv(args.dtype_slots)]
+            slots = [int(v) for v in split_names(args.dtype_slots)]
         except ValueError as e:
             print(f"bench: --dtype-slots takes integers: {e}", file=sys.stderr)
             return 2
@@ -185,8 +176,8 @@ def main(argv=None) -> int:
             print("bench: each op's headline dtype only (the suite's first); --all-dtypes or --dtype-slots "
                   "1,2,3 for the others", file=sys.stderr)
     try:
-        cases = C.expand_suite(suite, ops=ops, shapes=_csv(args.shapes), dtypes=_csv(args.dtypes),
-                               layouts=_csv(args.layouts), modes=_csv(args.modes), quick=quick,
+        cases = C.expand_suite(suite, ops=ops, shapes=split_names(args.shapes), dtypes=split_names(args.dtypes),
+                               layouts=split_names(args.layouts), modes=split_names(args.modes), quick=quick,
                                dtype_slots=slots)
     except ValueError as e:
         print(f"bench: {e}", file=sys.stderr)
@@ -194,7 +185,7 @@ def main(argv=None) -> int:
     if not cases and (args.perf or not (args.accuracy or args.models is not None)):
         print("bench: no suite case matches --ops / --dtypes / --dtype-slots / --layouts / --modes", file=sys.stderr)
         return 2
-    acc_ops = _csv(args.accuracy_ops)
+    acc_ops = split_names(args.accuracy_ops)
     if acc_ops in (None, []):
         acc_ops = ops or list(C.OPS)
     elif acc_ops == ["all"]:
@@ -324,7 +315,7 @@ def main(argv=None) -> int:
         from normkit.bench import models as M
 
         try:
-            model_names = M.resolve(_csv(args.models) or (["tiny"] if device == "cpu" else None))
+            model_names = M.resolve(split_names(args.models) or (["tiny"] if device == "cpu" else None))
         except ValueError as e:
             print(f"bench: {e}", file=sys.stderr)
             return 2

@@ -7,7 +7,7 @@ import shlex
 import sys
 import time
 
-from normkit.cli import cannot_write_file
+from normkit.cli import cannot_write_file, ops_error, split_names
 from normkit.conformance.cases import FAMILIES
 
 
@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'flag_gems.use_gems(include=[\"native_layer_norm\"])' as FlagGems does. torch's own "
                         "kernels, outside it, stay the baseline")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    p.add_argument("--ops", default=",".join(FAMILIES),
-                   help=f"comma-separated op families (default: all: {','.join(FAMILIES)})")
+    p.add_argument("--ops", nargs="+", default=None,
+                   help=f"op families, comma or space separated (default: all: {','.join(FAMILIES)})")
     p.add_argument("--case", default=None, help="only cases whose name contains this substring")
     p.add_argument("--exact", action="store_true", help="--case must match the whole case name")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="write a JSON report")
@@ -52,13 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    families = [f.strip() for f in args.ops.split(",") if f.strip()]
-    if not families:  # select() reads an empty list as "every family": a blank --ops would run them all
-        print(f"--ops names no op family; choose from {', '.join(FAMILIES)}", file=sys.stderr)
-        return 2
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        print(f"unknown op family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+    families = list(FAMILIES) if args.ops is None else split_names(args.ops)
+    why = ops_error(families, FAMILIES)
+    if why:
+        print(why, file=sys.stderr)
         return 2
 
     if args.json_path:
