@@ -34,7 +34,9 @@ def test_json_schema_and_exit_status(tmp_path, capsys):
     assert "rms_norm" in out and "group_norm" in out and "batch_norm " not in out
 
 
-def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def broken_backend(monkeypatch):
+    """An --impl MODULE whose native_batch_norm returns a channels_last input's output contiguous."""
     mod = types.ModuleType("nk_test_broken_cl")
     for k, v in vars(delegate_backend).items():
         if not k.startswith("__"):
@@ -46,6 +48,10 @@ def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
 
     mod.native_batch_norm = native_batch_norm
     monkeypatch.setitem(sys.modules, "nk_test_broken_cl", mod)
+    return mod.__name__
+
+
+def test_failure_exit_status_and_repro(tmp_path, capsys, broken_backend):
     path = tmp_path / "r.json"
     rc = main(["--impl", "nk_test_broken_cl", "--ops", "batch_norm", "--case", "channels_last", "--quiet",
                "--json", str(path)] + ORACLE)
@@ -61,6 +67,24 @@ def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
     rc = main([a.strip("'") for a in argv] + ["--quiet"] + ORACLE)
     assert rc == 1
     assert "0 of 1 cases passed, 1 FAILED" in capsys.readouterr().out
+
+
+def test_failures_not_shown_are_counted_and_located(tmp_path, capsys, broken_backend):
+    # --max-failures 0 printed an empty "failures:" header, then "... and 13 more failed rule(s); see --json"
+    # whether or not --json was given
+    argv = ["--impl", broken_backend, "--ops", "batch_norm", "--case", "channels_last", "--quiet"] + ORACLE
+    assert main(argv + ["--max-failures", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "failures:" not in out and "FAIL " not in out and "... and" not in out
+    hidden = [ln for ln in out.splitlines() if "failed rule(s) not shown" in ln]
+    assert len(hidden) == 1 and hidden[0].endswith("(--json FILE lists them all)")
+    n = int(hidden[0].split()[0])
+    path = tmp_path / "r.json"
+    assert main(argv + ["--max-failures", "1", "--json", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "\nfailures:\nFAIL " in out and out.count("FAIL ") == 1
+    assert f"... and {n - 1} more failed rule(s) not shown (all are in {path})" in out
+    assert sum(not r["passed"] for r in json.loads(path.read_text())["results"]) == n
 
 
 def test_list_and_case_count(capsys):

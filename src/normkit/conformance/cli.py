@@ -144,10 +144,10 @@ def main(argv=None) -> int:
     if hazards:
         print(f"unchecked by aten (would crash): {len(hazards)} bad-input case(s) fed through F.batch_norm "
               "instead of raw aten (contract §2.5): " + ", ".join(hazards))
-    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures, args.within)
+    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures, args.within,
+                                      args.json_path)
     if failures:
-        print("\nfailures:")
-        print(failures)
+        print("\n" + failures)
     if args.json_path:
         meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__,
                 "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families,

@@ -89,7 +89,10 @@ def repro(impl: str, device: str, family: str, case: str, within: str | None = N
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: str | None = None) -> str:
+def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: str | None = None,
+                    json_path: str | None = None) -> str:
+    """The failed rules, the first ``limit`` in full under a "failures:" header, then how many are not shown
+    and where they are (the --json report, or the flag that writes one)."""
     lines = []
     n = 0
     for o in outcomes:
@@ -102,8 +105,12 @@ def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: 
             if n <= limit:
                 lines.append(f"FAIL {r.case}  [{r.rule}] ({r.op})\n     {r.detail}\n"
                              f"     repro: {repro(impl, device, o.family, o.case, within)}")
+    if lines:
+        lines.insert(0, "failures:")
     if n > limit:
-        lines.append(f"... and {n - limit} more failed rule(s); see --json")
+        where = f"all are in {json_path}" if json_path else "--json FILE lists them all"
+        more = f"... and {n - limit} more" if lines else f"{n}"
+        lines.append(f"{more} failed rule(s) not shown ({where})")
     return "\n".join(lines)
 
 
