@@ -69,7 +69,7 @@ def main(argv=None) -> int:
 
     from normkit.conformance import report
     from normkit.conformance.backends import ScopedBackend, load_backend, load_context
-    from normkit.conformance.runner import load_oracle, run_all, select
+    from normkit.conformance.runner import Runner, load_oracle, select
 
     try:
         dev = torch.device(args.device)
@@ -122,10 +122,11 @@ def main(argv=None) -> int:
             return 2
     impl = args.impl + (f" --within {shlex.quote(args.within)}" if args.within else "")
 
+    runner = Runner(backend, args.device, oracle)
+    todo = runner.applicable(cases + errs)
     t0 = time.monotonic()
-    bar = None if args.quiet else report.Progress(len(cases) + len(errs))
-    outcomes, runner = run_all(backend, args.device, families, args.case, args.exact, not args.no_errors, oracle,
-                               progress=bar.step if bar else None)
+    bar = None if args.quiet else report.Progress(len(todo))
+    outcomes = list(runner.run(todo, progress=bar.step if bar else None))
     if bar:
         bar.close()
     elapsed = time.monotonic() - t0
