@@ -97,6 +97,32 @@ def test_progress_total_is_the_case_count(tmp_path, capsys):
     assert int(done) == int(total) == cases and cases > 0
 
 
+def test_ctrl_c_reports_what_ran(tmp_path, capsys, monkeypatch):
+    # Ctrl-C used to end check in a traceback, without the table or the JSON of the cases already checked
+    from normkit.conformance.runner import Runner
+
+    real_run_case = Runner.run_case
+    calls = []
+
+    def run_case_then_ctrl_c(self, case):
+        calls.append(case.name)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real_run_case(self, case)
+
+    monkeypatch.setattr(Runner, "run_case", run_case_then_ctrl_c)
+    path = tmp_path / "r.json"
+    assert main(["--impl", "torch", "--ops", "rms_norm", "--quiet", "--json", str(path)] + ORACLE) == 130
+    out = capsys.readouterr().out
+    assert "INTERRUPTED (Ctrl-C): 4 of " in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("rms_norm "))
+    assert row.split()[1:4] == ["4", "4", "0"]  # cases, passed, failed
+    assert out.rstrip().splitlines()[-1].startswith("4 of 4 cases passed; INTERRUPTED")
+    data = json.loads(path.read_text())
+    assert data["cases"] == 4 and data["meta"]["interrupted"] is True
+    assert {r["case"] for r in data["results"]} == set(calls[:4])
+
+
 def test_list_and_case_count(capsys):
     assert main(["--list", "--impl", "torch"]) == 0
     names = capsys.readouterr().out.split()

@@ -8,6 +8,7 @@ import sys
 import time
 
 from normkit.cli import cannot_write_file, ops_error, split_names
+from normkit.conformance import report
 from normkit.conformance.cases import FAMILIES
 
 
@@ -50,6 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_cases(runner, todo: list, quiet: bool):
+    """(outcomes, interrupted): the outcomes of the cases in ``todo``, those before a Ctrl-C if one stops the run."""
+    bar = None if quiet else report.Progress(len(todo))
+    outcomes = []
+    try:
+        for outcome in runner.run(todo, progress=bar.step if bar else None):
+            outcomes.append(outcome)
+    except KeyboardInterrupt:
+        return outcomes, True
+    finally:
+        if bar:
+            bar.close()
+    return outcomes, False
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     families = list(FAMILIES) if args.ops is None else split_names(args.ops)
@@ -67,7 +83,6 @@ def main(argv=None) -> int:
 
     import torch
 
-    from normkit.conformance import report
     from normkit.conformance.backends import ScopedBackend, load_backend, load_context
     from normkit.conformance.runner import Runner, load_oracle, select
 
@@ -125,14 +140,14 @@ def main(argv=None) -> int:
     runner = Runner(backend, args.device, oracle)
     todo = runner.applicable(cases + errs)
     t0 = time.monotonic()
-    bar = None if args.quiet else report.Progress(len(todo))
-    outcomes = list(runner.run(todo, progress=bar.step if bar else None))
-    if bar:
-        bar.close()
+    outcomes, interrupted = run_cases(runner, todo, args.quiet)
     elapsed = time.monotonic() - t0
 
     print(f"normkit check --impl {impl} --device {args.device}  (torch {torch.__version__}; "
           f"oracle {args.oracle} in float64; {elapsed:.1f}s)")
+    stopped = f"INTERRUPTED (Ctrl-C): {len(outcomes)} of {len(todo)} cases checked" if interrupted else ""
+    if stopped:
+        print(stopped + "; the table holds those")
     print(report.format_table(report.summarize(outcomes)))
     if runner.not_present:
         print("not present: " + ", ".join(f"{k} ({v})" for k, v in sorted(runner.not_present.items())))
@@ -151,12 +166,15 @@ def main(argv=None) -> int:
         print("\n" + failures)
     if args.json_path:
         meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__,
-                "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families,
+                "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families, "interrupted": interrupted,
                 "same_bits_as_torch": runner.ops_with_torchs_bits() if args.within else None}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
     failed = sum(1 for o in outcomes if not o.passed)
-    if not outcomes:  # nothing checked is no pass: a backend without any of the functions fails the run
+    if not outcomes and not interrupted:  # nothing checked is no pass: a backend without any of the functions
         print("no case ran: the backend has none of the selected functions (see 'not present')")
         return 1
-    print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else ""))
+    print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else "")
+          + (f"; {stopped}" if stopped else ""))
+    if interrupted:
+        return 130  # the shell's status for a run stopped by SIGINT
     return 1 if failed else 0
