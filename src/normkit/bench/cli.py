@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import signal
 import sys
@@ -14,9 +13,8 @@ import torch
 from normkit.bench import cases as C
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
-from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, device_info,
-                                  estimate_seconds, fmt_s, git_sha, headline_dtypes, run_accuracy, run_case,
-                                  unscoped)
+from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, estimate_seconds, fmt_s,
+                                  headline_dtypes, run_accuracy, run_case, run_metadata, unscoped)
 from normkit.bench.timing import Progress, Timer
 from normkit.cli import cannot_make_folder, cannot_write_file, ops_error, split_names
 
@@ -234,19 +232,8 @@ def main(argv=None) -> int:
         props = torch.cuda.get_device_properties(0)
         ctx.l2_bytes = getattr(props, "L2_cache_size", None) or (60 << 20)
 
-    versions = {"torch": torch.__version__}
-    try:
-        import triton
-
-        versions["triton"] = triton.__version__
-    except Exception:
-        versions["triton"] = None
-    try:
-        import normkit
-
-        versions["normkit"] = getattr(normkit, "__version__", None)
-    except Exception:
-        pass
+    meta = run_metadata(device)
+    versions = meta["versions"]  # the peers' and the models' libraries join it below
     for impl in impls:
         if impl.name in ("liger", "flaggems"):
             why = impl.unavailable()
@@ -258,11 +245,7 @@ def main(argv=None) -> int:
     result = {
         "schema": report.SCHEMA,
         "complete": False,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_sha": git_sha(),
-        "device": device_info(device),
-        "gpu_name": torch.cuda.get_device_name(0) if device == "cuda" else None,
-        "versions": versions,
+        **meta,
         "quick": quick,
         "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device, "dtype_slots": slots},
         "suite_file": os.path.abspath(args.suite) if args.suite else "packaged suite.json",

@@ -7,6 +7,7 @@ work; the remaining rows then say so.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import os
 import platform
@@ -81,6 +82,17 @@ def _cleanup(ctx: Context, full: bool = False):
             ctx.cuda_dead = _err(e)
 
 
+def run_metadata(device: str) -> dict:
+    """What a report (bench's, check's) records of the run's setting: date, git sha, device and host, versions."""
+    import normkit
+
+    info = device_info(device)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_sha": git_sha(), "device": info, "gpu_name": info["gpu_name"],
+            "versions": {"torch": info["torch"], "triton": info["triton"], "normkit": normkit.__version__,
+                         "python": info["python"]}}
+
+
 def device_info(device: str) -> dict:
     info = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
             "host": platform.node()}
@@ -90,11 +102,11 @@ def device_info(device: str) -> dict:
         info["triton"] = triton.__version__
     except Exception:
         info["triton"] = None
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        info.update(gpu_name=torch.cuda.get_device_name(0), sm_count=p.multi_processor_count,
+    if torch.device(device).type == "cuda":  # cuda or cuda:N
+        p = torch.cuda.get_device_properties(device)
+        info.update(gpu_name=torch.cuda.get_device_name(device), sm_count=p.multi_processor_count,
                     total_memory_bytes=p.total_memory,
-                    capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+                    capability=".".join(map(str, torch.cuda.get_device_capability(device))),
                     l2_cache_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda,
                     cudnn=torch.backends.cudnn.version())
     else:
@@ -571,4 +583,5 @@ def fmt_s(s: float) -> str:
     return f"{int(s // 60)}m{int(s % 60):02d}s"
 
 
-__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "copy_nbytes", "device_info", "git_sha"]
+__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "copy_nbytes", "device_info", "git_sha",
+           "run_metadata"]
