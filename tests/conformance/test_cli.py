@@ -123,6 +123,57 @@ def test_ctrl_c_reports_what_ran(tmp_path, capsys, monkeypatch):
     assert {r["case"] for r in data["results"]} == set(calls[:4])
 
 
+def test_header_names_the_normkit_path_checked(tmp_path, capsys, monkeypatch):
+    # check did not say whether it checked normkit's Triton kernels or its reference
+    from normkit import kernels
+    from normkit.conformance.cli import normkit_path
+
+    argv = ["--ops", "rms_norm", "--case", "_fused_rms_norm/4x5x32_small_eps_default/fp32", "--exact", "--quiet"]
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    path = tmp_path / "r.json"
+    assert main(argv + ["--json", str(path)]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert header == "normkit path: " + normkit_path("cpu")
+    assert json.loads(path.read_text())["meta"]["normkit_path"] == normkit_path("cpu")
+    if kernels.available():
+        assert normkit_path("cpu").startswith("reference (CPU; set TRITON_INTERPRET=1")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        assert normkit_path("cpu").startswith("Triton kernels (interpreter")
+    # torch's own kernels are checked: no normkit path to name
+    assert main(argv + ["--impl", "torch", "--json", str(path)] + ORACLE) == 0
+    assert "normkit path" not in capsys.readouterr().out
+    assert json.loads(path.read_text())["meta"]["normkit_path"] is None
+
+
+def test_json_records_the_run_setting_and_the_table(tmp_path, capsys):
+    # check's JSON lacked the date, versions, git sha and host that bench's has, and the per-family table
+    import datetime
+    import platform
+
+    import torch
+
+    import normkit
+
+    path = tmp_path / "r.json"
+    assert main(["--ops", "rms_norm,group_norm", "--no-errors", "--quiet", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    assert datetime.datetime.fromisoformat(meta["date"]).tzinfo is not None
+    assert meta["versions"]["normkit"] == normkit.__version__ and meta["versions"]["torch"] == torch.__version__
+    assert meta["versions"]["python"] == platform.python_version() and "triton" in meta["versions"]
+    assert meta["device"]["device"] == "cpu" and meta["device"]["host"] == platform.node()
+    assert meta["gpu_name"] is None and "git_sha" in meta
+    families = data["families"]
+    assert set(families) == {"rms_norm", "group_norm"}
+    assert sum(f["cases"] for f in families.values()) == data["cases"]
+    for name, f in families.items():
+        row = next(ln for ln in out.splitlines() if ln.startswith(name + " ")).split()
+        assert [int(v) for v in row[1:4]] == [f["cases"], f["passed"], f["failed"]]
+        assert float(row[4]) == pytest.approx(f["worst_err_over_tol"], rel=1e-2, abs=1e-3)
+        assert row[5] == f["worst_case"].split()[0]
+
+
 def test_list_and_case_count(capsys):
     assert main(["--list", "--impl", "torch"]) == 0
     names = capsys.readouterr().out.split()

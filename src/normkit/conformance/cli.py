@@ -51,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def normkit_path(device: str) -> str:
+    """Which of normkit's implementations runs on ``device``: its Triton kernels or its float64-accurate
+    reference (the choice of normkit.ops._select)."""
+    import torch
+
+    from normkit import kernels
+
+    probe = torch.empty(0, device=device)
+    if kernels.runs_kernels_on(probe):
+        where = "interpreter" if probe.device.type == "cpu" else "CUDA"
+        return f"Triton kernels ({where}; float64 cases run the reference)"
+    if probe.device.type == "cpu" and kernels.available():
+        return "reference (CPU; set TRITON_INTERPRET=1 to check the Triton kernels through the interpreter)"
+    return f"reference ({probe.device.type}{'' if kernels.available() else '; Triton does not import'})"
+
+
 def run_cases(runner, todo: list, quiet: bool):
     """(outcomes, interrupted): the outcomes of the cases in ``todo``, those before a Ctrl-C if one stops the run."""
     bar = None if quiet else report.Progress(len(todo))
@@ -136,6 +152,9 @@ def main(argv=None) -> int:
             print(f"--within {args.within}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
     impl = args.impl + (f" --within {shlex.quote(args.within)}" if args.within else "")
+    # named where normkit's code is what is checked: --impl normkit, or another backend within normkit's enabled()
+    checks_normkit = args.impl == "normkit" or (args.within or "").startswith("normkit.")
+    path = normkit_path(args.device) if checks_normkit else None
 
     runner = Runner(backend, args.device, oracle)
     todo = runner.applicable(cases + errs)
@@ -145,6 +164,8 @@ def main(argv=None) -> int:
 
     print(f"normkit check --impl {impl} --device {args.device}  (torch {torch.__version__}; "
           f"oracle {args.oracle} in float64; {elapsed:.1f}s)")
+    if path:
+        print(f"normkit path: {path}")
     stopped = f"INTERRUPTED (Ctrl-C): {len(outcomes)} of {len(todo)} cases checked" if interrupted else ""
     if stopped:
         print(stopped + "; the table holds those")
@@ -165,7 +186,9 @@ def main(argv=None) -> int:
     if failures:
         print("\n" + failures)
     if args.json_path:
-        meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__,
+        from normkit.bench.runner import run_metadata
+
+        meta = {"impl": args.impl, "within": args.within, "normkit_path": path, **run_metadata(args.device),
                 "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families, "interrupted": interrupted,
                 "same_bits_as_torch": runner.ops_with_torchs_bits() if args.within else None}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))

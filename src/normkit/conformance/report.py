@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from normkit.bench.report import clean_floats
 from normkit.conformance.cases import FAMILIES
 
 
@@ -50,17 +51,18 @@ def summarize(outcomes) -> dict:
     """Per-family counts and the worst error as a fraction of its tolerance."""
     table = {}
     for o in outcomes:
-        row = table.setdefault(o.family, {"cases": 0, "passed": 0, "failed": 0, "worst": 0.0, "worst_case": ""})
+        row = table.setdefault(o.family, {"cases": 0, "passed": 0, "failed": 0, "worst_err_over_tol": 0.0,
+                                          "worst_case": ""})
         row["cases"] += 1
         if o.passed:
             row["passed"] += 1
         else:
             row["failed"] += 1
         for r in o.results:
-            if r.ratio > row["worst"] and r.ratio != float("inf"):
-                row["worst"], row["worst_case"] = r.ratio, f"{r.case} [{r.rule}]"
+            if r.ratio > row["worst_err_over_tol"] and r.ratio != float("inf"):
+                row["worst_err_over_tol"], row["worst_case"] = r.ratio, f"{r.case} [{r.rule}]"
             elif r.ratio == float("inf"):
-                row["worst"], row["worst_case"] = float("inf"), f"{r.case} [{r.rule}]"
+                row["worst_err_over_tol"], row["worst_case"] = float("inf"), f"{r.case} [{r.rule}]"
     return table
 
 
@@ -72,7 +74,7 @@ def format_table(table: dict) -> str:
         if fam not in table:
             continue
         row = table[fam]
-        worst = "inf" if row["worst"] == float("inf") else f"{row['worst']:.3f}"
+        worst = "inf" if row["worst_err_over_tol"] == float("inf") else f"{row['worst_err_over_tol']:.3f}"
         lines.append(f"{fam:<15}{row['cases']:>7}{row['passed']:>8}{row['failed']:>8}{worst:>15}  "
                      f"{row['worst_case']}")
         tot[0] += row["cases"]
@@ -121,6 +123,7 @@ def to_json(outcomes, not_present: dict, meta: dict) -> dict:
         "cases": len(outcomes),
         "passed": passed,
         "failed": len(outcomes) - passed,
+        "families": clean_floats(summarize(outcomes)),  # the printed table's rows
         "results": results,
         "not_present": [{"op": k, "why": v} for k, v in sorted(not_present.items())],
         "meta": meta,
