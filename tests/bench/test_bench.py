@@ -549,6 +549,20 @@ def test_normkit_impl_reports_missing_functional(monkeypatch):
     assert all(r["status"] == "error" for r in rows)
 
 
+def test_console_report_lists_the_errors_as_the_summary_does():
+    # the console showed "error" cells without their reason; only summary.md had the "Errors" list
+    impl = NormkitImpl()
+    impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"
+    rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [impl, AtenImpl(True)], _ctx())
+    result = {"device": {"device": "cpu"}, "quick": True, "rows": rows}
+    console, summary = report.console_report(result), report.summary_markdown(result)
+    listed = [ln for ln in console.splitlines() if ln.startswith("- normkit layer_norm")]
+    assert listed and all(impl._err in ln for ln in listed)
+    assert console.index("### errors") < console.index("### headline")
+    assert all(ln in summary.split("## Errors")[1] for ln in listed)
+    assert not any(ln.startswith("- aten") for ln in console.splitlines())  # the rows that ran are no errors
+
+
 def test_norm_share_attribution_cuda_logic():
     """The CUDA branch of the profiler accounting, on hand-made profiler events."""
     from types import SimpleNamespace as NS
