@@ -563,6 +563,19 @@ def test_console_report_lists_the_errors_as_the_summary_does():
     assert not any(ln.startswith("- aten") for ln in console.splitlines())  # the rows that ran are no errors
 
 
+@pytest.mark.parametrize("unavailable, reason", [("No module named 'liger_kernel'", "No module named 'liger_kernel'"),
+                                                  (None, "it runs on CUDA only")])
+def test_peers_rows_read_na_with_the_reason_on_every_device(unavailable, reason, monkeypatch, capsys):
+    # on CPU `--peers liger flaggems` gave tables of n/a without a word why (the reason was printed on CUDA only)
+    from normkit.bench import cli
+
+    monkeypatch.setattr(LigerImpl, "unavailable", lambda self: unavailable)
+    assert cli.main(["--quick", "--no-progress", "--ops", "rms_norm", "--dtypes", "fp32", "--peers", "liger"]) == 0
+    captured = capsys.readouterr()
+    assert f"bench: liger's rows read n/a: {reason}" in captured.err
+    assert "| n/a |" in captured.out
+
+
 def test_norm_share_attribution_cuda_logic():
     """The CUDA branch of the profiler accounting, on hand-made profiler events."""
     from types import SimpleNamespace as NS

@@ -238,8 +238,9 @@ def main(argv=None) -> int:
         if impl.name in ("liger", "flaggems"):
             why = impl.unavailable()
             versions[impl.name] = impl.version if why is None else None
-            if why and device == "cuda":
-                print(f"bench: {impl.name} unavailable, its rows read n/a: {why}", file=sys.stderr)
+            why = why or ("it runs on CUDA only" if impl.cuda_only and device != "cuda" else None)
+            if why:  # on every device: a table of n/a cells must say why
+                print(f"bench: {impl.name}'s rows read n/a: {why}", file=sys.stderr)
     scope_txt = "" if args.peer_scope == "all" else \
         " (only on each op's first suite dtype, as FlagGems: --peer-scope all for every row)"
     result = {
