@@ -743,18 +743,31 @@ def test_interrupted_run_still_writes_its_outputs(tmp_path, monkeypatch, capsys)
     assert "interrupted" in (tmp_path / "summary.md").read_text()
 
 
-def test_models_and_accuracy_run_before_the_suite_rows(tmp_path):
+def test_models_and_accuracy_run_before_the_suite_rows(tmp_path, capsys):
     from normkit.bench import cli
 
     js = tmp_path / "b.json"
     rc = cli.main(["--quick", "--ops", "rms_norm", "--perf", "--models", "tiny", "--steps", "2", "--accuracy",
-                   "--budget", "0", "--json", str(js), "--no-progress"])
+                   "--budget", "1e-9", "--json", str(js), "--no-progress"])
     assert rc == 0
     d = _strict_json(js)
-    # budget 0: models and accuracy were reached first (they check the budget per model / row too, so
-    # they read skipped), and the suite rows all read skipped
+    # a budget spent at once: models and accuracy were reached first (they check the budget per model / row
+    # too, so they read skipped), and the suite rows all read skipped
     assert d["models"] and d["accuracy"] and d["rows"]
     assert all(r["status"] == "skipped" for r in d["rows"])
+    # ... and are counted as such: the run is not complete (it said "complete": true with every row skipped)
+    n = len(d["rows"]) + len(d["accuracy"]) + len(d["models"])
+    assert d["skipped_rows"] == {"all": n, "budget": n} and d["complete"] is False
+    assert f"; {n} skipped, {n} of them for --budget" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan"])
+def test_a_budget_of_no_time_is_a_usage_error(budget, capsys):
+    from normkit.bench import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--quick", "--budget", budget])
+    assert e.value.code == 2 and "--budget" in capsys.readouterr().err
 
 
 @pytest.mark.cuda

@@ -14,7 +14,8 @@ from normkit.bench import cases as C
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
 from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, estimate_seconds, fmt_s,
-                                  headline_dtypes, run_accuracy, run_case, run_metadata, unscoped)
+                                  headline_dtypes, run_accuracy, run_case, run_metadata, skipped_for_budget,
+                                  unscoped)
 from normkit.bench.timing import Progress, Timer
 from normkit.cli import cannot_make_folder, cannot_write_file, ops_error, split_names
 
@@ -78,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timing rounds per case, implementations in alternating order, each row keeping its "
                         "fastest (default 2 on CUDA, 1 on CPU)")
     p.add_argument("--no-graphs", action="store_true", help="time eagerly with CUDA events (no CUDA graphs)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds; rows not started when it is spent are recorded as skipped")
+    p.add_argument("--budget", type=_positive_float, default=None,
+                   help="seconds; rows not started when it is spent are recorded as skipped (the run is then "
+                        "incomplete: 'complete' is false in --json)")
     p.add_argument("--perf", action="store_true", help="run the timing suite too when --accuracy/--models are given")
     p.add_argument("--accuracy", action="store_true", help="error against float64 per op/dtype, randn and randn+1000")
     p.add_argument("--accuracy-ops", nargs="+", default=None,
@@ -112,6 +114,19 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # (NaN too) a budget of 0 or less skipped every row, and called the run complete
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def skipped_rows(result: dict) -> dict:
+    """How many rows (suite, accuracy, models) were not run: in all, and for --budget."""
+    rows = result["rows"] + result["accuracy"] + result["models"]
+    return {"all": sum(r.get("status") == "skipped" for r in rows), "budget": sum(map(skipped_for_budget, rows))}
 
 
 def main(argv=None) -> int:
@@ -281,7 +296,8 @@ def main(argv=None) -> int:
         if not (final or force) and time.time() - last_save[0] < args.save_every:
             return
         result["elapsed_s"] = time.time() - t_start
-        result["complete"] = bool(final and not result.get("interrupted"))
+        result["skipped_rows"] = skipped_rows(result)
+        result["complete"] = bool(final and not result.get("interrupted") and not result["skipped_rows"]["budget"])
         try:
             report.write_json(report.clean_floats(result), args.json_path)
             last_save[0] = time.time()
@@ -358,8 +374,10 @@ def main(argv=None) -> int:
                 print(f"bench: plots failed: {type(e).__name__}: {e}", file=sys.stderr)
     result["elapsed_s"] = time.time() - t_start
     print(report.console_report(result))
+    skipped = skipped_rows(result)
     print(f"\n{len(result['rows'])} rows, {len(result['accuracy'])} accuracy rows, {len(result['models'])} model "
-          f"rows in {fmt_s(result['elapsed_s'])}")
+          f"rows in {fmt_s(result['elapsed_s'])}"
+          + (f"; {skipped['all']} skipped, {skipped['budget']} of them for --budget" if skipped["all"] else ""))
     if args.out:
         with open(os.path.join(args.out, "summary.md"), "w") as f:
             f.write(report.summary_markdown(result, plots))

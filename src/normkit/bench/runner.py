@@ -23,6 +23,14 @@ from normkit.bench.oracle import compare, oracle, tolerance
 from normkit.bench.timing import Progress, Timer
 
 
+BUDGET_SKIP = "time budget"  # how the note of every row skipped for --budget begins
+
+
+def skipped_for_budget(row: dict) -> bool:
+    """Whether --budget cut this row (a run with any such row is incomplete)."""
+    return row.get("status") == "skipped" and (row.get("note") or "").startswith(BUDGET_SKIP)
+
+
 @dataclass
 class Context:
     device: str
@@ -287,7 +295,7 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
         set_all("error", f"CUDA context lost earlier ({ctx.cuda_dead})")
         return list(rows.values())
     if ctx.over_budget():
-        set_all("skipped", "time budget (--budget) spent")
+        set_all("skipped", f"{BUDGET_SKIP} (--budget) spent")
         return list(rows.values())
     reason = impl.unavailable()
     if reason:
@@ -303,7 +311,7 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
             set_all("skipped", f"{impl.name} runs on each op's first suite dtype only (--peer-scope all)")
             return list(rows.values())
     if impl.scoped and ctx.scoped_over_budget():
-        set_all("skipped", "time budget: left to the rows of normkit and the eager peers still to come")
+        set_all("skipped", f"{BUDGET_SKIP}: left to the rows of normkit and the eager peers still to come")
         return list(rows.values())
     why = impl.skip(case, "fwd")
     if why:  # the backward needs the forward
@@ -469,7 +477,7 @@ def run_accuracy(ops, suite: dict, impls, ctx: Context, progress: Progress | Non
                         if ctx.cuda_dead:
                             row["status"], row["note"] = "error", "CUDA context lost earlier"
                         elif ctx.over_budget():
-                            row["status"], row["note"] = "skipped", "time budget (--budget) spent"
+                            row["status"], row["note"] = "skipped", f"{BUDGET_SKIP} (--budget) spent"
                         elif reason:
                             row["status"] = "error" if isinstance(impl, NormkitImpl) else "n/a"
                             row["note"] = reason
