@@ -6,6 +6,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -208,6 +209,13 @@ def test_bad_arguments():
 def test_bad_ops_and_device_are_usage_errors(argv, msg, capsys):
     assert main(argv + ["--quiet"]) == 2
     assert msg in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="cuda:1 exists here")
+def test_a_missing_cuda_device_is_named_as_given(capsys):
+    # `--device cuda:1` said "--device cuda: no CUDA device available"
+    assert main(["--ops", "rms_norm", "--device", "cuda:1", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("--device cuda:1: no ")
 
 
 def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):

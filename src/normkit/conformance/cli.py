@@ -114,10 +114,13 @@ def main(argv=None) -> int:
         print("--device meta: meta tensors hold no values to check; use cpu, cuda or mps", file=sys.stderr)
         return 2
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print("--device cuda: no CUDA device available", file=sys.stderr)
+        print(f"--device {args.device}: no CUDA device available", file=sys.stderr)
+        return 2
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        print(f"--device {args.device}: no such CUDA device ({torch.cuda.device_count()} available)", file=sys.stderr)
         return 2
     if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        print("--device mps: no MPS device available", file=sys.stderr)
+        print(f"--device {args.device}: no MPS device available", file=sys.stderr)
         return 2
 
     cases, errs = select(families, args.case, args.exact, not args.no_errors)
