@@ -487,6 +487,17 @@ def test_blank_ops_is_the_usage_error_check_gives(capsys):
     assert "--ops names no op family" in check_err and "--ops names no op family" in bench_err
 
 
+def test_help_explains_every_option_and_lists_every_model_name():
+    # --seed and --no-progress had no help; --models listed some of the names it takes
+    from normkit.bench import models as M
+    from normkit.bench.cli import build_parser
+
+    options = {a.option_strings[-1]: a.help for a in build_parser()._actions}
+    assert all(options.values()), [flag for flag, text in options.items() if not text]
+    listed = options["--models"].replace(",", " ").replace("(", " ").split()
+    assert set(M.MODELS) | set(M.ALIASES) <= set(listed)
+
+
 @pytest.mark.parametrize("suite, msg", [
     ([1, 2], "a JSON object with an entry per op is expected, not a list"),
     ({"batch_norm": {"shapes": [[4, 3]]}}, "batch_norm: 'dtypes' must be a non-empty list"),

@@ -11,6 +11,7 @@ import time
 import torch
 
 from normkit.bench import cases as C
+from normkit.bench import models as M
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
 from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, estimate_seconds, fmt_s,
@@ -86,14 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accuracy", action="store_true", help="error against float64 per op/dtype, randn and randn+1000")
     p.add_argument("--accuracy-ops", nargs="+", default=None,
                    help="ops for --accuracy (default: --ops, else all), e.g. 'all' while --ops narrows the suite")
-    p.add_argument("--models", nargs="*", default=None,
-                   help="whole training steps: resnet50 (both layouts), resnet50-nchw, resnet50-cl, vit_b16, "
-                        "gpt2, tiny (CPU); no names = the suite's models")
+    p.add_argument("--models", nargs="*", default=None, metavar="MODEL",
+                   help="whole training steps, with and without normkit.enable(), of the models named: "
+                        f"{', '.join(sorted(set(M.MODELS) | set(M.ALIASES)))} (resnet and resnet50: both layouts; "
+                        "all: the suite's models); no names = the suite's models (tiny on CPU)")
     p.add_argument("--steps", type=_positive_int, default=20, help="training steps per model and setting (default 20)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the models' weights (default 0)")
     p.add_argument("--json", dest="json_path", default=None, help="write results JSON here")
     p.add_argument("--out", default=None, help="directory for summary.md and PNG plots")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--dry-run", action="store_true", help="list the cases, estimate the GPU time, exit")
     p.add_argument("--strict", action="store_true", help="exit 1 when a normkit row is WRONG or an error")
     p.add_argument("--save-every", type=float, default=10.0,
@@ -312,8 +314,6 @@ def main(argv=None) -> int:
     if sections["accuracy"]:
         units += accuracy_units(acc_ops, suite)
     if sections["models"]:
-        from normkit.bench import models as M
-
         try:
             model_names = M.resolve(split_names(args.models) or (["tiny"] if device == "cpu" else None))
         except ValueError as e:
@@ -336,8 +336,6 @@ def main(argv=None) -> int:
         # --models and --accuracy first: bounded and wanted whole; the suite rows, which a budget can cut
         # row by row, take what is left
         if sections["models"]:
-            from normkit.bench import models as M
-
             steps = args.steps if not quick else min(args.steps, 4)
 
             def model_done(rows_so_far):
