@@ -175,6 +175,16 @@ def test_json_records_the_run_setting_and_the_table(tmp_path, capsys):
         assert row[5] == f["worst_case"].split()[0]
 
 
+def test_worst_error_column_is_compact():
+    # 51163817.328 was printed in full, 12 characters in a column 15 wide
+    from normkit.conformance import report
+
+    table = {fam: {"cases": 1, "passed": 0, "failed": 1, "worst_err_over_tol": worst, "worst_case": "c"}
+             for fam, worst in (("batch_norm", 51163817.328), ("layer_norm", 0.4654), ("rms_norm", float("inf")))}
+    cells = {ln.split()[0]: ln.split()[4] for ln in report.format_table(table).splitlines()[2:5]}
+    assert cells == {"batch_norm": "5.12e+07", "layer_norm": "0.465", "rms_norm": "inf"}
+
+
 def test_list_and_case_count(capsys):
     assert main(["--list", "--impl", "torch"]) == 0
     names = capsys.readouterr().out.split()

@@ -74,7 +74,7 @@ def format_table(table: dict) -> str:
         if fam not in table:
             continue
         row = table[fam]
-        worst = "inf" if row["worst_err_over_tol"] == float("inf") else f"{row['worst_err_over_tol']:.3f}"
+        worst = f"{row['worst_err_over_tol']:.3g}"  # compact at every scale: 0.465, 5.12e+07, inf
         lines.append(f"{fam:<15}{row['cases']:>7}{row['passed']:>8}{row['failed']:>8}{worst:>15}  "
                      f"{row['worst_case']}")
         tot[0] += row["cases"]
