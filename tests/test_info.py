@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import normkit
@@ -78,3 +79,24 @@ def test_top_level_usage_goes_to_stderr_when_no_command_is_given(capsys):
     assert "usage: python -m normkit" in capsys.readouterr().out
     assert main(["bogus"]) == 2
     assert "unknown command 'bogus'" in capsys.readouterr().err
+
+
+def test_version_flag(capsys):
+    # `python -m normkit --version` was "unknown command '--version'"
+    from normkit.cli import main
+
+    for flag in ("--version", "-V"):
+        assert main([flag]) == 0
+        assert capsys.readouterr().out == f"normkit {normkit.__version__}\n"
+
+
+@pytest.mark.parametrize("command", [["info"], ["check", "--list"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(command):
+    # `python -m normkit check --list | head -2` ended in BrokenPipeError tracebacks
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "normkit"] + command, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    proc.stdout.close()  # the reader is gone before the first line: every write meets a closed pipe
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -5,6 +5,7 @@ import sys
 from typing import Optional
 
 USAGE = """usage: python -m normkit {check,bench,info} [options]
+       python -m normkit --version
 
   check   conformance of a backend against the ATen contract (python -m normkit check -h)
   bench   side-by-side benchmarks against the peers (python -m normkit bench -h)
@@ -44,11 +45,45 @@ def cannot_make_folder(path: str) -> Optional[str]:
     return None if os.access(path, os.W_OK) else "it is not writable"
 
 
+def split_names(values: Optional[list]) -> Optional[list]:
+    """The names a list option was given, as one or more arguments, each comma-separated ("a,b c" -> [a, b, c]);
+    None when the option was not given."""
+    if values is None:
+        return None
+    return [name.strip() for value in values for name in str(value).split(",") if name.strip()]
+
+
+def ops_error(ops: list, known) -> Optional[str]:
+    """Why the op families given to --ops cannot be run (none named, or unknown ones), or None."""
+    if not ops:  # a blank --ops would otherwise read as "every family" (minutes)
+        return f"--ops names no op family; choose from {', '.join(known)}"
+    unknown = [op for op in ops if op not in known]
+    if unknown:
+        return f"unknown op family {', '.join(unknown)}; choose from {', '.join(known)}"
+    return None
+
+
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # inside the try: a reader gone before the last buffered line is a broken pipe too
+    except BrokenPipeError:
+        # the reader left (`... | head -2`): no traceback; stdout to devnull, so that Python's own flush at exit
+        # does not hit the closed pipe again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
+
+
+def _dispatch(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from normkit import __version__
+
+        print(f"normkit {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "check":
         from normkit.conformance.cli import main as run

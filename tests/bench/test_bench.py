@@ -405,6 +405,44 @@ def test_models_tiny_cpu():
     assert M.resolve(["resnet50"]) == ["resnet50", "resnet50-cl"]
 
 
+class _CountingProgress(Progress):
+    """The bench's progress bar, keeping its total and the units reported against it."""
+
+    last = None
+
+    def __init__(self, total, *a, **k):
+        super().__init__(total, *a, **k)
+        self.reported = 0
+        _CountingProgress.last = self
+
+    def update(self, n=1, label=""):
+        self.reported += n
+        super().update(n, label)
+
+
+def test_models_are_resolved_once(tmp_path, monkeypatch):
+    # `--models resnet50-nchw` resolved to the key `resnet50`, which run_models resolved again as the alias for
+    # both layouts: the channels_last model ran too, past the progress bar's total
+    from normkit.bench import cli
+    from normkit.bench import models as M
+
+    ran = []
+
+    def fake_run_one(name, setting, device, steps, warmup, seed):
+        ran.append((name, setting))
+        return {"model": name, "setting": setting, "status": "ok", "step_ms": 1.0, "final_loss": 1.0}
+
+    monkeypatch.setattr(M, "run_one", fake_run_one)
+    monkeypatch.setattr(cli, "Progress", _CountingProgress)
+    js = tmp_path / "b.json"
+    assert cli.main(["--models", "resnet50-nchw", "--steps", "1", "--json", str(js), "--no-progress"]) == 0
+    assert ran == [("resnet50", "eager"), ("resnet50", "normkit")]
+    assert M.MODELS["resnet50"][2] == "contiguous"
+    assert [r["model"] for r in _strict_json(js)["models"]] == ["resnet50", "resnet50"]
+    bar = _CountingProgress.last
+    assert bar.reported == bar.total == 1 + len(ran)  # the copy bandwidth, then one unit per model row
+
+
 def test_norm_kernel_names():
     from normkit.bench.models import NORM_KERNEL
 
@@ -435,6 +473,29 @@ def test_cli_rejects_bad_arguments(capsys):
     assert main(["--quick", "--peers", "nope"]) == 2
     assert main(["--quick", "--dry-run", "--ops", "rms_norm"]) == 0
     assert "rms_norm" in capsys.readouterr().out
+
+
+def test_blank_ops_is_the_usage_error_check_gives(capsys):
+    # `bench --ops ""` ran every op (`check --ops ""` was a usage error already)
+    from normkit.bench.cli import main as bench
+    from normkit.conformance.cli import main as check
+
+    assert check(["--ops", ""]) == 2
+    check_err = capsys.readouterr().err
+    assert bench(["--quick", "--no-progress", "--ops", ""]) == 2
+    bench_err = capsys.readouterr().err
+    assert "--ops names no op family" in check_err and "--ops names no op family" in bench_err
+
+
+def test_help_explains_every_option_and_lists_every_model_name():
+    # --seed and --no-progress had no help; --models listed some of the names it takes
+    from normkit.bench import models as M
+    from normkit.bench.cli import build_parser
+
+    options = {a.option_strings[-1]: a.help for a in build_parser()._actions}
+    assert all(options.values()), [flag for flag, text in options.items() if not text]
+    listed = options["--models"].replace(",", " ").replace("(", " ").split()
+    assert set(M.MODELS) | set(M.ALIASES) <= set(listed)
 
 
 @pytest.mark.parametrize("suite, msg", [
@@ -497,6 +558,33 @@ def test_normkit_impl_reports_missing_functional(monkeypatch):
     impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"
     rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [impl], _ctx())
     assert all(r["status"] == "error" for r in rows)
+
+
+def test_console_report_lists_the_errors_as_the_summary_does():
+    # the console showed "error" cells without their reason; only summary.md had the "Errors" list
+    impl = NormkitImpl()
+    impl._err = "ModuleNotFoundError: No module named 'normkit.functional'"
+    rows = run_case(C.Case("layer_norm", (16, 8), "float32", "float32"), [impl, AtenImpl(True)], _ctx())
+    result = {"device": {"device": "cpu"}, "quick": True, "rows": rows}
+    console, summary = report.console_report(result), report.summary_markdown(result)
+    listed = [ln for ln in console.splitlines() if ln.startswith("- normkit layer_norm")]
+    assert listed and all(impl._err in ln for ln in listed)
+    assert console.index("### errors") < console.index("### headline")
+    assert all(ln in summary.split("## Errors")[1] for ln in listed)
+    assert not any(ln.startswith("- aten") for ln in console.splitlines())  # the rows that ran are no errors
+
+
+@pytest.mark.parametrize("unavailable, reason", [("No module named 'liger_kernel'", "No module named 'liger_kernel'"),
+                                                  (None, "it runs on CUDA only")])
+def test_peers_rows_read_na_with_the_reason_on_every_device(unavailable, reason, monkeypatch, capsys):
+    # on CPU `--peers liger flaggems` gave tables of n/a without a word why (the reason was printed on CUDA only)
+    from normkit.bench import cli
+
+    monkeypatch.setattr(LigerImpl, "unavailable", lambda self: unavailable)
+    assert cli.main(["--quick", "--no-progress", "--ops", "rms_norm", "--dtypes", "fp32", "--peers", "liger"]) == 0
+    captured = capsys.readouterr()
+    assert f"bench: liger's rows read n/a: {reason}" in captured.err
+    assert "| n/a |" in captured.out
 
 
 def test_norm_share_attribution_cuda_logic():
@@ -666,18 +754,31 @@ def test_interrupted_run_still_writes_its_outputs(tmp_path, monkeypatch, capsys)
     assert "interrupted" in (tmp_path / "summary.md").read_text()
 
 
-def test_models_and_accuracy_run_before_the_suite_rows(tmp_path):
+def test_models_and_accuracy_run_before_the_suite_rows(tmp_path, capsys):
     from normkit.bench import cli
 
     js = tmp_path / "b.json"
     rc = cli.main(["--quick", "--ops", "rms_norm", "--perf", "--models", "tiny", "--steps", "2", "--accuracy",
-                   "--budget", "0", "--json", str(js), "--no-progress"])
+                   "--budget", "1e-9", "--json", str(js), "--no-progress"])
     assert rc == 0
     d = _strict_json(js)
-    # budget 0: models and accuracy were reached first (they check the budget per model / row too, so
-    # they read skipped), and the suite rows all read skipped
+    # a budget spent at once: models and accuracy were reached first (they check the budget per model / row
+    # too, so they read skipped), and the suite rows all read skipped
     assert d["models"] and d["accuracy"] and d["rows"]
     assert all(r["status"] == "skipped" for r in d["rows"])
+    # ... and are counted as such: the run is not complete (it said "complete": true with every row skipped)
+    n = len(d["rows"]) + len(d["accuracy"]) + len(d["models"])
+    assert d["skipped_rows"] == {"all": n, "budget": n} and d["complete"] is False
+    assert f"; {n} skipped, {n} of them for --budget" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan"])
+def test_a_budget_of_no_time_is_a_usage_error(budget, capsys):
+    from normkit.bench import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--quick", "--budget", budget])
+    assert e.value.code == 2 and "--budget" in capsys.readouterr().err
 
 
 @pytest.mark.cuda

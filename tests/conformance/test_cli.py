@@ -6,6 +6,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -34,7 +35,9 @@ def test_json_schema_and_exit_status(tmp_path, capsys):
     assert "rms_norm" in out and "group_norm" in out and "batch_norm " not in out
 
 
-def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def broken_backend(monkeypatch):
+    """An --impl MODULE whose native_batch_norm returns a channels_last input's output contiguous."""
     mod = types.ModuleType("nk_test_broken_cl")
     for k, v in vars(delegate_backend).items():
         if not k.startswith("__"):
@@ -46,6 +49,10 @@ def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
 
     mod.native_batch_norm = native_batch_norm
     monkeypatch.setitem(sys.modules, "nk_test_broken_cl", mod)
+    return mod.__name__
+
+
+def test_failure_exit_status_and_repro(tmp_path, capsys, broken_backend):
     path = tmp_path / "r.json"
     rc = main(["--impl", "nk_test_broken_cl", "--ops", "batch_norm", "--case", "channels_last", "--quiet",
                "--json", str(path)] + ORACLE)
@@ -63,10 +70,137 @@ def test_failure_exit_status_and_repro(tmp_path, capsys, monkeypatch):
     assert "0 of 1 cases passed, 1 FAILED" in capsys.readouterr().out
 
 
+def test_failures_not_shown_are_counted_and_located(tmp_path, capsys, broken_backend):
+    # --max-failures 0 printed an empty "failures:" header, then "... and 13 more failed rule(s); see --json"
+    # whether or not --json was given
+    argv = ["--impl", broken_backend, "--ops", "batch_norm", "--case", "channels_last", "--quiet"] + ORACLE
+    assert main(argv + ["--max-failures", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "failures:" not in out and "FAIL " not in out and "... and" not in out
+    hidden = [ln for ln in out.splitlines() if "failed rule(s) not shown" in ln]
+    assert len(hidden) == 1 and hidden[0].endswith("(--json FILE lists them all)")
+    n = int(hidden[0].split()[0])
+    path = tmp_path / "r.json"
+    assert main(argv + ["--max-failures", "1", "--json", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "\nfailures:\nFAIL " in out and out.count("FAIL ") == 1
+    assert f"... and {n - 1} more failed rule(s) not shown (all are in {path})" in out
+    assert sum(not r["passed"] for r in json.loads(path.read_text())["results"]) == n
+
+
+def test_progress_total_is_the_case_count(tmp_path, capsys):
+    # the bar counted the torch-only error cases that normkit skips: 33 steps for 30 cases (848 for 845 in all)
+    path = tmp_path / "r.json"
+    assert main(["--ops", "batch_norm", "--case", "/err_", "--json", str(path)]) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    done, total = last.split("] ")[1].split()[0].split("/")
+    cases = json.loads(path.read_text())["cases"]
+    assert int(done) == int(total) == cases and cases > 0
+
+
+def test_ctrl_c_reports_what_ran(tmp_path, capsys, monkeypatch):
+    # Ctrl-C used to end check in a traceback, without the table or the JSON of the cases already checked
+    from normkit.conformance.runner import Runner
+
+    real_run_case = Runner.run_case
+    calls = []
+
+    def run_case_then_ctrl_c(self, case):
+        calls.append(case.name)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real_run_case(self, case)
+
+    monkeypatch.setattr(Runner, "run_case", run_case_then_ctrl_c)
+    path = tmp_path / "r.json"
+    assert main(["--impl", "torch", "--ops", "rms_norm", "--quiet", "--json", str(path)] + ORACLE) == 130
+    out = capsys.readouterr().out
+    assert "INTERRUPTED (Ctrl-C): 4 of " in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("rms_norm "))
+    assert row.split()[1:4] == ["4", "4", "0"]  # cases, passed, failed
+    assert out.rstrip().splitlines()[-1].startswith("4 of 4 cases passed; INTERRUPTED")
+    data = json.loads(path.read_text())
+    assert data["cases"] == 4 and data["meta"]["interrupted"] is True
+    assert {r["case"] for r in data["results"]} == set(calls[:4])
+
+
+def test_header_names_the_normkit_path_checked(tmp_path, capsys, monkeypatch):
+    # check did not say whether it checked normkit's Triton kernels or its reference
+    from normkit import kernels
+    from normkit.conformance.cli import normkit_path
+
+    argv = ["--ops", "rms_norm", "--case", "_fused_rms_norm/4x5x32_small_eps_default/fp32", "--exact", "--quiet"]
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    path = tmp_path / "r.json"
+    assert main(argv + ["--json", str(path)]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert header == "normkit path: " + normkit_path("cpu")
+    assert json.loads(path.read_text())["meta"]["normkit_path"] == normkit_path("cpu")
+    if kernels.available():
+        assert normkit_path("cpu").startswith("reference (CPU; set TRITON_INTERPRET=1")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        assert normkit_path("cpu").startswith("Triton kernels (interpreter")
+    # torch's own kernels are checked: no normkit path to name
+    assert main(argv + ["--impl", "torch", "--json", str(path)] + ORACLE) == 0
+    assert "normkit path" not in capsys.readouterr().out
+    assert json.loads(path.read_text())["meta"]["normkit_path"] is None
+
+
+def test_json_records_the_run_setting_and_the_table(tmp_path, capsys):
+    # check's JSON lacked the date, versions, git sha and host that bench's has, and the per-family table
+    import datetime
+    import platform
+
+    import torch
+
+    import normkit
+
+    path = tmp_path / "r.json"
+    assert main(["--ops", "rms_norm,group_norm", "--no-errors", "--quiet", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    assert datetime.datetime.fromisoformat(meta["date"]).tzinfo is not None
+    assert meta["versions"]["normkit"] == normkit.__version__ and meta["versions"]["torch"] == torch.__version__
+    assert meta["versions"]["python"] == platform.python_version() and "triton" in meta["versions"]
+    assert meta["device"]["device"] == "cpu" and meta["device"]["host"] == platform.node()
+    assert meta["gpu_name"] is None and "git_sha" in meta
+    families = data["families"]
+    assert set(families) == {"rms_norm", "group_norm"}
+    assert sum(f["cases"] for f in families.values()) == data["cases"]
+    for name, f in families.items():
+        row = next(ln for ln in out.splitlines() if ln.startswith(name + " ")).split()
+        assert [int(v) for v in row[1:4]] == [f["cases"], f["passed"], f["failed"]]
+        assert float(row[4]) == pytest.approx(f["worst_err_over_tol"], rel=1e-2, abs=1e-3)
+        assert row[5] == f["worst_case"].split()[0]
+
+
+def test_worst_error_column_is_compact():
+    # 51163817.328 was printed in full, 12 characters in a column 15 wide
+    from normkit.conformance import report
+
+    table = {fam: {"cases": 1, "passed": 0, "failed": 1, "worst_err_over_tol": worst, "worst_case": "c"}
+             for fam, worst in (("batch_norm", 51163817.328), ("layer_norm", 0.4654), ("rms_norm", float("inf")))}
+    cells = {ln.split()[0]: ln.split()[4] for ln in report.format_table(table).splitlines()[2:5]}
+    assert cells == {"batch_norm": "5.12e+07", "layer_norm": "0.465", "rms_norm": "inf"}
+
+
 def test_list_and_case_count(capsys):
     assert main(["--list", "--impl", "torch"]) == 0
     names = capsys.readouterr().out.split()
     assert len(names) >= 600 and len(set(names)) == len(names)
+
+
+def test_ops_take_commas_and_spaces_as_bench_does(capsys):
+    # `check --ops` took only "a,b" while `bench --ops` took "a,b" and "a b" alike
+    listed = []
+    for ops in (["rms_norm,group_norm"], ["rms_norm", "group_norm"], ["rms_norm,", " group_norm"]):
+        assert main(["--list", "--ops"] + ops) == 0
+        listed.append(capsys.readouterr().out)
+    assert listed[0] == listed[1] == listed[2]
+    names = listed[0].split()
+    assert any("rms_norm" in n for n in names) and any("group_norm" in n for n in names)
+    assert not any("batch_norm" in n or "layer_norm" in n for n in names)
 
 
 def test_bad_arguments():
@@ -85,6 +219,13 @@ def test_bad_arguments():
 def test_bad_ops_and_device_are_usage_errors(argv, msg, capsys):
     assert main(argv + ["--quiet"]) == 2
     assert msg in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 1, reason="cuda:1 exists here")
+def test_a_missing_cuda_device_is_named_as_given(capsys):
+    # `--device cuda:1` said "--device cuda: no CUDA device available"
+    assert main(["--ops", "rms_norm", "--device", "cuda:1", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("--device cuda:1: no ")
 
 
 def test_unwritable_json_path_is_rejected_before_the_run(tmp_path, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import signal
 import sys
@@ -12,13 +11,14 @@ import time
 import torch
 
 from normkit.bench import cases as C
+from normkit.bench import models as M
 from normkit.bench import report
 from normkit.bench.impls import ALL_PEERS, make_impls
-from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, device_info,
-                                  estimate_seconds, fmt_s, git_sha, headline_dtypes, run_accuracy, run_case,
+from normkit.bench.runner import (Context, accuracy_units, copy_bandwidth, copy_nbytes, estimate_seconds, fmt_s,
+                                  headline_dtypes, run_accuracy, run_case, run_metadata, skipped_for_budget,
                                   unscoped)
 from normkit.bench.timing import Progress, Timer
-from normkit.cli import cannot_make_folder, cannot_write_file
+from normkit.cli import cannot_make_folder, cannot_write_file, ops_error, split_names
 
 COMPILE_NOTE = ("torch.compile(dynamic={dyn}) of the eager F.* call, compiled {once}{scope}; every "
                 "implementation (compile included) is timed on CUDA as the replay of a CUDA graph that holds the "
@@ -40,15 +40,6 @@ EPILOG = """examples:
   python -m normkit bench --models resnet50 --steps 20    # whole training steps, with / without enable()
   python -m normkit bench --quick --json out.json --out outdir   # tiny sizes on CPU (CI)
 """
-
-
-def _csv(values):
-    if values is None:
-        return None
-    out = []
-    for v in values:
-        out += [s.strip() for s in str(v).split(",") if s.strip()]
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,20 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timing rounds per case, implementations in alternating order, each row keeping its "
                         "fastest (default 2 on CUDA, 1 on CPU)")
     p.add_argument("--no-graphs", action="store_true", help="time eagerly with CUDA events (no CUDA graphs)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds; rows not started when it is spent are recorded as skipped")
+    p.add_argument("--budget", type=_positive_float, default=None,
+                   help="seconds; rows not started when it is spent are recorded as skipped (the run is then "
+                        "incomplete: 'complete' is false in --json)")
     p.add_argument("--perf", action="store_true", help="run the timing suite too when --accuracy/--models are given")
     p.add_argument("--accuracy", action="store_true", help="error against float64 per op/dtype, randn and randn+1000")
     p.add_argument("--accuracy-ops", nargs="+", default=None,
                    help="ops for --accuracy (default: --ops, else all), e.g. 'all' while --ops narrows the suite")
-    p.add_argument("--models", nargs="*", default=None,
-                   help="whole training steps: resnet50 (both layouts), resnet50-nchw, resnet50-cl, vit_b16, "
-                        "gpt2, tiny (CPU); no names = the suite's models")
+    p.add_argument("--models", nargs="*", default=None, metavar="MODEL",
+                   help="whole training steps, with and without normkit.enable(), of the models named: "
+                        f"{', '.join(sorted(set(M.MODELS) | set(M.ALIASES)))} (resnet and resnet50: both layouts; "
+                        "all: the suite's models); no names = the suite's models (tiny on CPU)")
     p.add_argument("--steps", type=_positive_int, default=20, help="training steps per model and setting (default 20)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the models' weights (default 0)")
     p.add_argument("--json", dest="json_path", default=None, help="write results JSON here")
     p.add_argument("--out", default=None, help="directory for summary.md and PNG plots")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--dry-run", action="store_true", help="list the cases, estimate the GPU time, exit")
     p.add_argument("--strict", action="store_true", help="exit 1 when a normkit row is WRONG or an error")
     p.add_argument("--save-every", type=float, default=10.0,
@@ -123,6 +116,19 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # (NaN too) a budget of 0 or less skipped every row, and called the run complete
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def skipped_rows(result: dict) -> dict:
+    """How many rows (suite, accuracy, models) were not run: in all, and for --budget."""
+    rows = result["rows"] + result["accuracy"] + result["models"]
+    return {"all": sum(r.get("status") == "skipped" for r in rows), "budget": sum(map(skipped_for_budget, rows))}
 
 
 def main(argv=None) -> int:
@@ -147,13 +153,12 @@ def main(argv=None) -> int:
     except Exception as e:
         print(f"bench: cannot read suite: {e}", file=sys.stderr)
         return 2
-    ops = _csv(args.ops)
-    if ops:
-        bad = [o for o in ops if o not in C.OPS]
-        if bad:
-            print(f"bench: unknown op(s) {bad}; known: {', '.join(C.OPS)}", file=sys.stderr)
-            return 2
-    peers = _csv(args.peers)
+    ops = split_names(args.ops)
+    why = ops is not None and ops_error(ops, C.OPS)
+    if why:
+        print(f"bench: {why}", file=sys.stderr)
+        return 2
+    peers = split_names(args.peers)
     if peers is None:
         peers = list(ALL_PEERS) if device == "cuda" else ["aten", "aten-native"]
     elif peers in (["all"],):
@@ -164,14 +169,15 @@ def main(argv=None) -> int:
     if bad:
         print(f"bench: unknown peer(s) {bad}; known: {', '.join(ALL_PEERS)}", file=sys.stderr)
         return 2
-    for flag, given, known in (("--layouts", _csv(args.layouts), C.LAYOUTS), ("--modes", _csv(args.modes), C.MODES)):
+    for flag, given, known in (("--layouts", split_names(args.layouts), C.LAYOUTS),
+                               ("--modes", split_names(args.modes), C.MODES)):
         bad = [v for v in given or [] if v not in known]
         if bad:  # a misspelt filter would otherwise select nothing and "pass" with 0 rows
             print(f"bench: unknown {flag[2:-1]}(s) {bad}; known: {', '.join(known)}", file=sys.stderr)
             return 2
     if args.dtype_slots:
         try:
-            slots = [int(v) for v in _csv(args.dtype_slots)]
+            slots = [int(v) for v in split_names(args.dtype_slots)]
         except ValueError as e:
             print(f"bench: --dtype-slots takes integers: {e}", file=sys.stderr)
             return 2
@@ -185,8 +191,8 @@ def main(argv=None) -> int:
             print("bench: each op's headline dtype only (the suite's first); --all-dtypes or --dtype-slots "
                   "1,2,3 for the others", file=sys.stderr)
     try:
-        cases = C.expand_suite(suite, ops=ops, shapes=_csv(args.shapes), dtypes=_csv(args.dtypes),
-                               layouts=_csv(args.layouts), modes=_csv(args.modes), quick=quick,
+        cases = C.expand_suite(suite, ops=ops, shapes=split_names(args.shapes), dtypes=split_names(args.dtypes),
+                               layouts=split_names(args.layouts), modes=split_names(args.modes), quick=quick,
                                dtype_slots=slots)
     except ValueError as e:
         print(f"bench: {e}", file=sys.stderr)
@@ -194,7 +200,7 @@ def main(argv=None) -> int:
     if not cases and (args.perf or not (args.accuracy or args.models is not None)):
         print("bench: no suite case matches --ops / --dtypes / --dtype-slots / --layouts / --modes", file=sys.stderr)
         return 2
-    acc_ops = _csv(args.accuracy_ops)
+    acc_ops = split_names(args.accuracy_ops)
     if acc_ops in (None, []):
         acc_ops = ops or list(C.OPS)
     elif acc_ops == ["all"]:
@@ -243,35 +249,21 @@ def main(argv=None) -> int:
         props = torch.cuda.get_device_properties(0)
         ctx.l2_bytes = getattr(props, "L2_cache_size", None) or (60 << 20)
 
-    versions = {"torch": torch.__version__}
-    try:
-        import triton
-
-        versions["triton"] = triton.__version__
-    except Exception:
-        versions["triton"] = None
-    try:
-        import normkit
-
-        versions["normkit"] = getattr(normkit, "__version__", None)
-    except Exception:
-        pass
+    meta = run_metadata(device)
+    versions = meta["versions"]  # the peers' and the models' libraries join it below
     for impl in impls:
         if impl.name in ("liger", "flaggems"):
             why = impl.unavailable()
             versions[impl.name] = impl.version if why is None else None
-            if why and device == "cuda":
-                print(f"bench: {impl.name} unavailable, its rows read n/a: {why}", file=sys.stderr)
+            why = why or ("it runs on CUDA only" if impl.cuda_only and device != "cuda" else None)
+            if why:  # on every device: a table of n/a cells must say why
+                print(f"bench: {impl.name}'s rows read n/a: {why}", file=sys.stderr)
     scope_txt = "" if args.peer_scope == "all" else \
         " (only on each op's first suite dtype, as FlagGems: --peer-scope all for every row)"
     result = {
         "schema": report.SCHEMA,
         "complete": False,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_sha": git_sha(),
-        "device": device_info(device),
-        "gpu_name": torch.cuda.get_device_name(0) if device == "cuda" else None,
-        "versions": versions,
+        **meta,
         "quick": quick,
         "config": {k: v for k, v in vars(args).items()} | {"peers": peers, "device": device, "dtype_slots": slots},
         "suite_file": os.path.abspath(args.suite) if args.suite else "packaged suite.json",
@@ -306,7 +298,8 @@ def main(argv=None) -> int:
         if not (final or force) and time.time() - last_save[0] < args.save_every:
             return
         result["elapsed_s"] = time.time() - t_start
-        result["complete"] = bool(final and not result.get("interrupted"))
+        result["skipped_rows"] = skipped_rows(result)
+        result["complete"] = bool(final and not result.get("interrupted") and not result["skipped_rows"]["budget"])
         try:
             report.write_json(report.clean_floats(result), args.json_path)
             last_save[0] = time.time()
@@ -321,10 +314,8 @@ def main(argv=None) -> int:
     if sections["accuracy"]:
         units += accuracy_units(acc_ops, suite)
     if sections["models"]:
-        from normkit.bench import models as M
-
         try:
-            model_names = M.resolve(_csv(args.models) or (["tiny"] if device == "cpu" else None))
+            model_names = M.resolve(split_names(args.models) or (["tiny"] if device == "cpu" else None))
         except ValueError as e:
             print(f"bench: {e}", file=sys.stderr)
             return 2
@@ -345,8 +336,6 @@ def main(argv=None) -> int:
         # --models and --accuracy first: bounded and wanted whole; the suite rows, which a budget can cut
         # row by row, take what is left
         if sections["models"]:
-            from normkit.bench import models as M
-
             steps = args.steps if not quick else min(args.steps, 4)
 
             def model_done(rows_so_far):
@@ -383,8 +372,10 @@ def main(argv=None) -> int:
                 print(f"bench: plots failed: {type(e).__name__}: {e}", file=sys.stderr)
     result["elapsed_s"] = time.time() - t_start
     print(report.console_report(result))
+    skipped = skipped_rows(result)
     print(f"\n{len(result['rows'])} rows, {len(result['accuracy'])} accuracy rows, {len(result['models'])} model "
-          f"rows in {fmt_s(result['elapsed_s'])}")
+          f"rows in {fmt_s(result['elapsed_s'])}"
+          + (f"; {skipped['all']} skipped, {skipped['budget']} of them for --budget" if skipped["all"] else ""))
     if args.out:
         with open(os.path.join(args.out, "summary.md"), "w") as f:
             f.write(report.summary_markdown(result, plots))

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from normkit.bench.runner import BUDGET_SKIP
+
 NORM_KERNEL = re.compile(
     r"(batch_?norm|layer_?norm|rms_?norm|group_?norm|instance_?norm|welford|normkit|bn_fw|bn_bw|"
     r"(^|[^a-z])bn_|_bn_|_ln_|_rms_|_gn_|nhwcbatchnorm|norm_(fwd|bwd|forward|backward)|gammabeta|"
@@ -347,13 +349,15 @@ def run_one(name: str, setting: str, device: str, steps: int, warmup: int, seed:
 
 def run_models(names, device: str, steps: int = 20, warmup: int = 5, seed: int = 0, progress=None,
                over_budget=lambda: False, on_pair=None) -> list:
-    """Both settings of each model in turn; ``on_pair(rows so far)`` after each model (incremental JSON)."""
+    """Both settings of each model in turn; ``on_pair(rows so far)`` after each model (incremental JSON).
+    ``names`` are keys of MODELS, as ``resolve`` returns them: resolving them again would widen ``resnet50``
+    (the NCHW model, what ``resnet50-nchw`` resolves to) to both layouts."""
     out = []
-    for name in resolve(names):
+    for name in names:
         pair = {}
         for setting in ("eager", "normkit"):
             if over_budget():
-                r = {"model": name, "setting": setting, "status": "skipped", "note": "time budget spent"}
+                r = {"model": name, "setting": setting, "status": "skipped", "note": f"{BUDGET_SKIP} (--budget) spent"}
             else:
                 r = run_one(name, setting, device, steps, warmup, seed)
             pair[setting] = r

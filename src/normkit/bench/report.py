@@ -234,6 +234,9 @@ def console_report(result: dict) -> str:
         out += ["", "### accuracy (relative L2 error against float64)", "", accuracy_table(result["accuracy"])]
     if result.get("models"):
         out += ["", "### models", "", models_table(result["models"])]
+    errors = error_lines(rows)
+    if errors:  # an "error" cell says nothing of why
+        out += ["", "### errors", ""] + errors
     if rows:  # last, so that the end of the output (what a remote run shows) holds it
         out += ["", "### headline", "", headline(rows)]
         if not_gpu_note(result):
@@ -301,19 +304,23 @@ def summary_markdown(result: dict, plots=()) -> str:
                   accuracy_table(result["accuracy"]), ""]
     if result.get("models"):
         lines += ["## Whole training steps", "", models_table(result["models"]), ""]
-    errs = [r for r in rows if r.get("status") == "error"]
-    if errs:
-        lines += ["## Errors", ""]
-        seen = set()
-        for r in errs:
-            k = (r["impl"], r["op"], r.get("note"))
-            if k in seen:
-                continue
-            seen.add(k)
-            lines.append(f"- {r['impl']} {r['op']} {shape_label(r)} {dtype_label(r)} {layout_label(r)} "
-                         f"{r['direction']}: {r.get('note')}")
-        lines.append("")
+    errors = error_lines(rows)
+    if errors:
+        lines += ["## Errors", ""] + errors + [""]
     return "\n".join(lines)
+
+
+def error_lines(rows) -> list:
+    """A line per row that raised, the first of each (implementation, op, message) only."""
+    lines, seen = [], set()
+    for r in rows:
+        key = (r["impl"], r["op"], r.get("note"))
+        if r.get("status") != "error" or key in seen:
+            continue
+        seen.add(key)
+        lines.append(f"- {r['impl']} {r['op']} {shape_label(r)} {dtype_label(r)} {layout_label(r)} "
+                     f"{r['direction']}: {r.get('note')}")
+    return lines
 
 
 def write_json(result: dict, path: str):

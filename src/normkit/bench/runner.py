@@ -7,6 +7,7 @@ work; the remaining rows then say so.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import os
 import platform
@@ -20,6 +21,14 @@ from normkit.bench import cases as C
 from normkit.bench.impls import CompileImpl, Impl, NormkitImpl
 from normkit.bench.oracle import compare, oracle, tolerance
 from normkit.bench.timing import Progress, Timer
+
+
+BUDGET_SKIP = "time budget"  # how the note of every row skipped for --budget begins
+
+
+def skipped_for_budget(row: dict) -> bool:
+    """Whether --budget cut this row (a run with any such row is incomplete)."""
+    return row.get("status") == "skipped" and (row.get("note") or "").startswith(BUDGET_SKIP)
 
 
 @dataclass
@@ -81,6 +90,17 @@ def _cleanup(ctx: Context, full: bool = False):
             ctx.cuda_dead = _err(e)
 
 
+def run_metadata(device: str) -> dict:
+    """What a report (bench's, check's) records of the run's setting: date, git sha, device and host, versions."""
+    import normkit
+
+    info = device_info(device)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_sha": git_sha(), "device": info, "gpu_name": info["gpu_name"],
+            "versions": {"torch": info["torch"], "triton": info["triton"], "normkit": normkit.__version__,
+                         "python": info["python"]}}
+
+
 def device_info(device: str) -> dict:
     info = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
             "host": platform.node()}
@@ -90,11 +110,11 @@ def device_info(device: str) -> dict:
         info["triton"] = triton.__version__
     except Exception:
         info["triton"] = None
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        info.update(gpu_name=torch.cuda.get_device_name(0), sm_count=p.multi_processor_count,
+    if torch.device(device).type == "cuda":  # cuda or cuda:N
+        p = torch.cuda.get_device_properties(device)
+        info.update(gpu_name=torch.cuda.get_device_name(device), sm_count=p.multi_processor_count,
                     total_memory_bytes=p.total_memory,
-                    capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+                    capability=".".join(map(str, torch.cuda.get_device_capability(device))),
                     l2_cache_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda,
                     cudnn=torch.backends.cudnn.version())
     else:
@@ -275,7 +295,7 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
         set_all("error", f"CUDA context lost earlier ({ctx.cuda_dead})")
         return list(rows.values())
     if ctx.over_budget():
-        set_all("skipped", "time budget (--budget) spent")
+        set_all("skipped", f"{BUDGET_SKIP} (--budget) spent")
         return list(rows.values())
     reason = impl.unavailable()
     if reason:
@@ -291,7 +311,7 @@ def run_impl_case(case: C.Case, impl: Impl, sets, ref, ref_source, ctx: Context)
             set_all("skipped", f"{impl.name} runs on each op's first suite dtype only (--peer-scope all)")
             return list(rows.values())
     if impl.scoped and ctx.scoped_over_budget():
-        set_all("skipped", "time budget: left to the rows of normkit and the eager peers still to come")
+        set_all("skipped", f"{BUDGET_SKIP}: left to the rows of normkit and the eager peers still to come")
         return list(rows.values())
     why = impl.skip(case, "fwd")
     if why:  # the backward needs the forward
@@ -457,7 +477,7 @@ def run_accuracy(ops, suite: dict, impls, ctx: Context, progress: Progress | Non
                         if ctx.cuda_dead:
                             row["status"], row["note"] = "error", "CUDA context lost earlier"
                         elif ctx.over_budget():
-                            row["status"], row["note"] = "skipped", "time budget (--budget) spent"
+                            row["status"], row["note"] = "skipped", f"{BUDGET_SKIP} (--budget) spent"
                         elif reason:
                             row["status"] = "error" if isinstance(impl, NormkitImpl) else "n/a"
                             row["note"] = reason
@@ -571,4 +591,5 @@ def fmt_s(s: float) -> str:
     return f"{int(s // 60)}m{int(s % 60):02d}s"
 
 
-__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "copy_nbytes", "device_info", "git_sha"]
+__all__ = ["Context", "run_case", "run_accuracy", "copy_bandwidth", "copy_nbytes", "device_info", "git_sha",
+           "run_metadata"]

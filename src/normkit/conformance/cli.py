@@ -7,7 +7,8 @@ import shlex
 import sys
 import time
 
-from normkit.cli import cannot_write_file
+from normkit.cli import cannot_write_file, ops_error, split_names
+from normkit.conformance import report
 from normkit.conformance.cases import FAMILIES
 
 
@@ -37,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'flag_gems.use_gems(include=[\"native_layer_norm\"])' as FlagGems does. torch's own "
                         "kernels, outside it, stay the baseline")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    p.add_argument("--ops", default=",".join(FAMILIES),
-                   help=f"comma-separated op families (default: all: {','.join(FAMILIES)})")
+    p.add_argument("--ops", nargs="+", default=None,
+                   help=f"op families, comma or space separated (default: all: {','.join(FAMILIES)})")
     p.add_argument("--case", default=None, help="only cases whose name contains this substring")
     p.add_argument("--exact", action="store_true", help="--case must match the whole case name")
     p.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="write a JSON report")
@@ -50,15 +51,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def normkit_path(device: str) -> str:
+    """Which of normkit's implementations runs on ``device``: its Triton kernels or its float64-accurate
+    reference (the choice of normkit.ops._select)."""
+    import torch
+
+    from normkit import kernels
+
+    probe = torch.empty(0, device=device)
+    if kernels.runs_kernels_on(probe):
+        where = "interpreter" if probe.device.type == "cpu" else "CUDA"
+        return f"Triton kernels ({where}; float64 cases run the reference)"
+    if probe.device.type == "cpu" and kernels.available():
+        return "reference (CPU; set TRITON_INTERPRET=1 to check the Triton kernels through the interpreter)"
+    return f"reference ({probe.device.type}{'' if kernels.available() else '; Triton does not import'})"
+
+
+def run_cases(runner, todo: list, quiet: bool):
+    """(outcomes, interrupted): the outcomes of the cases in ``todo``, those before a Ctrl-C if one stops the run."""
+    bar = None if quiet else report.Progress(len(todo))
+    outcomes = []
+    try:
+        for outcome in runner.run(todo, progress=bar.step if bar else None):
+            outcomes.append(outcome)
+    except KeyboardInterrupt:
+        return outcomes, True
+    finally:
+        if bar:
+            bar.close()
+    return outcomes, False
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    families = [f.strip() for f in args.ops.split(",") if f.strip()]
-    if not families:  # select() reads an empty list as "every family": a blank --ops would run them all
-        print(f"--ops names no op family; choose from {', '.join(FAMILIES)}", file=sys.stderr)
-        return 2
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        print(f"unknown op family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+    families = list(FAMILIES) if args.ops is None else split_names(args.ops)
+    why = ops_error(families, FAMILIES)
+    if why:
+        print(why, file=sys.stderr)
         return 2
 
     if args.json_path:
@@ -70,9 +99,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from normkit.conformance import report
     from normkit.conformance.backends import ScopedBackend, load_backend, load_context
-    from normkit.conformance.runner import load_oracle, run_all, select
+    from normkit.conformance.runner import Runner, load_oracle, select
 
     try:
         dev = torch.device(args.device)
@@ -86,10 +114,13 @@ def main(argv=None) -> int:
         print("--device meta: meta tensors hold no values to check; use cpu, cuda or mps", file=sys.stderr)
         return 2
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print("--device cuda: no CUDA device available", file=sys.stderr)
+        print(f"--device {args.device}: no CUDA device available", file=sys.stderr)
+        return 2
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        print(f"--device {args.device}: no such CUDA device ({torch.cuda.device_count()} available)", file=sys.stderr)
         return 2
     if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        print("--device mps: no MPS device available", file=sys.stderr)
+        print(f"--device {args.device}: no MPS device available", file=sys.stderr)
         return 2
 
     cases, errs = select(families, args.case, args.exact, not args.no_errors)
@@ -124,17 +155,23 @@ def main(argv=None) -> int:
             print(f"--within {args.within}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
     impl = args.impl + (f" --within {shlex.quote(args.within)}" if args.within else "")
+    # named where normkit's code is what is checked: --impl normkit, or another backend within normkit's enabled()
+    checks_normkit = args.impl == "normkit" or (args.within or "").startswith("normkit.")
+    path = normkit_path(args.device) if checks_normkit else None
 
+    runner = Runner(backend, args.device, oracle)
+    todo = runner.applicable(cases + errs)
     t0 = time.monotonic()
-    bar = None if args.quiet else report.Progress(len(cases) + len(errs))
-    outcomes, runner = run_all(backend, args.device, families, args.case, args.exact, not args.no_errors, oracle,
-                               progress=bar.step if bar else None)
-    if bar:
-        bar.close()
+    outcomes, interrupted = run_cases(runner, todo, args.quiet)
     elapsed = time.monotonic() - t0
 
     print(f"normkit check --impl {impl} --device {args.device}  (torch {torch.__version__}; "
           f"oracle {args.oracle} in float64; {elapsed:.1f}s)")
+    if path:
+        print(f"normkit path: {path}")
+    stopped = f"INTERRUPTED (Ctrl-C): {len(outcomes)} of {len(todo)} cases checked" if interrupted else ""
+    if stopped:
+        print(stopped + "; the table holds those")
     print(report.format_table(report.summarize(outcomes)))
     if runner.not_present:
         print("not present: " + ", ".join(f"{k} ({v})" for k, v in sorted(runner.not_present.items())))
@@ -147,18 +184,23 @@ def main(argv=None) -> int:
     if hazards:
         print(f"unchecked by aten (would crash): {len(hazards)} bad-input case(s) fed through F.batch_norm "
               "instead of raw aten (contract §2.5): " + ", ".join(hazards))
-    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures, args.within)
+    failures = report.format_failures(outcomes, args.impl, args.device, args.max_failures, args.within,
+                                      args.json_path)
     if failures:
-        print("\nfailures:")
-        print(failures)
+        print("\n" + failures)
     if args.json_path:
-        meta = {"impl": args.impl, "within": args.within, "device": args.device, "torch": torch.__version__,
-                "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families,
+        from normkit.bench.runner import run_metadata
+
+        meta = {"impl": args.impl, "within": args.within, "normkit_path": path, **run_metadata(args.device),
+                "seconds": round(elapsed, 2), "oracle": args.oracle, "ops": families, "interrupted": interrupted,
                 "same_bits_as_torch": runner.ops_with_torchs_bits() if args.within else None}
         report.write_json(args.json_path, report.to_json(outcomes, runner.not_present, meta))
     failed = sum(1 for o in outcomes if not o.passed)
-    if not outcomes:  # nothing checked is no pass: a backend without any of the functions fails the run
+    if not outcomes and not interrupted:  # nothing checked is no pass: a backend without any of the functions
         print("no case ran: the backend has none of the selected functions (see 'not present')")
         return 1
-    print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else ""))
+    print(f"\n{len(outcomes) - failed} of {len(outcomes)} cases passed" + (f", {failed} FAILED" if failed else "")
+          + (f"; {stopped}" if stopped else ""))
+    if interrupted:
+        return 130  # the shell's status for a run stopped by SIGINT
     return 1 if failed else 0

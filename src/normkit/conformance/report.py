@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from normkit.bench.report import clean_floats
 from normkit.conformance.cases import FAMILIES
 
 
@@ -50,17 +51,18 @@ def summarize(outcomes) -> dict:
     """Per-family counts and the worst error as a fraction of its tolerance."""
     table = {}
     for o in outcomes:
-        row = table.setdefault(o.family, {"cases": 0, "passed": 0, "failed": 0, "worst": 0.0, "worst_case": ""})
+        row = table.setdefault(o.family, {"cases": 0, "passed": 0, "failed": 0, "worst_err_over_tol": 0.0,
+                                          "worst_case": ""})
         row["cases"] += 1
         if o.passed:
             row["passed"] += 1
         else:
             row["failed"] += 1
         for r in o.results:
-            if r.ratio > row["worst"] and r.ratio != float("inf"):
-                row["worst"], row["worst_case"] = r.ratio, f"{r.case} [{r.rule}]"
+            if r.ratio > row["worst_err_over_tol"] and r.ratio != float("inf"):
+                row["worst_err_over_tol"], row["worst_case"] = r.ratio, f"{r.case} [{r.rule}]"
             elif r.ratio == float("inf"):
-                row["worst"], row["worst_case"] = float("inf"), f"{r.case} [{r.rule}]"
+                row["worst_err_over_tol"], row["worst_case"] = float("inf"), f"{r.case} [{r.rule}]"
     return table
 
 
@@ -72,7 +74,7 @@ def format_table(table: dict) -> str:
         if fam not in table:
             continue
         row = table[fam]
-        worst = "inf" if row["worst"] == float("inf") else f"{row['worst']:.3f}"
+        worst = f"{row['worst_err_over_tol']:.3g}"  # compact at every scale: 0.465, 5.12e+07, inf
         lines.append(f"{fam:<15}{row['cases']:>7}{row['passed']:>8}{row['failed']:>8}{worst:>15}  "
                      f"{row['worst_case']}")
         tot[0] += row["cases"]
@@ -89,7 +91,10 @@ def repro(impl: str, device: str, family: str, case: str, within: str | None = N
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: str | None = None) -> str:
+def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: str | None = None,
+                    json_path: str | None = None) -> str:
+    """The failed rules, the first ``limit`` in full under a "failures:" header, then how many are not shown
+    and where they are (the --json report, or the flag that writes one)."""
     lines = []
     n = 0
     for o in outcomes:
@@ -102,8 +107,12 @@ def format_failures(outcomes, impl: str, device: str, limit: int = 200, within: 
             if n <= limit:
                 lines.append(f"FAIL {r.case}  [{r.rule}] ({r.op})\n     {r.detail}\n"
                              f"     repro: {repro(impl, device, o.family, o.case, within)}")
+    if lines:
+        lines.insert(0, "failures:")
     if n > limit:
-        lines.append(f"... and {n - limit} more failed rule(s); see --json")
+        where = f"all are in {json_path}" if json_path else "--json FILE lists them all"
+        more = f"... and {n - limit} more" if lines else f"{n}"
+        lines.append(f"{more} failed rule(s) not shown ({where})")
     return "\n".join(lines)
 
 
@@ -114,6 +123,7 @@ def to_json(outcomes, not_present: dict, meta: dict) -> dict:
         "cases": len(outcomes),
         "passed": passed,
         "failed": len(outcomes) - passed,
+        "families": clean_floats(summarize(outcomes)),  # the printed table's rows
         "results": results,
         "not_present": [{"op": k, "why": v} for k, v in sorted(not_present.items())],
         "meta": meta,

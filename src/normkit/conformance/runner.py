@@ -113,8 +113,28 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         self.same_bits = {} if isinstance(backend, ScopedBackend) else None
 
     # ------------------------------------------------------------------ public
+    def applies(self, item) -> bool:
+        """Whether a case (or error case) is checked on this device and backend at all."""
+        if item.devices and self.dev_type not in item.devices:
+            return False
+        return not (isinstance(item, ErrorCase) and item.torch_only and not self.backend.runs_torch_kernels)
+
+    def applicable(self, items) -> list:
+        """The items that apply (the ones a progress count or a case count counts)."""
+        return [item for item in items if self.applies(item)]
+
+    def run(self, items, progress=None):
+        """The outcomes of ``items``, one at a time (a caller stopped midway keeps the ones before);
+        ``progress(name, failed)`` is called per item."""
+        for item in items:
+            o = self.run_error(item) if isinstance(item, ErrorCase) else self.run_case(item)
+            if progress is not None:
+                progress(item.name, o is not None and not o.passed)
+            if o is not None:
+                yield o
+
     def run_case(self, case: Case):
-        if case.devices and self.dev_type not in case.devices:
+        if not self.applies(case):
             return None
         fn = self.backend.get(case.op)
         if fn is None:
@@ -146,9 +166,7 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         return CaseOutcome(case.name, case.family, case.op, results)
 
     def run_error(self, ec: ErrorCase):
-        if ec.devices and self.dev_type not in ec.devices:
-            return None
-        if ec.torch_only and not self.backend.runs_torch_kernels:
+        if not self.applies(ec):
             return None
         op, build, note = ec.op, ec.build, ""
         if self.backend.is_torch and ec.via:
@@ -429,14 +447,8 @@ def select(families=None, case=None, exact=False, errors=True):
 
 def run_all(backend: Backend, device="cpu", families=None, case=None, exact=False, errors=True, oracle=None,
             progress=None):
-    """Run the selected cases; returns (outcomes, runner). `progress(name, failed)` is called per item."""
+    """Run the selected cases that apply; returns (outcomes, runner). `progress(name, failed)` is called per
+    case run."""
     cases, errs = select(families, case, exact, errors)
     runner = Runner(backend, device, oracle)
-    outcomes = []
-    for item in cases + errs:
-        o = runner.run_error(item) if isinstance(item, ErrorCase) else runner.run_case(item)
-        if o is not None:
-            outcomes.append(o)
-        if progress is not None:
-            progress(item.name, o is not None and not o.passed)
-    return outcomes, runner
+    return list(runner.run(runner.applicable(cases + errs), progress)), runner
