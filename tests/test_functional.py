@@ -998,3 +998,62 @@ def test_layer_norm_backward_op_rejects_a_gradient_of_another_dtype(grad_dtype):
     with pytest.raises(RuntimeError) as got:
         normkit.ops.native_layer_norm_backward(g, x, [8], mean, rstd, w, b, [True, True, True])
     assert str(got.value) == str(expected.value)
+
+
+class _AllNorms(torch.nn.Module):
+    """Every normkit function (or its torch.nn.functional counterpart) in one forward, for fx tracing."""
+
+    def __init__(self, lib):
+        super().__init__()
+        self.lib = lib
+        self.w = torch.nn.Parameter(torch.rand(8) + 0.5)
+        self.b = torch.nn.Parameter(torch.randn(8))
+        self.register_buffer("rm", torch.randn(8))
+        self.register_buffer("rv", torch.rand(8) + 0.5)
+
+    def forward(self, x):  # x: (N, 8, L)
+        lib, rows = self.lib, x.transpose(1, 2)
+        outs = [lib.batch_norm(x, self.rm, self.rv, self.w, self.b, True, 0.3),
+                lib.group_norm(x, 2, self.w, self.b), lib.instance_norm(x, None, None, self.w, self.b),
+                lib.layer_norm(rows, (8,), self.w, self.b), lib.rms_norm(rows, (8,), self.w)]
+        if lib is normkit:
+            y, s = normkit.add_layer_norm(rows, rows * 2, (8,), self.w, self.b)
+            z, t = normkit.add_rms_norm(rows, rows * 2, (8,), self.w)
+        else:
+            s = t = rows + rows * 2
+            y, z = F.layer_norm(s, (8,), self.w, self.b), F.rms_norm(t, (8,), self.w)
+        return outs + [y, s, z, t]
+
+
+def test_fx_symbolic_trace_records_normkit_functions_as_torchs():
+    """torch.nn.functional's norms dispatch through __torch_function__, so fx records each as one call_function node;
+    normkit's do the same (they raised on the Proxy), and the traced module computes what eager torch does."""
+    torch.manual_seed(0)
+    eager, traced_model = _AllNorms(F), _AllNorms(normkit)
+    traced_model.load_state_dict(eager.state_dict())
+    gm = torch.fx.symbolic_trace(traced_model)
+    targets = {n.target.__name__ for n in gm.graph.nodes if n.op == "call_function" and
+               getattr(n.target, "__module__", "").startswith("normkit")}
+    assert targets == {"batch_norm", "group_norm", "instance_norm", "layer_norm", "rms_norm", "add_layer_norm",
+                       "add_rms_norm"}
+    x = torch.randn(3, 8, 5, dtype=torch.float64) * 2 + 0.5
+    eager.double(), gm.double()
+    for got, want in zip(gm(x), eager(x)):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(gm.rm, eager.rm)  # the training call updated the traced module's buffers
+    torch.testing.assert_close(gm.rv, eager.rv)
+
+
+def test_tensor_subclasses_see_normkit_calls_through_torch_function():
+    seen = []
+
+    class Logged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(4, 6, dtype=torch.float64).as_subclass(Logged)
+    y = normkit.layer_norm(x, (6,))
+    assert seen[0] == "layer_norm" and type(y) is Logged
+    torch.testing.assert_close(y.as_subclass(torch.Tensor), F.layer_norm(x.as_subclass(torch.Tensor), (6,)))

@@ -18,6 +18,7 @@ group / RMS norm cast to fp32 where torch's autocast would (`_autocast_fp32`: CU
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import List, Optional, Sequence, Tuple
@@ -25,11 +26,25 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
+from torch.overrides import handle_torch_function, has_torch_function
 
 from normkit import _checks
 
 __all__ = ["batch_norm", "layer_norm", "rms_norm", "group_norm", "instance_norm", "add_layer_norm",
            "add_rms_norm"]
+
+
+def _torch_function_aware(fn):
+    """``fn`` dispatching through ``__torch_function__`` first, as torch.nn.functional's functions do: under
+    `torch.fx.symbolic_trace` a Proxy argument records one ``call_function`` node of ``fn``, and a tensor subclass
+    that overrides it sees the call."""
+    @functools.wraps(fn)
+    def dispatching(*args, **kwargs):
+        given = (*args, *kwargs.values())
+        if has_torch_function(given):
+            return handle_torch_function(dispatching, given, *args, **kwargs)
+        return fn(*args, **kwargs)
+    return dispatching
 
 
 def _ops():
@@ -169,6 +184,7 @@ def _empty_batch_output(input: Tensor, weight: Optional[Tensor], bias: Optional[
     return out
 
 
+@_torch_function_aware
 def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
                weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
@@ -193,6 +209,7 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     return y
 
 
+@_torch_function_aware
 def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.layer_norm` (output contiguous, as ATen's)."""
@@ -215,6 +232,7 @@ def _rms_eps(dtype: torch.dtype, eps: Optional[float]) -> float:
     return float(torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps)
 
 
+@_torch_function_aware
 def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
     """Like `torch.nn.functional.rms_norm`: eps=None means the machine epsilon of the compute type (fp32,
@@ -240,6 +258,7 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
     return keep_channels_last(y, input)
 
 
+@_torch_function_aware
 def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                    bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(layer_norm(x + residual), x + residual)`, one kernel on GPU where x and
@@ -255,6 +274,7 @@ def add_layer_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int],
     return y, s
 
 
+@_torch_function_aware
 def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor] = None,
                  eps: Optional[float] = None) -> Tuple[Tensor, Tensor]:
     """Pre-norm residual fusion: returns `(rms_norm(x + residual), x + residual)`, fused as `add_layer_norm`."""
@@ -271,6 +291,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, normalized_shape: Sequence[int], w
     return y, s
 
 
+@_torch_function_aware
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5) -> Tensor:
     """Like `torch.nn.functional.group_norm`; the output keeps the input's suggested memory format."""
@@ -287,6 +308,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None, 
     return _ops().group_norm_autograd(input, int(num_groups), weight, bias, float(eps))[0]
 
 
+@_torch_function_aware
 def instance_norm(input: Tensor, running_mean: Optional[Tensor] = None, running_var: Optional[Tensor] = None,
                   weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
