@@ -806,3 +806,14 @@ def test_cuda_graph_calls_do_not_depend_on_host_time():
     assert name == "cuda-graph"
     assert timer.last_calls == calls_fast > 4
     assert abs(ms_slow - ms_fast) / ms_fast < 0.2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the note is for machines without a GPU")
+def test_dry_run_says_it_plans_a_gpu_run_and_writes_no_json(capsys, tmp_path):
+    from normkit.bench.cli import main
+
+    path = tmp_path / "r.json"
+    assert main(["--dry-run", "--ops", "rms_norm", "--json", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "the cases a CUDA run would time" in err and f"--dry-run writes no {path}" in err
+    assert not path.exists()

@@ -203,6 +203,14 @@ def test_ops_take_commas_and_spaces_as_bench_does(capsys):
     assert not any("batch_norm" in n or "layer_norm" in n for n in names)
 
 
+def test_flags_that_would_be_ignored_are_usage_errors(capsys, tmp_path):
+    """--exact without --case, and --list with --json, ran without a word about the flag that did nothing."""
+    assert main(["--exact", "--ops", "rms_norm"]) == 2
+    assert "give --case NAME" in capsys.readouterr().err
+    assert main(["--list", "--json", str(tmp_path / "r.json")]) == 2
+    assert "give one of them" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
+
+
 def test_bad_arguments():
     assert main(["--ops", "nope"]) == 2
     with pytest.raises(SystemExit):

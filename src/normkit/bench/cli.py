@@ -219,7 +219,12 @@ def main(argv=None) -> int:
     rounds = max(1, args.rounds or (2 if device == "cuda" else 1))
 
     if args.dry_run:
-        est_dev = "cuda"
+        est_dev = "cuda"  # a dry run plans a GPU run, also from a machine without one
+        if device == "cpu" and not args.quick:
+            print("bench: the cases a CUDA run would time (this machine's real run takes the --quick sizes)",
+                  file=sys.stderr)
+        if args.json_path:
+            print(f"bench: --dry-run writes no {args.json_path}", file=sys.stderr)
         n_rows = sum(len(c.directions) for c in cases) * len(impls)
         for c in cases:
             print(c.label())

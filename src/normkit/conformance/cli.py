@@ -82,10 +82,19 @@ def run_cases(runner, todo: list, quiet: bool):
     return outcomes, False
 
 
+def _conflict(args) -> str | None:
+    """Why the flags given cannot go together (one would be silently ignored), or None."""
+    if args.exact and args.case is None:
+        return "--exact: matches --case's name exactly; give --case NAME"
+    if args.list and args.json_path:
+        return "--list prints the case names only; --json writes a run's report: give one of them"
+    return None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     families = list(FAMILIES) if args.ops is None else split_names(args.ops)
-    why = ops_error(families, FAMILIES)
+    why = ops_error(families, FAMILIES) or _conflict(args)
     if why:
         print(why, file=sys.stderr)
         return 2
