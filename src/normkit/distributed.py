@@ -66,12 +66,11 @@ class _SyncBatchNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        input, weight = ctx.saved_tensors[:2]
-        return _fail_on_second_backward(_SyncBatchNorm._grads(ctx, grad_out), (input, weight, grad_out))
+        saved = ctx.saved_tensors
+        return _fail_on_second_backward(_SyncBatchNorm._grads(ctx, grad_out, *saved), (saved[0], saved[1], grad_out))
 
     @staticmethod
-    def _grads(ctx, grad_out):
-        input, weight, mean, invstd, counts = ctx.saved_tensors
+    def _grads(ctx, grad_out, input, weight, mean, invstd, counts):
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
         need_dw = need_dw and weight is not None
         # without a weight the op's grad_bias takes the input's dtype (aten's rule): a bf16 input's fp32 bias gets

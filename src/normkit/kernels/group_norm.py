@@ -68,9 +68,10 @@ _CFG = {
     # host time of small layers). H200 2026-12-04 (session 26), 16x64x8x8 bf16: gn_forward 159 -> 43 µs a call,
     # F.group_norm forward + backward under enable() 342 -> 167 µs (eager 166)
     "plans": 1,
-    # instance norm's channels_last input made contiguous (and its gradient turned back), and the backward's incoming
-    # gradient put in x's layout (`_dense`), by normkit.kernels.layout's tile transpose instead of torch's strided copy. H100 2026-12-06 (session 42, benchmarks/tile_transpose_ab.py),
-    # forward / forward + backward ms: bf16 16x64x128x128 0.148 / 0.266 -> 0.048 / 0.114 (predicted ~0.055 fwd),
+    # instance norm's channels_last input made contiguous (and its gradient turned back), and the backward's
+    # incoming gradient put in x's layout (`_dense`), by normkit.kernels.layout's tile transpose instead of torch's
+    # strided copy. H100 2026-12-06 (session 42, benchmarks/tile_transpose_ab.py, now layout_ab.py), forward /
+    # forward + backward ms: bf16 16x64x128x128 0.148 / 0.266 -> 0.048 / 0.114 (predicted ~0.055 fwd),
     # fp32 0.182 / 0.330 -> 0.094 / 0.215, bf16 2x32x128^3 3.17 / 4.17 -> 0.47 / 1.09. 0 = torch's copy
     "tile_transpose": 1,
 }
@@ -522,11 +523,7 @@ def memory_format(x: torch.Tensor):
 def _dense(t: torch.Tensor, fmt) -> torch.Tensor:
     """``t`` dense in ``fmt``; between contiguous and channels_last through the tile transpose (knob on), where
     torch's strided copy runs at a fraction of copy speed (a channels_last gradient of a contiguous input)."""
-    if t.is_contiguous(memory_format=fmt):
-        return t
-    if _CFG["tile_transpose"] and layout.transposable(t, fmt):
-        return layout.to_memory_format(t, fmt)
-    return t.contiguous(memory_format=fmt)
+    return layout.in_format(t, fmt, bool(_CFG["tile_transpose"]))
 
 
 class _Geometry:

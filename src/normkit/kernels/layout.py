@@ -53,6 +53,16 @@ def transposable(t: torch.Tensor, fmt) -> bool:
             and t.dim() in (4, 5))
 
 
+def in_format(t: torch.Tensor, fmt, tiles: bool = True) -> torch.Tensor:
+    """``t`` dense in layout ``fmt``: itself where it is, else a copy, through the tile transpose where
+    `transposable` (and ``tiles``), else torch's."""
+    if t.is_contiguous(memory_format=fmt):
+        return t
+    if tiles and transposable(t, fmt):
+        return to_memory_format(t, fmt)
+    return t.contiguous(memory_format=fmt)
+
+
 def to_memory_format(x: torch.Tensor, fmt) -> torch.Tensor:
     """A copy of dense ``x`` (contiguous, or channels_last(_3d) matching its rank) in layout ``fmt``, the other
     one of the two (`transposable`)."""

@@ -98,12 +98,10 @@ def in_layout(t: Tensor, fmt) -> Tensor:
     """``t`` in layout ``fmt``. Between contiguous and channels_last(_3d) (dense either way) the copy is normkit's
     tile transpose where `tile_transpose_for` gives it: about copy speed, where torch's strided copy runs at a
     quarter of it."""
-    if t.is_contiguous(memory_format=fmt):
+    if t.is_contiguous(memory_format=fmt):  # (before the kernels' lookup: the common case, on every device)
         return t
     mod = tile_transpose_for(t)
-    if mod is not None and mod.transposable(t, fmt):
-        return mod.to_memory_format(t, fmt)
-    return t.contiguous(memory_format=fmt)
+    return t.contiguous(memory_format=fmt) if mod is None else mod.in_format(t, fmt)
 
 
 def instance_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
