@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from normkit.bench.runner import Context, copy_bandwidth
+from normkit.bench.report import save_png
 from normkit.bench.timing import Timer
 from normkit.kernels import batch_norm as B
 from normkit.kernels.batch_norm import _fused_kernels as BF
@@ -404,7 +405,7 @@ def plot(path, variants):
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     out = os.path.splitext(path)[0] + ".png"
-    fig.savefig(out, dpi=110)
+    save_png(fig, out, dpi=110)
     print("wrote", out)
 
 

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from normkit.bench.runner import Context, copy_bandwidth
+from normkit.bench.report import save_png
 from normkit.bench.timing import Timer
 from normkit.kernels import batch_norm as B
 
@@ -198,7 +199,7 @@ def plot(path, impls):
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     out = os.path.splitext(path)[0] + ".png"
-    fig.savefig(out, dpi=110)
+    save_png(fig, out, dpi=110)
     print("wrote", out)
 
 

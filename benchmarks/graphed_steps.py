@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_zoo as Z  # noqa: E402
 
 import normkit  # noqa: E402
+from normkit.bench.report import save_png  # noqa: E402
 
 
 def _step_fn(name, layout, seed):
@@ -145,7 +146,7 @@ def plot(path):
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = os.path.join(os.path.dirname(path), "graphed_steps.png")
-    fig.savefig(out, dpi=110)
+    save_png(fig, out, dpi=110)
     print(f"wrote {out}")
 
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
+from normkit.bench.report import save_png
 from normkit.kernels import _launch, _native, _plan
 from normkit.kernels import batch_norm as KB
 from normkit.kernels import group_norm as KG
@@ -277,7 +278,7 @@ def plot(res, path):
     ax.set_title(f"{res['device']}, torch {res['torch']}, triton {res['triton']}: host cost per call")
     ax.legend(title="normkit launch")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
 
 
 def main():

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import normkit
+from normkit.bench.report import save_png
 from normkit import aten
 
 
@@ -594,7 +595,7 @@ def plot(path):
     a2.legend(fontsize=7)
     fig.tight_layout()
     out = os.path.join(os.path.dirname(path), "model_zoo.png")
-    fig.savefig(out, dpi=110)
+    save_png(fig, out, dpi=110)
     print(f"wrote {out}")
 
 

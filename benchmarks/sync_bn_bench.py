@@ -21,6 +21,7 @@ import time
 import torch
 
 import normkit
+from normkit.bench.report import save_png
 from normkit import ops, reference
 from normkit.bench.runner import device_info, git_sha
 from normkit.bench.timing import Timer
@@ -182,7 +183,7 @@ def _report(rows, meta, out):
     ax.set_title("SyncBatchNorm per-rank primitives, normkit vs torch")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "sync_bn.png"), dpi=120)
+    save_png(fig, os.path.join(out, "sync_bn.png"), dpi=120)
 
 
 if __name__ == "__main__":

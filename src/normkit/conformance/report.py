@@ -132,4 +132,4 @@ def to_json(outcomes, not_present: dict, meta: dict) -> dict:
 
 def write_json(path: str, data: dict):
     with open(path, "w") as f:
-        json.dump(data, f, indent=1, default=str)
+        json.dump(data, f, separators=(",", ":"), default=str)
