@@ -632,14 +632,22 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "model_zoo.jsonl")
     open(path, "w").close()
-    print(f"model zoo: seed {args.seed}, torch {torch.__version__}, device {device}, knobs {args.set}", flush=True)
+    native = "n/a (CPU)"
+    if not args.dry:  # time what a user sees after the first minute: plans replayed in C++ once that is built
+        from normkit.kernels import _native
+
+        _native.start()
+        _native.wait(600)
+        native = _native.status()
+    print(f"model zoo: seed {args.seed}, torch {torch.__version__}, device {device}, knobs {args.set}, "
+          f"native replay {native}", flush=True)
     t_start = time.time()
     rows = []
     jobs = [(n, lay) for n in names for lay in MODELS[n]["layouts"]]
     for i, (name, layout) in enumerate(jobs):
         spec = MODELS[name]
         row = {"model": name, "layout": layout, "source": spec["source"], "batch": spec["batch"],
-               "time_batch": spec["time_batch"], "seed": args.seed, "knobs": args.set}
+               "time_batch": spec["time_batch"], "seed": args.seed, "knobs": args.set, "native_replay": native}
         if time.time() - t_start > args.budget:
             row.update(status="skipped", note="time budget spent")
         else:

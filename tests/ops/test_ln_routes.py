@@ -88,12 +88,24 @@ def test_layer_norm_forward_route_after_a_planned_call(fakes):
     assert oln.ROUTES["_fused_rms_norm"][0](x, [8], w, 1e-5) is None  # one op's route is not another's
 
 
-def test_no_forward_route_for_strided_inputs_or_multi_dim_params(fakes):
+def test_forward_route_for_rows_that_are_not_a_view(fakes):
+    """A transposed input (a batch_first attention's (B, S, H) output is (S, B, H) in memory): the ops give the
+    kernels x.reshape(M, N), a dense copy, so the plan is keyed by a dense (M, N); the route replays on a copy too."""
     route, note = oln.ROUTES["native_layer_norm"]
-    x = _cuda(8, 6).t()  # (6, 8), not contiguous: the launcher's rows are a copy, its plan keyed by the copy
+    x = _cuda(3, 2, 8).transpose(0, 1)  # (2, 3, 8), rows not a view of it
     w = _cuda(8)
-    fakes.planned.add((("fwd", 1e-5, False), _sig((x.contiguous(), w, None))))
+    fakes.planned.add((("fwd", 1e-5, False), _sig((x.reshape(6, 8), w, None))))
     note(x, [8], w, None, 1e-5)
+    assert len(oln._routes) == 1
+    y, mean, rstd = route(x, [8], w, None, 1e-5)
+    assert y.shape == (2, 3, 8) and y.is_contiguous() and mean.shape == (2, 3, 1)
+    rows = fakes.replays[-1][1][0]
+    assert rows.is_contiguous() and rows.data_ptr() != x.data_ptr() and torch.equal(rows, x.reshape(6, 8))
+    assert route(x.contiguous(), [8], w, None, 1e-5) is None  # other strides: another signature
+
+
+def test_no_forward_route_for_multi_dim_params(fakes):
+    route, note = oln.ROUTES["native_layer_norm"]
     x3, w2 = _cuda(2, 3, 8), _cuda(3, 8)  # 2-D weight: the launcher flattens it (another tensor)
     fakes.planned.add((("fwd", 1e-5, False), _sig((x3.view(2, 24), w2.view(24), None))))
     note(x3, [3, 8], w2, None, 1e-5)
@@ -128,17 +140,22 @@ def test_layer_norm_backward_route(fakes):
     assert route(g.double(), x, [8], mean, rstd, w, b, [True, True, False]) is None
 
 
-def test_no_backward_route_where_the_kernels_would_get_copies(fakes):
+def test_backward_route_for_a_transposed_gradient_not_for_16_bit_statistics(fakes):
     route, note = oln.ROUTES["native_layer_norm_backward"]
-    x, w = _cuda(6, 8, dtype=torch.bfloat16), _cuda(8, dtype=torch.bfloat16)
-    mean, rstd = _cuda(6, 1), _cuda(6, 1)
-    g_t = _cuda(8, 6, dtype=torch.bfloat16).t()  # a transposed gradient: reshaped into a copy
-    for key_sig in (_sig((g_t.contiguous(), x, mean.view(6), rstd.view(6), w)),):
-        fakes.planned.add((("bwd", (True, True, True), True, None, False), key_sig))
-    note(g_t, x, [8], mean, rstd, w, None, [True, True, True])
+    x, w = _cuda(2, 3, 8, dtype=torch.bfloat16), _cuda(8, dtype=torch.bfloat16)
+    mean, rstd = _cuda(2, 3, 1), _cuda(2, 3, 1)
+    g_t = _cuda(3, 2, 8, dtype=torch.bfloat16).transpose(0, 1)  # rows not a view: the ops reshape it into a copy
+    key = ("bwd", (True, True, True), True, None, False)
+    fakes.planned.add((key, _sig((g_t.reshape(6, 8), x.view(6, 8), mean.view(6), rstd.view(6), w))))
     mean16 = mean.to(torch.bfloat16)  # 16-bit statistics: converted to fp32 by the launcher
     note(torch.randn_like(x), x, [8], mean16, rstd.to(torch.bfloat16), w, None, [True, True, True])
     assert oln._routes == {}
+    note(g_t, x, [8], mean, rstd, w, None, [True, True, True])
+    assert len(oln._routes) == 1
+    dx, dw, db = route(g_t, x, [8], mean, rstd, w, None, [True, True, True])
+    assert dx.shape == (2, 3, 8) and dw.shape == (8,)
+    rows = fakes.replays[-1][1][0]
+    assert rows.is_contiguous() and torch.equal(rows, g_t.reshape(6, 8))
 
 
 def test_rms_backward_route(fakes):
@@ -172,11 +189,19 @@ def test_wired_by_aten_with_batch_norms_under_one_switch(monkeypatch):
     assert aten._ops_routes() == {}
 
 
+class _SequenceFirst(torch.nn.Module):
+    """The same (B, S, H) values laid out (S, B, H) in memory, as a batch_first attention's output is."""
+
+    def forward(self, x):
+        return x.transpose(0, 1).contiguous().transpose(0, 1)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cuda_routes_same_bits(dtype, monkeypatch):
-    """Training steps of a Linear + LayerNorm + RMSNorm block under enable(): with routes (noted on the first step,
-    taken after) the same outputs and gradients as without, and every layer-norm call after the first step routed."""
+    """Training steps of a Linear + LayerNorm + RMSNorm block under enable(), the first layer norm's input laid out
+    sequence-first: with routes (noted on the first step, taken after) the same outputs and gradients as without,
+    and every layer-norm call after the first step routed."""
     if not torch.cuda.is_available():
         pytest.skip("CUDA")
     from normkit.kernels import _native
@@ -184,7 +209,7 @@ def test_cuda_routes_same_bits(dtype, monkeypatch):
     _native.start()
     assert _native.wait(300), _native.status()
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96), torch.nn.GELU(),
+    net = torch.nn.Sequential(torch.nn.Linear(64, 96), _SequenceFirst(), torch.nn.LayerNorm(96), torch.nn.GELU(),
                               torch.nn.Linear(96, 96), torch.nn.RMSNorm(96), torch.nn.LayerNorm(96, bias=False))
     net = net.cuda().to(dtype)
     x = torch.randn(4, 33, 64, device="cuda", dtype=dtype)

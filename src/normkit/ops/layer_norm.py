@@ -155,10 +155,11 @@ def _rms_norm_backward_core(grad_out, input, normalized_shape, rstd, weight, out
 
 
 # --- fast routes (under enable(), as batch norm's: normkit.ops.batch_norm) -------------------------------------
-# A call of an op below whose tensors are dense (so that its (M, N) rows, M statistics, are views of them), with 1-D
-# or no weight / bias, that passed every check and ran a launch plan is noted with its signature (``_plan.signature``:
-# device, dtype, sizes, strides), normalized_shape and eps / mask; a later call with the same ones replays the plan on
-# views, skipping aten's predicate, the checks, the geometry and the kernel selection. An entry keeps what the
+# A call of an op below with 1-D or no weight / bias and dense statistics, that passed every check and ran a launch
+# plan, is noted with its signature (``_plan.signature``: device, dtype, sizes, strides), normalized_shape and eps /
+# mask; a later call with the same ones replays the plan on ``x.reshape(M, N)`` (grad_out's too), as the ops do: a
+# view, or a copy where the rows are not one (the (B, S, H) activation of a batch_first attention is (S, B, H) in
+# memory), skipping aten's predicate, the checks, the geometry and the kernel selection. An entry keeps what the
 # replay needs: M, N, the output shapes, the kernels module, the resolved eps (RMS: eps None) and the views'
 # signature. aten wires these in with batch norm's (one switch: ``NORMKIT_FAST_ROUTES``; same-bits CUDA test on the
 # H200, session 26, benchmarks/NOTES-host-overhead.md).
@@ -172,6 +173,15 @@ def _store(key, entry) -> None:
         _routes[key] = entry
 
 
+def _launched_rows(t: Tensor, m: int, n: int) -> Tensor:
+    """A tensor of the signature the kernels got for ``t.reshape(m, n)`` (what the ops pass them), without the copy
+    where reshape would make one: its view where there is one, else an empty dense (m, n) of t's dtype."""
+    try:
+        return t.view(m, n)
+    except RuntimeError:
+        return t.new_empty((m, n))
+
+
 def _forward_route(op, x, normalized_shape, params, eps, rms):
     """Op's forward outputs through its route, or None (nothing noted, or the replay does not apply)."""
     if type(x) not in PLAIN_TENSORS:
@@ -181,7 +191,7 @@ def _forward_route(op, x, normalized_shape, params, eps, rms):
     if entry is None:
         return None
     m, n, shape, stat_shape, run_eps, mod, launched = entry
-    out = _plan.replay_only(mod.forward_key(run_eps, rms), (x.view(m, n),) + params, launched)
+    out = _plan.replay_only(mod.forward_key(run_eps, rms), (x.reshape(m, n),) + params, launched)
     if out is None:
         return None
     y, _, mean, rstd = out
@@ -192,14 +202,14 @@ def _forward_route(op, x, normalized_shape, params, eps, rms):
 
 def _note_forward(op, x, normalized_shape, params, eps, rms) -> None:
     """After op's forward returned: note its route where its plan ran on views of these very tensors."""
-    if not (x.is_cuda and x.is_contiguous()) or any(p is not None and p.dim() != 1 for p in params):
+    if not x.is_cuda or any(p is not None and p.dim() != 1 for p in params):
         return
     mod = kernels_for("rms_norm" if rms else "layer_norm", x)
     ns, m, n, stat_shape = _geometry(x, normalized_shape)
     if mod is None or m == 0 or n == 0:
         return
     run_eps = rms_norm_eps(x.dtype, eps) if rms else eps
-    sig, launched = _plan.signature((x,) + params), _plan.signature((x.view(m, n),) + params)
+    sig, launched = _plan.signature((x,) + params), _plan.signature((_launched_rows(x, m, n),) + params)
     if sig is not None and launched is not None and _plan.recorded(mod.forward_key(run_eps, rms), launched):
         _store((op, sig, tuple(ns), eps), (m, n, tuple(x.shape), tuple(stat_shape), run_eps, mod, launched))
 
@@ -213,7 +223,7 @@ def _backward_route(op, grad_out, x, normalized_shape, stats, params, mask, bias
     if entry is None:
         return None
     m, n, shape, ns, mod, launched = entry
-    inputs = (grad_out.view(m, n), x.view(m, n)) + tuple(t.view(m) for t in stats) + params[:1]
+    inputs = (grad_out.reshape(m, n), x.reshape(m, n)) + tuple(t.view(m) for t in stats) + params[:1]
     out = _plan.replay_only(mod.backward_key(x.dtype, params[0], mask, bias_dtype, rms), inputs, launched)
     if out is None:
         return None
@@ -223,10 +233,10 @@ def _backward_route(op, grad_out, x, normalized_shape, stats, params, mask, bias
 
 
 def _note_backward(op, grad_out, x, normalized_shape, stats, params, mask, bias_dtype, rms) -> None:
-    """As _note_forward: grad_out and x dense in x's dtype, the statistics dense in its accumulation dtype (the
-    kernels read them as they are)."""
+    """As _note_forward: grad_out in x's dtype, the statistics dense in its accumulation dtype (the kernels read
+    them as they are)."""
     acc = acc_dtype(x.dtype)
-    if not (x.is_cuda and x.is_contiguous() and grad_out.is_contiguous() and grad_out.dtype == x.dtype) or any(
+    if not (x.is_cuda and grad_out.dtype == x.dtype) or any(
             t.dtype != acc or not t.is_contiguous() for t in stats) or any(
             p is not None and p.dim() != 1 for p in params):
         return
@@ -235,7 +245,8 @@ def _note_backward(op, grad_out, x, normalized_shape, stats, params, mask, bias_
     if mod is None or m == 0 or n == 0:
         return
     sig = _plan.signature((grad_out, x) + stats + params)
-    launched = _plan.signature((grad_out.view(m, n), x.view(m, n)) + tuple(t.view(m) for t in stats) + params[:1])
+    launched = _plan.signature((_launched_rows(grad_out, m, n), _launched_rows(x, m, n))
+                               + tuple(t.view(m) for t in stats) + params[:1])
     if sig is not None and launched is not None and _plan.recorded(
             mod.backward_key(x.dtype, params[0], mask, bias_dtype, rms), launched):
         _store((op, sig, tuple(ns), mask), (m, n, tuple(x.shape), tuple(ns), mod, launched))
