@@ -101,8 +101,10 @@ def bn_paths(layout):
             g, x, w, rm, rv, m, r, True, 1e-5, [True, True, True]),
         "fwd+bwd normkit.batch_norm, autograd on the calling thread": on_calling_thread(fwd_bwd(normkit.batch_norm)),
         "fwd eager": lambda: F.batch_norm(x, rm, rv, w, b, True),
+        "eval eager": lambda: F.batch_norm(x, rm, rv, w, b, False),
         "fwd normkit.batch_norm": lambda: normkit.batch_norm(x, rm, rv, w, b, True),
         "fwd F.batch_norm under enable()": ("enable", lambda: F.batch_norm(x, rm, rv, w, b, True)),
+        "eval F.batch_norm under enable()": ("enable", lambda: F.batch_norm(x, rm, rv, w, b, False)),
         "fwd launcher bn_forward_train": lambda: KB.bn_forward_train(x, w, b, rm, rv, 0.1, 1e-5),
         "fwd+bwd eager": fwd_bwd(F.batch_norm),
         "fwd+bwd normkit.batch_norm": fwd_bwd(normkit.batch_norm),
@@ -161,11 +163,11 @@ MODES = {"triton": (False, False, False, False), "direct": (True, False, False, 
 
 def routes_ab(paths, calls, rounds):
     """The ``enable()`` paths with the fast routes off and on (``normkit.ops.batch_norm.set_fast_routes``: batch,
-    layer and RMS norm), native replay, the two settings alternating in every round in a rotated order (rows
+    layer and RMS norm; batch norm's eval routes, ``EVAL_ROUTES``, with them), native replay, the two settings alternating in every round in a rotated order (rows
     measured one after another see the leased host drift by up to 2x; within a round they see the same host).
     Per path: each setting's fastest round and the median of the per-round ratios on / off."""
     out = {}
-    was = _obn.fast_routes_enabled()
+    was, was_eval = _obn.fast_routes_enabled(), _obn.EVAL_ROUTES
     for name, fn in paths.items():
         if not isinstance(fn, tuple):
             continue
@@ -174,6 +176,7 @@ def routes_ab(paths, calls, rounds):
             for r in range(rounds):
                 for setting in (("off", "on") if r % 2 == 0 else ("on", "off")):
                     _obn.set_fast_routes(setting == "on")  # enable() reads it
+                    _obn.EVAL_ROUTES = setting == "on"
                     normkit.enable()
                     try:
                         walls[setting].append(per_call_us(fn[1], calls, repeats=3))
@@ -181,6 +184,7 @@ def routes_ab(paths, calls, rounds):
                         normkit.disable()
         finally:
             _obn.set_fast_routes(was)
+            _obn.EVAL_ROUTES = was_eval
         ratio = statistics.median(b / a for a, b in zip(walls["off"], walls["on"]))
         out[name] = {"off_us": min(walls["off"]), "on_us": min(walls["on"]), "on_over_off": ratio, "rounds": walls}
         print(f"  {name:58s} routes off {min(walls['off']):7.1f}  on {min(walls['on']):7.1f} us/call wall, "

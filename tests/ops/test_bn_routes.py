@@ -38,6 +38,13 @@ class _Kernels:
     def bn_backward_train_planned(self, mask, sig):
         return ("bwd", sig, mask) in self.planned
 
+    def bn_forward_eval_replay(self, x, w, b, rm, rv, eps, sig):
+        self.calls.append(("eval", sig, eps))
+        return "y" if ("eval", sig, eps) in self.planned else None
+
+    def bn_eval_planned(self, eps, sig):
+        return ("eval", sig, eps) in self.planned
+
 
 @pytest.fixture
 def fakes(monkeypatch):
@@ -92,6 +99,51 @@ def test_forward_routes_add_the_ops_reserve(fakes):
     fakes.planned.add(("fwd", _sig((x, w, b, None, None)), 1e-5))
     note(x, w, b, True, 0.1, 1e-5)
     assert route(x, w, b, True, 0.1, 1e-5) == ("y", "mean", "invstd")
+
+
+def test_eval_routes_off_by_default(fakes):
+    assert obn.EVAL_ROUTES is False  # on once the CUDA same-bits test has run (next_h200.sh PART=129)
+    x, w, b, rm, rv = _bn_args()
+    fakes.planned.add(("eval", _sig((x, w, b, rm, rv)), 1e-5))
+    route, note = obn.ROUTES["_native_batch_norm_legit_no_training"]
+    note(x, w, b, rm, rv, 0.1, 1e-5)
+    assert obn._routes == set() and route(x, w, b, rm, rv, 0.1, 1e-5) is None
+
+
+def test_eval_routes(fakes, monkeypatch):
+    monkeypatch.setattr(obn, "EVAL_ROUTES", True)
+    x, w, b, rm, rv = _bn_args()
+    sig = _sig((x, w, b, rm, rv))
+    calls = {  # op: its arguments in eval, the number of outputs (a uint8 reserve after the saved statistics)
+        "native_batch_norm": ((x, w, b, rm, rv, False, 0.1, 1e-5), 3),
+        "_native_batch_norm_legit": ((x, w, b, rm, rv, False, 0.1, 1e-5), 3),
+        "_native_batch_norm_legit_no_training": ((x, w, b, rm, rv, 0.1, 1e-5), 3),
+        "_batch_norm_no_update": ((x, w, b, rm, rv, 0.1, 1e-5), 4),
+        "cudnn_batch_norm": ((x, w, b, rm, rv, False, 0.1, 1e-5), 4),
+    }
+    for name, (args, n_out) in calls.items():
+        route, note = obn.ROUTES[name]
+        assert route(*args) is None
+        note(*args)
+        assert (name, "eval", sig, 1e-5) not in obn._routes, "no plan for it: not noted"
+    fakes.planned.add(("eval", sig, 1e-5))
+    for name, (args, n_out) in calls.items():
+        route, note = obn.ROUTES[name]
+        note(*args)
+        out = route(*args)
+        assert len(out) == n_out and out[0] == "y" and fakes.calls[-1] == ("eval", sig, 1e-5)
+        for t in out[1:3]:  # eval's saved statistics: empty, in the accumulation dtype
+            assert t.shape == (0,) and t.dtype == torch.float32
+        if n_out == 4:
+            assert out[3].dtype == torch.uint8 and out[3].numel() == 0
+    route, note = obn.ROUTES["native_batch_norm"]
+    assert route(x, w, b, rm, rv, True, 0.1, 1e-5) is None, "an eval route does not answer a training call"
+    assert route(x, w, b, rm, rv, False, 0.1, 1e-3) is None  # another eps
+    assert route(x, w.double(), b, rm, rv, False, 0.1, 1e-5) is None
+    fakes.planned.add(("eval", _sig((x, w, b, None, None)), 1e-5))
+    n = len(obn._routes)
+    note(x, w, b, None, None, False, 0.1, 1e-5)  # eval without running statistics raises: never noted
+    assert len(obn._routes) == n
 
 
 def test_backward_routes(fakes):
@@ -300,3 +352,30 @@ def test_cuda_routes_inside_a_captured_graph(layout):
     assert routed == 4, aten.routed_counts()  # both batch norms, forward and backward
     for a, b in zip(captured + list(net.buffers()), uncaptured + list(twin.buffers())):
         assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cuda_eval_routes_same_bits(layout, dtype, monkeypatch):
+    """Eval forwards of a conv + batch-norm net under enable() (inference; ``EVAL_ROUTES`` on): with routes (noted
+    on the first call, taken after) the same outputs as without, and every batch-norm call after the first routed."""
+    net, x, fmt = _cuda_net(layout, dtype, seed=1)
+    net.eval()
+    inputs = [torch.randn_like(x) for _ in range(3)]
+
+    def calls(routes):
+        obn._routes.clear()
+        monkeypatch.setattr(obn, "_routes_on", routes)
+        monkeypatch.setattr(obn, "EVAL_ROUTES", routes)
+        aten.reset_counts()
+        with normkit.enabled(), torch.no_grad():
+            out = [net(t) for t in inputs]
+        return out, aten.call_counts(), aten.routed_counts()
+
+    plain, _, routed0 = calls(False)
+    routed, counts, taken = calls(True)
+    assert routed0 == {}
+    for a, b in zip(plain, routed):
+        assert torch.equal(a, b) and a.is_contiguous(memory_format=fmt) == b.is_contiguous(memory_format=fmt)
+    assert sum(counts.values()) == 6 and sum(taken.values()) == 4, (counts, taken)  # 2 layers, from the 2nd call

@@ -198,6 +198,7 @@ def cudnn_batch_norm_backward(input: Tensor, grad_output: Tensor, weight: Tensor
 # A training call from aten (normkit.aten) whose tensors (device, dtype, sizes and strides: ``_plan.signature``)
 # passed every check and ran a launch plan is noted; a later call of that op with the same signature and flags
 # skips the checks, the kernel selection and the launcher and replays the plan (``kernels.batch_norm.*_replay``).
+# Eval forwards (inference) the same way, while ``EVAL_ROUTES`` is on.
 # Everything the checks and the routing read is in the signature and the noted flags, but x's exact type, tested
 # here as aten's predicate tests it. A route that answers None (nothing noted, no plan, a replay that does not
 # apply) leaves the call to the normal path. ``ROUTES``: per aten op, (route, note) over the op's own arguments.
@@ -208,6 +209,9 @@ MAX_ROUTES = 4096  # signatures that change every call would grow the set withou
 # in one process, resnet18 steps 0.86x / 0.88x, mobilenet_v3_small 0.90x / 0.95x, NCHW / channels_last); it switches
 # layer / RMS norm's routes too (normkit.ops.layer_norm.ROUTES). NORMKIT_FAST_ROUTES=0 turns it off; enable() reads it.
 _routes_on = os.environ.get("NORMKIT_FAST_ROUTES", "1") != "0"
+# the eval forward's routes (session 43): CPU-tested with stand-ins; off until their CUDA same-bits test has run
+# (benchmarks/next_h200.sh PART=129)
+EVAL_ROUTES = False
 
 
 def fast_routes_enabled() -> bool:
@@ -244,6 +248,27 @@ def _note_forward(op, x, weight, bias, running_mean, running_var, eps) -> None:
     sig = _plan.signature((x, weight, bias, running_mean, running_var)) if mod is not None else None
     if sig is not None and mod.bn_train_planned(eps, sig):
         _note((op, sig, eps))
+
+
+def _eval_route(op, x, weight, bias, running_mean, running_var, eps, extra=()):
+    """Op's eval forward outputs ((y, empty saved statistics) + extra) through its route, or None."""
+    if not EVAL_ROUTES or type(x) not in PLAIN_TENSORS:
+        return None
+    sig = _plan.signature((x, weight, bias, running_mean, running_var))
+    if sig is None or (op, "eval", sig, eps) not in _routes:
+        return None
+    y = kernels_for("batch_norm", x).bn_forward_eval_replay(x, weight, bias, running_mean, running_var, eps, sig)
+    return None if y is None else (y,) + _empty_stats(x) + tuple(e(x) for e in extra)
+
+
+def _note_eval(op, x, weight, bias, running_mean, running_var, eps) -> None:
+    """As _note_forward, for the eval forward (running statistics required: without them eval raises)."""
+    if not EVAL_ROUTES or running_mean is None or running_var is None:
+        return
+    mod = kernels_for("batch_norm", x) if x.is_cuda else None
+    sig = _plan.signature((x, weight, bias, running_mean, running_var)) if mod is not None else None
+    if sig is not None and mod.bn_eval_planned(eps, sig):
+        _note((op, "eval", sig, eps))
 
 
 def _backward_route(op, grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, mask):
@@ -283,14 +308,25 @@ def _trained(save_mean):
 ROUTES = {
     "native_batch_norm": (
         lambda x, w, b, rm, rv, training, momentum, eps:
-            _forward_route("native_batch_norm", x, w, b, rm, rv, momentum, eps) if training else None,
+            _forward_route("native_batch_norm", x, w, b, rm, rv, momentum, eps) if training else
+            _eval_route("native_batch_norm", x, w, b, rm, rv, eps),
         lambda x, w, b, rm, rv, training, momentum, eps:
-            _note_forward("native_batch_norm", x, w, b, rm, rv, eps) if training else None),
+            _note_forward("native_batch_norm", x, w, b, rm, rv, eps) if training else
+            _note_eval("native_batch_norm", x, w, b, rm, rv, eps)),
     "_native_batch_norm_legit": (
         lambda x, w, b, rm, rv, training, momentum, eps:
-            _forward_route("_native_batch_norm_legit", x, w, b, rm, rv, momentum, eps) if training else None,
+            _forward_route("_native_batch_norm_legit", x, w, b, rm, rv, momentum, eps) if training else
+            _eval_route("_native_batch_norm_legit", x, w, b, rm, rv, eps),
         lambda x, w, b, rm, rv, training, momentum, eps:
-            _note_forward("_native_batch_norm_legit", x, w, b, rm, rv, eps) if training else None),
+            _note_forward("_native_batch_norm_legit", x, w, b, rm, rv, eps) if training else
+            _note_eval("_native_batch_norm_legit", x, w, b, rm, rv, eps)),
+    "_native_batch_norm_legit_no_training": (
+        lambda x, w, b, rm, rv, momentum, eps: _eval_route("_native_batch_norm_legit_no_training", x, w, b, rm, rv, eps),
+        lambda x, w, b, rm, rv, momentum, eps: _note_eval("_native_batch_norm_legit_no_training", x, w, b, rm, rv, eps)),
+    "_batch_norm_no_update": (
+        lambda x, w, b, rm, rv, momentum, eps:
+            _eval_route("_batch_norm_no_update", x, w, b, rm, rv, eps, (_empty_reserve,)),
+        lambda x, w, b, rm, rv, momentum, eps: _note_eval("_batch_norm_no_update", x, w, b, rm, rv, eps)),
     "_native_batch_norm_legit.no_stats": (
         lambda x, w, b, training, momentum, eps:
             _forward_route("no_stats", x, w, b, None, None, momentum, eps) if training else None,
@@ -302,9 +338,11 @@ ROUTES = {
         lambda x, w, b, rm, rv, momentum, eps: _note_forward("_batch_norm_with_update", x, w, b, rm, rv, eps)),
     "cudnn_batch_norm": (
         lambda x, w, b, rm, rv, training, factor, eps:
-            _forward_route("cudnn_batch_norm", x, w, b, rm, rv, factor, eps, (_empty_reserve,)) if training else None,
+            _forward_route("cudnn_batch_norm", x, w, b, rm, rv, factor, eps, (_empty_reserve,)) if training else
+            _eval_route("cudnn_batch_norm", x, w, b, rm, rv, eps, (_empty_reserve,)),
         lambda x, w, b, rm, rv, training, factor, eps:
-            _note_forward("cudnn_batch_norm", x, w, b, rm, rv, eps) if training else None),
+            _note_forward("cudnn_batch_norm", x, w, b, rm, rv, eps) if training else
+            _note_eval("cudnn_batch_norm", x, w, b, rm, rv, eps)),
     "native_batch_norm_backward": (
         lambda g, x, w, rm, rv, sm, si, train, eps, mask:
             _backward_route("native_batch_norm_backward", g, x, w, rm, rv, sm, si, _mask(mask)) if train else None,

@@ -246,6 +246,10 @@ def _train_key(eps):
     return ("bn_forward_train", eps, tuple(_TUNE.values()))
 
 
+def _eval_key(eps):
+    return ("bn_forward_eval", eps, tuple(_TUNE.values()))
+
+
 def _backward_key(train, mask):
     return ("bn_backward", bool(train), mask, tuple(_TUNE.values()))
 
@@ -260,6 +264,15 @@ def bn_forward_train_replay(x, weight, bias, running_mean, running_var, momentum
 
 def bn_backward_train_replay(grad_out, x, weight, mean, invstd, mask, sig):
     return _plan.replay_only(_backward_key(True, mask), (grad_out, x, weight, mean, invstd), sig)
+
+
+def bn_forward_eval_replay(x, weight, bias, running_mean, running_var, eps, sig):
+    out = _plan.replay_only(_eval_key(eps), (x, weight, bias, running_mean, running_var), sig)
+    return None if out is None else out[0]
+
+
+def bn_eval_planned(eps, sig) -> bool:
+    return _plan.recorded(_eval_key(eps), sig)
 
 
 def bn_train_planned(eps, sig) -> bool:
@@ -339,8 +352,7 @@ def bn_forward_eval(x, weight, bias, running_mean, running_var, eps):
     (per-channel terms computed in every program, fp32; fp64 for fp64 x). y keeps x's format;
     NCHW and NHWC give the same bits."""
     if _plan.enabled() and x.is_cuda:
-        key = ("bn_forward_eval", eps, tuple(_TUNE.values()))
-        return _plan.planned(key, (x, weight, bias, running_mean, running_var),
+        return _plan.planned(_eval_key(eps), (x, weight, bias, running_mean, running_var),
                              lambda: (_forward_eval(x, weight, bias, running_mean, running_var, eps),))[0]
     return _forward_eval(x, weight, bias, running_mean, running_var, eps)
 
