@@ -35,6 +35,7 @@ from normkit.kernels import batch_norm as KB
 from normkit.kernels import group_norm as KG
 from normkit.kernels import layer_norm as KL
 from normkit.ops import batch_norm as _obn
+from normkit.ops import group_norm as _ogn
 
 
 def per_call_us(fn, calls, repeats=5):
@@ -163,11 +164,12 @@ MODES = {"triton": (False, False, False, False), "direct": (True, False, False, 
 
 def routes_ab(paths, calls, rounds):
     """The ``enable()`` paths with the fast routes off and on (``normkit.ops.batch_norm.set_fast_routes``: batch,
-    layer and RMS norm; batch norm's eval routes, ``EVAL_ROUTES``, with them), native replay, the two settings alternating in every round in a rotated order (rows
+    layer and RMS norm; batch norm's eval routes and group norm's, ``EVAL_ROUTES`` / ``ROUTES_ON``, with them),
+    native replay, the two settings alternating in every round in a rotated order (rows
     measured one after another see the leased host drift by up to 2x; within a round they see the same host).
     Per path: each setting's fastest round and the median of the per-round ratios on / off."""
     out = {}
-    was, was_eval = _obn.fast_routes_enabled(), _obn.EVAL_ROUTES
+    was, was_eval, was_gn = _obn.fast_routes_enabled(), _obn.EVAL_ROUTES, _ogn.ROUTES_ON
     for name, fn in paths.items():
         if not isinstance(fn, tuple):
             continue
@@ -176,7 +178,7 @@ def routes_ab(paths, calls, rounds):
             for r in range(rounds):
                 for setting in (("off", "on") if r % 2 == 0 else ("on", "off")):
                     _obn.set_fast_routes(setting == "on")  # enable() reads it
-                    _obn.EVAL_ROUTES = setting == "on"
+                    _obn.EVAL_ROUTES = _ogn.ROUTES_ON = setting == "on"
                     normkit.enable()
                     try:
                         walls[setting].append(per_call_us(fn[1], calls, repeats=3))
@@ -184,7 +186,7 @@ def routes_ab(paths, calls, rounds):
                         normkit.disable()
         finally:
             _obn.set_fast_routes(was)
-            _obn.EVAL_ROUTES = was_eval
+            _obn.EVAL_ROUTES, _ogn.ROUTES_ON = was_eval, was_gn
         ratio = statistics.median(b / a for a, b in zip(walls["off"], walls["on"]))
         out[name] = {"off_us": min(walls["off"]), "on_us": min(walls["on"]), "on_over_off": ratio, "rounds": walls}
         print(f"  {name:58s} routes off {min(walls['off']):7.1f}  on {min(walls['on']):7.1f} us/call wall, "
@@ -329,7 +331,8 @@ def main():
     print(f"fast routes off against on, alternating within each of {args.ab_rounds} rounds (native replay)", flush=True)
     res["routes_ab"] = {}
     for family, paths in (("batch_norm contiguous", bn_paths("contiguous")),
-                          ("batch_norm channels_last", bn_paths("channels_last")), ("layer_norm", ln_paths())):
+                          ("batch_norm channels_last", bn_paths("channels_last")), ("layer_norm", ln_paths()),
+                          ("group_norm", gn_paths())):
         res["routes_ab"][family] = routes_ab(paths, args.calls, args.ab_rounds)
     res["raw_launcher"] = _launch.raw_summary()  # compiled kernels by launch path (and why not raw)
     print(f"raw C-launcher calls: {res['raw_launcher']}", flush=True)

@@ -10,8 +10,8 @@
 # For the next session (written in session 43): first PART=129 (any GPU, ~580 s): the route tests on CUDA (batch norm's
 # training test was rewritten in session 43, its eval-route test is new: neither has run there), the host cost a call
 # with routes off / on (eval included), then the model zoo with the C++ replay loaded (session 43's full zoo ran
-# without waiting for it). Turn `normkit.ops.batch_norm.EVAL_ROUTES` on if the eval-route test passes and the A/B
-# shows the eval call cheaper. Then, on an H200, PART=103 and 127 as below; PART=126 ran on an H100 in
+# without waiting for it). Turn `normkit.ops.batch_norm.EVAL_ROUTES` / `normkit.ops.group_norm.ROUTES_ON` on where
+# their CUDA test passes and the A/B shows the calls cheaper (the GN rows: "fwd F.group_norm under enable()" etc.). Then, on an H200, PART=103 and 127 as below; PART=126 ran on an H100 in
 # session 43 (results/h100-2026-12-06-s43).
 # Written in session 42: on an H200, PART=103 (the batch-norm suite; last on an H200 in
 # session 33, before the fold / plane-align / summed-fold work) and PART=126 (the layer / RMS suite + ViT / GPT-2 steps),
@@ -144,8 +144,9 @@ elif [ "$PART" = 117 ] || [ "$PART" = 126 ]; then  # the layer / RMS suite with 
     fi
 elif [ "$PART" = 129 ]; then  # session 43: route tests on CUDA, then the model zoo with the native replay loaded
     stamp "pytest -m cuda: fast routes (batch norm's test rewritten in session 43), layer-norm ops"
-    cuda_tests 150 tests/ops/test_bn_routes.py tests/ops/test_ln_routes.py tests/ops/test_ops_layer_norm.py
-    stamp "host cost a call: the routes off / on (batch norm's eval routes, session 43, with them)"
+    cuda_tests 150 tests/ops/test_bn_routes.py tests/ops/test_ln_routes.py tests/ops/test_gn_routes.py \
+        tests/ops/test_ops_layer_norm.py
+    stamp "host cost a call: the routes off / on (batch norm's eval and group norm's routes, session 43, with them)"
     timeout 170 python3 benchmarks/host_overhead.py --out "$W/host" --calls 100 --rounds 2 --ab-rounds 4 \
         > "$W/host.log" 2>&1; echo "host rc=$?"; grep -E "eval|routes off" "$W/host.log" | head -12
     stamp "model zoo, every model, with and without enable()"

@@ -55,7 +55,9 @@ earlier call of the same op (and the same flags) that passed every check and ran
 plan directly, skipping the predicate, the checks, the kernel selection and the launcher (~20-50 µs a call
 of Python in small models on the H200). Active once the native replay is loaded (its ``signature`` is the
 key); a route that does not apply leaves the call to the path above. Layer and RMS norm's four ops have routes
-of their own (``normkit.ops.layer_norm.ROUTES``: dense inputs, 1-D or no parameters), under the same switch.
+of their own (``normkit.ops.layer_norm.ROUTES``: 1-D or no parameters), under the same switch; so do batch norm's
+eval forwards and group norm's two ops (``normkit.ops.group_norm.ROUTES``), each while its own flag is on
+(``batch_norm.EVAL_ROUTES``, ``group_norm.ROUTES_ON``: off until their CUDA same-bits tests have run).
 On by default; ``NORMKIT_FAST_ROUTES=0``
 or ``normkit.ops.batch_norm.set_fast_routes(False)`` before ``enable()`` turns it off.
 
@@ -264,9 +266,9 @@ def _make_kernel(name, impl, takes, original):
 
 
 def _ops_routes() -> dict:
-    from normkit.ops import batch_norm, layer_norm
+    from normkit.ops import batch_norm, group_norm, layer_norm
 
-    return {**batch_norm.ROUTES, **layer_norm.ROUTES} if batch_norm.fast_routes_enabled() else {}
+    return {**batch_norm.ROUTES, **layer_norm.ROUTES, **group_norm.ROUTES} if batch_norm.fast_routes_enabled() else {}
 
 
 def _make_rms_norm_autograd(original):

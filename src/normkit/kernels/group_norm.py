@@ -614,9 +614,36 @@ def _plans_on(x) -> bool:
 def gn_forward(x: torch.Tensor, weight, bias, G: int, eps: float, stat_dtype: torch.dtype):
     """`native_group_norm` on the kernels: (y in x's suggested layout, mean (N, G), rstd (N, G))."""
     if _plans_on(x):
-        key = ("gn_forward", G, float(eps), stat_dtype, tuple(_CFG.values()))
-        return _plan.planned(key, (x, weight, bias), lambda: _forward(x, weight, bias, G, eps, stat_dtype))
+        return _plan.planned(_forward_key(G, eps, stat_dtype), (x, weight, bias),
+                             lambda: _forward(x, weight, bias, G, eps, stat_dtype))
     return _forward(x, weight, bias, G, eps, stat_dtype)
+
+
+def _forward_key(G, eps, stat_dtype):
+    return ("gn_forward", G, float(eps), stat_dtype, tuple(_CFG.values()))
+
+
+def _backward_key(G, mask, param_dtype):
+    return ("gn_backward", G, mask, param_dtype, tuple(_CFG.values()))
+
+
+# Replays without a launcher call behind them, for normkit.ops' fast routes (as batch norm's): ``sig`` is
+# ``_plan.signature`` of the same inputs; the plan an earlier call recorded, or None where there is none
+
+def gn_forward_replay(x, weight, bias, G, eps, stat_dtype, sig):
+    return _plan.replay_only(_forward_key(G, eps, stat_dtype), (x, weight, bias), sig)
+
+
+def gn_forward_planned(G, eps, stat_dtype, sig) -> bool:
+    return _plan.recorded(_forward_key(G, eps, stat_dtype), sig)
+
+
+def gn_backward_replay(dy, x, mean, rstd, weight, G, mask, param_dtype, sig):
+    return _plan.replay_only(_backward_key(G, mask, param_dtype), (dy, x, mean, rstd, weight), sig)
+
+
+def gn_backward_planned(G, mask, param_dtype, sig) -> bool:
+    return _plan.recorded(_backward_key(G, mask, param_dtype), sig)
 
 
 def _forward(x, weight, bias, G, eps, stat_dtype):
@@ -695,8 +722,7 @@ def gn_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: tor
     """`native_group_norm_backward` on the kernels: (dx in x's suggested layout, dw, db); masked -> None."""
     mask = tuple(bool(m) for m in output_mask)
     if _plans_on(x):
-        key = ("gn_backward", G, mask, param_dtype, tuple(_CFG.values()))
-        return _plan.planned(key, (dy, x, mean, rstd, weight),
+        return _plan.planned(_backward_key(G, mask, param_dtype), (dy, x, mean, rstd, weight),
                              lambda: _backward(dy, x, mean, rstd, weight, G, mask, param_dtype))
     return _backward(dy, x, mean, rstd, weight, G, mask, param_dtype)
 

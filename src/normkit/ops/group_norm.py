@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from normkit import _checks
-from normkit.ops._select import kernels_for, params_ok, reference
+from normkit.kernels import _plan
+from normkit.ops._select import PLAIN_TENSORS, kernels_for, params_ok, reference
 from normkit.ops.batch_norm import _bn_kernels
 from normkit.reference._common import acc_dtype, affine_grad_dtype, dims_are_nc
 
@@ -85,6 +86,68 @@ def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, gr
                                                             mask))
     pdt = affine_grad_dtype(input, weight, mean, rstd)  # the reference's rule (fp32 for a mixed call, weight None)
     return mod.gn_backward(grad_out, input, mean, rstd, weight, group, mask, pdt)
+
+
+# --- fast routes (under enable(), as batch norm's: normkit.ops.batch_norm) -------------------------------------
+# A call whose tensors (``_plan.signature``: device, dtype, sizes, strides) passed every check and ran a launch plan
+# on them as they are is noted with its N, C, HxW, group and eps / mask; a later call with the same ones replays the
+# plan, skipping the checks, the kernel selection and the statistics' dtype rule (all read only what the signature
+# and those arguments hold). Wired by normkit.aten with batch norm's, under its switch, while ``ROUTES_ON``.
+
+ROUTES_ON = False  # (session 43) CPU-tested with stand-ins; on once the CUDA same-bits test has run (PART=129)
+_routes: set = set()
+MAX_ROUTES = 4096
+
+
+def _note(entry) -> None:
+    if len(_routes) < MAX_ROUTES:
+        _routes.add(entry)
+
+
+def _forward_route(x, weight, bias, N, C, HxW, group, eps):
+    if not ROUTES_ON or type(x) not in PLAIN_TENSORS:
+        return None
+    sig = _plan.signature((x, weight, bias))
+    if sig is None or ("fwd", sig, N, C, HxW, group, eps) not in _routes:
+        return None
+    sdt = group_norm_stat_dtype(x, weight, bias)
+    out = kernels_for("group_norm", x).gn_forward_replay(x, weight, bias, group, eps, sdt, sig)
+    return None if out is None else tuple(out)
+
+
+def _note_forward(x, weight, bias, N, C, HxW, group, eps) -> None:
+    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda else None
+    sig = _plan.signature((x, weight, bias)) if mod is not None else None
+    if sig is not None and mod.gn_forward_planned(group, eps, group_norm_stat_dtype(x, weight, bias), sig):
+        _note(("fwd", sig, N, C, HxW, group, eps))
+
+
+def _backward_route(grad_out, x, mean, rstd, weight, N, C, HxW, group, mask):
+    if not ROUTES_ON or type(x) not in PLAIN_TENSORS:
+        return None
+    sig = _plan.signature((grad_out, x, mean, rstd, weight))
+    if sig is None or ("bwd", sig, N, C, HxW, group, mask) not in _routes:
+        return None
+    pdt = affine_grad_dtype(x, weight, mean, rstd)
+    out = kernels_for("group_norm", x).gn_backward_replay(grad_out, x, mean, rstd, weight, group, mask, pdt, sig)
+    return None if out is None else tuple(out)
+
+
+def _note_backward(grad_out, x, mean, rstd, weight, N, C, HxW, group, mask) -> None:
+    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda else None
+    sig = _plan.signature((grad_out, x, mean, rstd, weight)) if mod is not None else None
+    if sig is not None and mod.gn_backward_planned(group, mask, affine_grad_dtype(x, weight, mean, rstd), sig):
+        _note(("bwd", sig, N, C, HxW, group, mask))
+
+
+ROUTES = {
+    "native_group_norm": (_forward_route, _note_forward),
+    "native_group_norm_backward": (
+        lambda g, x, m, r, w, N, C, HxW, group, mask: _backward_route(g, x, m, r, w, N, C, HxW, group,
+                                                                      tuple(bool(v) for v in mask)),
+        lambda g, x, m, r, w, N, C, HxW, group, mask: _note_backward(g, x, m, r, w, N, C, HxW, group,
+                                                                     tuple(bool(v) for v in mask))),
+}
 
 
 def tile_transpose_for(t: Tensor):
