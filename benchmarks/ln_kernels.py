@@ -299,6 +299,23 @@ def sweep(sol_bw, deadline, only=None, jsonl=None):
                 for dt in (torch.bfloat16, torch.float32):
                     for lab, cfg in (("off", {}), ("on", {"row_align": 1})):
                         add("rowalign", lab, cfg, op, M, N, which, dt, dt)
+    # session 43 (prepared) "fwdloopvec": the wide forward as the looped kernel again, against today's split forward
+    # ("split"), for the H100's RMS bf16 2048x65536 row (FlagGems' per-row loop 10 % ahead there, 2 % on the H200):
+    # RMS's per-lane sums (fwd_loop_vec_acc), evict-first re-reads (fwd_loop_evict_first), and a program a row
+    # (progs per SM 16, no L2 cap: M <= 2112 rows run as one grid, as FlagGems' does) at FlagGems' tile range
+    def loop(w, c, p, vec, ev):
+        return {"fwd_split_min_block": 1 << 30, "fwd_loop_warps": w, "fwd_chunk": c, "loop_progs_per_sm": p,
+                "l2_budget": 0, "fwd_loop_vec_acc": vec, "fwd_loop_evict_first": ev}
+
+    loopvec = [("split", {}), ("loop_w16_c8192_p4", loop(16, 8192, 4, 0, 0)),
+               ("loop_w16_c8192_p4_vec", loop(16, 8192, 4, 1, 0)), ("loop_w16_c8192_p4_vec_ev", loop(16, 8192, 4, 1, 1))]
+    loopvec += [(f"row_w{w}_c{c}_vec_ev", loop(w, c, 16, 1, 1)) for w, c in ((4, 2048), (8, 2048), (8, 4096),
+                                                                            (16, 4096), (16, 8192))]
+    for op, M, N, dt in (("rms", 2048, 65536, torch.bfloat16), ("rms", 2048, 65536, torch.float32),
+                         ("rms", 4096, 32768, torch.bfloat16), ("rms", 512, 262144, torch.bfloat16),
+                         ("ln", 2048, 65536, torch.bfloat16)):
+        for lab, cfg in loopvec:
+            add("fwdloopvec", lab, cfg, op, M, N, "fwd", dt, dt)
     # session 30 (prepared) "fwdloopst": the wide forward as the looped kernel with both loops pipelined through shared
     # memory (fwd_loop_stages) lost to the split forward on every row on the H200 in session 32, knob deleted
     # 2026-12-01 (session 4) "fwdwb" / "fwdwbnarrow": w/b loaded together with x instead of after the

@@ -13,6 +13,9 @@
 # without waiting for it). Turn `normkit.ops.batch_norm.EVAL_ROUTES` / `normkit.ops.group_norm.ROUTES_ON` on where
 # their CUDA test passes and the A/B shows the calls cheaper (the GN rows: "fwd F.group_norm under enable()" etc.). Then, on an H200, PART=103 and 127 as below; PART=126 ran on an H100 in
 # session 43 (results/h100-2026-12-06-s43).
+# Then PART=130 (any GPU, ~400 s, carry .whl): the looped wide forward's off variants (RMS per-lane sums, evict-first
+# re-reads, a program a row) against the split forward and FlagGems at 32768-262144 wide; the prediction is in
+# NOTES-layer_norm.md, session 43.
 # Written in session 42: on an H200, PART=103 (the batch-norm suite; last on an H200 in
 # session 33, before the fold / plane-align / summed-fold work) and PART=126 (the layer / RMS suite + ViT / GPT-2 steps),
 # then PART=127 (validation after session 42's SyncBatchNorm and reference changes); PART=120 on a multi-GPU kind if
@@ -153,6 +156,16 @@ elif [ "$PART" = 129 ]; then  # session 43: route tests on CUDA, then the model 
     timeout 330 python3 benchmarks/model_zoo.py --out "$W/zoo" --budget 270 > "$W/zoo.log" 2>&1
     echo "zoo rc=$?"; head -1 "$W/zoo.log"; tail -1 "$W/zoo.log"
     grep "^| [a-z]" "$W/zoo/model_zoo.md" | awk -F'|' '{print $2,$3,$4,$12,$16}' | head -40
+elif [ "$PART" = 130 ]; then  # session 43 (any GPU, ~400 s, carry .whl): the looped wide forward's variants against
+    # today's split forward, and FlagGems / Liger on the same rows in the same lease (NOTES-layer_norm, session 43)
+    stamp "ln_kernels.py sweep fwdloopvec"
+    timeout 300 python3 benchmarks/ln_kernels.py --sweep --groups fwdloopvec --no-rows --budget 560 \
+        --sweep-budget 280 --out "$W/sweep" > "$W/sweep.log" 2>&1; echo "sweep rc=$?"; grep -E "fwdloopvec|best" "$W/sweep.log" | head -60
+    use_wheels
+    stamp "bench: the same rows with FlagGems and Liger"
+    timeout 100 python3 -m normkit bench --ops rms_norm layer_norm --shapes 2048x65536 4096x32768 512x262144 \
+        --all-dtypes --peers flaggems liger --budget 80 --json "$W/bench/bench.json" --out "$W/bench" --no-progress \
+        > "$W/bench.log" 2>&1; echo "bench rc=$?"; grep -E "^\| (rms|layer)_norm|^\| [0-9]+x[0-9]+" "$W/bench/summary.md" | grep fwd | head -20
 elif [ "$PART" = 128 ]; then  # session 42 (~150 s): the tile transpose's uses (batch norm's knob new, group norm's on)
     stamp "pytest -m cuda: the tile transpose, instance norm, batch / group norm with dy in the other layout"
     cuda_tests 100 tests/kernels/test_layout.py tests/test_aten.py -k "layout or transpose or instance or other_layout"

@@ -256,6 +256,22 @@ def test_looped_regimes(N, dtype, small_regimes):
 
 
 @interp
+@pytest.mark.parametrize("vec, evict", [(1, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("N", [100, 300, 1000])
+def test_looped_forward_variants(N, vec, evict, small_regimes, monkeypatch):
+    # the looped forward's off knobs (ln_kernels.py sweep "fwdloopvec"): RMS's per-lane sums, evict-first re-reads
+    monkeypatch.setitem(L._CFG, "fwd_loop_vec_acc", vec)
+    monkeypatch.setitem(L._CFG, "fwd_loop_evict_first", evict)
+    check_rms(5, N, torch.bfloat16, "same")
+    check_rms(4, N, torch.float32, "none")
+    check_ln(3, N, torch.bfloat16, "same", offset=1000.0)
+    x, _ = _inputs(5, N, torch.bfloat16)
+    w, _ = _params(N, torch.bfloat16, "same")
+    first, again = L.rms_forward(x, w, 1e-6), L.rms_forward(x, w, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+@interp
 @pytest.mark.parametrize("wide", [False, True])
 def test_row_stride_and_many_rows(wide, monkeypatch):
     if wide:

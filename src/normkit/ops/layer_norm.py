@@ -201,7 +201,8 @@ def _forward_route(op, x, normalized_shape, params, eps, rms):
 
 
 def _note_forward(op, x, normalized_shape, params, eps, rms) -> None:
-    """After op's forward returned: note its route where its plan ran on views of these very tensors."""
+    """After op's forward returned: note its route where its plan ran on x's rows as the ops pass them
+    (``x.reshape(M, N)``: a view of x, or a copy) and on these very parameters."""
     if not x.is_cuda or any(p is not None and p.dim() != 1 for p in params):
         return
     mod = kernels_for("rms_norm" if rms else "layer_norm", x)

@@ -301,6 +301,8 @@ def _forward(x, residual, weight, bias, eps, is_rms):
         launch(_fwd_loop_kernel, (P,),
             *args, M, N, *strides, float(eps), cdiv(M, P),
             CHUNK=_CFG["fwd_chunk"], num_warps=_CFG["fwd_loop_warps"], **flags,
+            **({"VEC_ACC": True} if is_rms and _CFG["fwd_loop_vec_acc"] else {}),
+            **({"EVICT_FIRST": True} if _CFG["fwd_loop_evict_first"] else {}),
         )
     return y, s, mean, rstd
 

@@ -118,6 +118,11 @@ _CFG = {
     "fwd_loop_warps": 16,
     "loop_progs_per_sm": 4,  # looped forward: persistent programs per SM ...
     "l2_budget": 0,  # ... optionally capped so that P * row bytes fits this much L2 (0: no cap)
+    # looped-forward variants, off (session 43, for the H100's RMS 2048x65536 bf16 row, 10 % behind FlagGems' per-row
+    # loop): RMS's sums of squares per lane across the chunks (one block reduction a row instead of one a chunk), and
+    # the second loop's re-reads marked evict-first. Measured by ln_kernels.py's sweep group "fwdloopvec" (PART=130)
+    "fwd_loop_vec_acc": 0,
+    "fwd_loop_evict_first": 0,
     "bwd_chunk": 4096,  # chunk of the backward row-sum kernel
     "bwd_col_block": 1024,  # column tile of the backward column kernel
     "bwd_col_rows": 4,  # rows per step of the backward column kernel

@@ -211,13 +211,16 @@ def _fwd_loop_kernel(
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, IS_RMS: tl.constexpr,
     ACC: tl.constexpr,
     ALIGN: tl.constexpr = 1,
+    VEC_ACC: tl.constexpr = False,
+    EVICT_FIRST: tl.constexpr = False,
 ):
     """Persistent programs, each taking rows ``pid, pid + P, ...``; two loops over CHUNK-wide slices.
 
     Loop 1 reads x (and residual, writing the sum) and merges per-chunk (mean, M2) of ``x - x[0]``
-    with Chan's formula (RMS: sums x^2). Loop 2 walks the row backwards, re-reading x (or the stored
-    sum) while the latest chunks are still in L2, and writes y. The host sizes P so that the rows in
-    flight fit in L2: 2 HBM passes then, 3 at worst.
+    with Chan's formula (RMS: sums x^2; with VEC_ACC per lane across the chunks, one reduction a row
+    instead of one a chunk). Loop 2 walks the row backwards, re-reading x (or the stored sum) while the
+    latest chunks are still in L2 (EVICT_FIRST: marked as the last use), and writes y. The host sizes P
+    so that the rows in flight fit in L2: 2 HBM passes then, 3 at worst.
     """
     N = known_multiple(N, ALIGN)
     stride_x = known_multiple(stride_x, ALIGN)
@@ -237,6 +240,7 @@ def _fwd_loop_kernel(
             srow = S + row * stride_s
             mean = tl.zeros([], dtype=ACC)  # mean of x - shift
             m2 = tl.zeros([], dtype=ACC)
+            lanes = tl.zeros([CHUNK], dtype=ACC)  # (VEC_ACC: RMS's sums of x^2 per lane)
             shift = tl.zeros([], dtype=ACC)
             if not IS_RMS:
                 shift = tl.load(xrow).to(ACC)
@@ -254,7 +258,10 @@ def _fwd_loop_kernel(
                 else:
                     x = xv.to(ACC)
                 if IS_RMS:
-                    m2 += tl.sum(x * x, axis=0)
+                    if VEC_ACC:
+                        lanes += x * x  # (0 past N: the loads' other)
+                    else:
+                        m2 += tl.sum(x * x, axis=0)
                 else:
                     zero = tl.zeros([], dtype=tl.int32)
                     cnt = tl.minimum(N - start + zero, CHUNK).to(ACC)
@@ -267,6 +274,8 @@ def _fwd_loop_kernel(
                     delta = cmean - mean
                     mean = mean + delta * (cnt / tot)
                     m2 = m2 + cm2 + delta * delta * (seen * cnt / tot)
+            if IS_RMS and VEC_ACC:
+                m2 = tl.sum(lanes, axis=0)
             rstd = _rsqrt(m2 / N + eps, ACC)
             tl.store(RSTD + row, rstd)
             if not IS_RMS:
@@ -275,10 +284,11 @@ def _fwd_loop_kernel(
                 start = (nchunks - 1 - i) * CHUNK
                 cols = start + offs
                 cmask = cols < N
-                if HAS_RES:
-                    x = tl.load(srow + cols, mask=cmask, other=0.0).to(ACC)
+                src = srow if HAS_RES else xrow
+                if EVICT_FIRST:
+                    x = tl.load(src + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(ACC)
                 else:
-                    x = tl.load(xrow + cols, mask=cmask, other=0.0).to(ACC)
+                    x = tl.load(src + cols, mask=cmask, other=0.0).to(ACC)
                 if IS_RMS:
                     y = x * rstd
                 else:
