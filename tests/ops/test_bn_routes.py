@@ -14,7 +14,7 @@ import torch
 import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
-from route_fakes import CudaLike, fake_signature as _sig
+from route_fakes import CudaLike, fake_signature as _sig, install
 
 
 class _Kernels:
@@ -49,10 +49,7 @@ class _Kernels:
 @pytest.fixture
 def fakes(monkeypatch):
     k = _Kernels()
-    monkeypatch.setattr(obn._plan, "signature", _sig)
-    monkeypatch.setattr(obn, "kernels_for", lambda family, x: k)
-    monkeypatch.setattr(obn, "PLAIN_TENSORS", (torch.Tensor, CudaLike))
-    monkeypatch.setattr(obn, "_routes", set())
+    install(monkeypatch, obn, k)
     return k
 
 

@@ -6,16 +6,13 @@ replays return markers, tensors that say they are on CUDA. On a GPU the CUDA tes
 without routes bit for bit.
 """
 
-import copy
-
 import pytest
 import torch
 
-import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
 from normkit.ops import group_norm as ogn
-from route_fakes import CudaLike, fake_signature as _sig
+from route_fakes import CudaLike, fake_signature as _sig, grad_steps, install
 
 
 class _Kernels:
@@ -42,10 +39,7 @@ class _Kernels:
 @pytest.fixture
 def fakes(monkeypatch):
     k = _Kernels()
-    monkeypatch.setattr(ogn._plan, "signature", _sig)
-    monkeypatch.setattr(ogn, "kernels_for", lambda family, x: k)
-    monkeypatch.setattr(ogn, "PLAIN_TENSORS", (torch.Tensor, CudaLike))
-    monkeypatch.setattr(ogn, "_routes", set())
+    install(monkeypatch, ogn, k)
     monkeypatch.setattr(ogn, "ROUTES_ON", True)
     return k
 
@@ -137,15 +131,7 @@ def test_cuda_routes_same_bits(layout, dtype, monkeypatch):
         ogn._routes.clear()
         monkeypatch.setattr(obn, "_routes_on", True)
         monkeypatch.setattr(ogn, "ROUTES_ON", routes)
-        m = copy.deepcopy(net)
-        out = []
-        aten.reset_counts()
-        with normkit.enabled():
-            for g in grads:
-                xl = x.clone().requires_grad_()
-                y = m(xl)
-                out += [y, *torch.autograd.grad(y, [xl] + list(m.parameters()), g)]
-        return out, aten.call_counts(), aten.routed_counts()
+        return grad_steps(net, x, grads)
 
     plain, _, routed0 = steps(False)
     routed, calls, taken = steps(True)

@@ -6,16 +6,13 @@ module that only names plan keys, a plan store that records replays and answers 
 CUDA test compares training steps with and without routes bit for bit.
 """
 
-import copy
-
 import pytest
 import torch
 
-import normkit
 from normkit import aten
 from normkit.ops import batch_norm as obn
 from normkit.ops import layer_norm as oln
-from route_fakes import CudaLike, fake_signature as _sig
+from route_fakes import CudaLike, fake_signature as _sig, grad_steps, install
 
 
 class _Fakes:
@@ -51,12 +48,9 @@ class _Fakes:
 @pytest.fixture
 def fakes(monkeypatch):
     f = _Fakes()
-    monkeypatch.setattr(oln._plan, "signature", _sig)
+    install(monkeypatch, oln, f)
     monkeypatch.setattr(oln._plan, "recorded", f.recorded)
     monkeypatch.setattr(oln._plan, "replay_only", f.replay_only)
-    monkeypatch.setattr(oln, "kernels_for", lambda family, x: f)
-    monkeypatch.setattr(oln, "PLAIN_TENSORS", (torch.Tensor, CudaLike))
-    monkeypatch.setattr(oln, "_routes", {})
     return f
 
 
@@ -218,16 +212,7 @@ def test_cuda_routes_same_bits(dtype, monkeypatch):
     def steps(routes):
         oln._routes.clear()
         monkeypatch.setattr(obn, "_routes_on", routes)
-        m = copy.deepcopy(net)
-        out = []
-        aten.reset_counts()
-        with normkit.enabled():
-            for g in grads:
-                xl = x.clone().requires_grad_()
-                y = m(xl)
-                ps = list(m.parameters())
-                out += [y, *torch.autograd.grad(y, [xl] + ps, g)]
-        return out, aten.call_counts(), aten.routed_counts()
+        return grad_steps(net, x, grads)
 
     plain, _, routed0 = steps(False)
     routed, calls, taken = steps(True)
