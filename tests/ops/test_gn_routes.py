@@ -65,7 +65,7 @@ def test_forward_route_after_a_planned_call(fakes):
     # another group count, eps, parameter dtype (fp32 statistics for a mixed call: another plan key), a subclass
     assert route(x, w, b, 2, 6, 5, 2, 1e-5) is None
     assert route(x, w, b, 2, 6, 5, 3, 1e-3) is None
-    assert route(x, w.double(), b, 2, 6, 5, 3, 1e-5) is None
+    assert route(x, w.double(), b, 2, 6, 5, 3, 1e-5) is None  # another signature
     sub = type("Sub", (torch.Tensor,), {})
     assert route(x.as_subclass(sub), w, b, 2, 6, 5, 3, 1e-5) is None
 
@@ -77,6 +77,23 @@ def test_forward_statistics_dtype_follows_the_parameters(fakes):
     note(x, w, b, 2, 4, 3, 2, 1e-5)
     assert route(x, w, b, 2, 4, 3, 2, 1e-5) == ("y", "mean", "rstd")
     assert fakes.calls[-1][-1] == torch.float32
+
+
+def test_no_route_for_another_factorisation_of_the_same_tensors(fakes):
+    """A raw call whose N, C are not x's dims 0 and 1 passes the checks (only element counts) and takes the
+    reference; the kernels' plan of x's signature (another geometry) must not answer it."""
+    route, note = ogn.ROUTES["native_group_norm"]
+    x = _cuda(2, 6, 5)
+    fakes.planned.add(("fwd", _sig((x, None, None)), 3, 1e-5, torch.float32))
+    note(x, None, None, 1, 12, 5, 3, 1e-5)
+    assert ogn._routes == set() and route(x, None, None, 1, 12, 5, 3, 1e-5) is None
+    route_b, note_b = ogn.ROUTES["native_group_norm_backward"]
+    g, m, r = torch.randn_like(x), _cuda(2, 3), _cuda(2, 3)
+    fakes.planned.add(("bwd", _sig((g, x, m, r, None)), 3, (True, True, True), torch.float32))
+    note_b(g, x, m, r, None, 2, 3, 10, 3, [True, True, True])
+    assert ogn._routes == set()
+    note(x, None, None, 2, 6, 5, 3, 1e-5)  # x's own dims: noted
+    assert len(ogn._routes) == 1 and route(x, None, None, 1, 12, 5, 3, 1e-5) is None
 
 
 def test_backward_route(fakes):

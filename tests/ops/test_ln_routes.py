@@ -139,17 +139,39 @@ def test_backward_route_for_a_transposed_gradient_not_for_16_bit_statistics(fake
     x, w = _cuda(2, 3, 8, dtype=torch.bfloat16), _cuda(8, dtype=torch.bfloat16)
     mean, rstd = _cuda(2, 3, 1), _cuda(2, 3, 1)
     g_t = _cuda(3, 2, 8, dtype=torch.bfloat16).transpose(0, 1)  # rows not a view: the ops reshape it into a copy
-    key = ("bwd", (True, True, True), True, None, False)
+    key = ("bwd", (True, True, False), True, None, False)
     fakes.planned.add((key, _sig((g_t.reshape(6, 8), x.view(6, 8), mean.view(6), rstd.view(6), w))))
     mean16 = mean.to(torch.bfloat16)  # 16-bit statistics: converted to fp32 by the launcher
-    note(torch.randn_like(x), x, [8], mean16, rstd.to(torch.bfloat16), w, None, [True, True, True])
+    note(torch.randn_like(x), x, [8], mean16, rstd.to(torch.bfloat16), w, None, [True, True, False])
     assert oln._routes == {}
-    note(g_t, x, [8], mean, rstd, w, None, [True, True, True])
+    note(g_t, x, [8], mean, rstd, w, None, [True, True, False])
     assert len(oln._routes) == 1
-    dx, dw, db = route(g_t, x, [8], mean, rstd, w, None, [True, True, True])
+    dx, dw, db = route(g_t, x, [8], mean, rstd, w, None, [True, True, False])
     assert dx.shape == (2, 3, 8) and dw.shape == (8,)
     rows = fakes.replays[-1][1][0]
     assert rows.is_contiguous() and torch.equal(rows, g_t.reshape(6, 8))
+
+
+def test_no_backward_route_for_a_gradient_of_an_absent_parameter(fakes, monkeypatch):
+    """A raw call asking dw (db) of an absent weight (bias) takes the reference; the kernels' key of the same call
+    without that gradient is the same (their real ``backward_key``), so it must not be noted."""
+    import normkit.kernels.layer_norm as L
+
+    monkeypatch.setattr(fakes, "backward_key", L.backward_key)
+    x, g = _cuda(6, 8), _cuda(6, 8)
+    mean, rstd = _cuda(6, 1), _cuda(6, 1)
+    route, note = oln.ROUTES["native_layer_norm_backward"]
+    key = L.backward_key(x.dtype, None, (True, False, False), None, False)
+    assert key == L.backward_key(x.dtype, None, (True, True, False), None, False)
+    for asked in ([True, True, False], [True, False, True]):  # dw of no weight, db of no bias
+        fakes.planned.add((L.backward_key(x.dtype, None, tuple(asked), None, False),
+                           _sig((g, x, mean.view(6), rstd.view(6), None))))
+        note(g, x, [8], mean, rstd, None, None, asked)
+        assert oln._routes == {} and route(g, x, [8], mean, rstd, None, None, asked) is None
+    route, note = oln.ROUTES["_fused_rms_norm_backward"]
+    fakes.planned.add((L.backward_key(x.dtype, None, (True, False), None, True), _sig((g, x, rstd.view(6), None))))
+    note(g, x, [8], rstd, None, [True, True])
+    assert oln._routes == {}
 
 
 def test_rms_backward_route(fakes):

@@ -90,7 +90,8 @@ def _group_norm_backward_core(grad_out, input, mean, rstd, weight, N, C, HxW, gr
 
 # --- fast routes (under enable(), as batch norm's: normkit.ops.batch_norm) -------------------------------------
 # A call whose tensors (``_plan.signature``: device, dtype, sizes, strides) passed every check and ran a launch plan
-# on them as they are is noted with its N, C, HxW, group and eps / mask; a later call with the same ones replays the
+# on them as they are (x's dims 0 and 1 are its N and C: else the ops take the reference) is noted with its N, C,
+# HxW, group and eps / mask; a later call with the same ones replays the
 # plan, skipping the checks, the kernel selection and the statistics' dtype rule (all read only what the signature
 # and those arguments hold). Wired by normkit.aten with batch norm's, under its switch, while ``ROUTES_ON``.
 
@@ -116,7 +117,8 @@ def _forward_route(x, weight, bias, N, C, HxW, group, eps):
 
 
 def _note_forward(x, weight, bias, N, C, HxW, group, eps) -> None:
-    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda else None
+    # (a raw call whose N, C are not x's dims 0 and 1 went to the reference: the plan of x's signature is another's)
+    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda and dims_are_nc(x, N, C) else None
     sig = _plan.signature((x, weight, bias)) if mod is not None else None
     if sig is not None and mod.gn_forward_planned(group, eps, group_norm_stat_dtype(x, weight, bias), sig):
         _note(("fwd", sig, N, C, HxW, group, eps))
@@ -134,7 +136,7 @@ def _backward_route(grad_out, x, mean, rstd, weight, N, C, HxW, group, mask):
 
 
 def _note_backward(grad_out, x, mean, rstd, weight, N, C, HxW, group, mask) -> None:
-    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda else None
+    mod = kernels_for("group_norm", x) if ROUTES_ON and x.is_cuda and dims_are_nc(x, N, C) else None
     sig = _plan.signature((grad_out, x, mean, rstd, weight)) if mod is not None else None
     if sig is not None and mod.gn_backward_planned(group, mask, affine_grad_dtype(x, weight, mean, rstd), sig):
         _note(("bwd", sig, N, C, HxW, group, mask))

@@ -210,8 +210,9 @@ def _note_forward(op, x, normalized_shape, params, eps, rms) -> None:
     if mod is None or m == 0 or n == 0:
         return
     run_eps = rms_norm_eps(x.dtype, eps) if rms else eps
-    sig, launched = _plan.signature((x,) + params), _plan.signature((_launched_rows(x, m, n),) + params)
-    if sig is not None and launched is not None and _plan.recorded(mod.forward_key(run_eps, rms), launched):
+    sig = _plan.signature((x,) + params)
+    launched = _plan.signature((_launched_rows(x, m, n),) + params) if sig is not None else None
+    if launched is not None and _plan.recorded(mod.forward_key(run_eps, rms), launched):
         _store((op, sig, tuple(ns), eps), (m, n, tuple(x.shape), tuple(stat_shape), run_eps, mod, launched))
 
 
@@ -241,14 +242,18 @@ def _note_backward(op, grad_out, x, normalized_shape, stats, params, mask, bias_
             t.dtype != acc or not t.is_contiguous() for t in stats) or any(
             p is not None and p.dim() != 1 for p in params):
         return
+    # a gradient asked of an absent weight / bias goes to the reference, whose plan key would be the kernels' call
+    # without that gradient
+    if any(want and p is None for want, p in zip(mask[1:], params)):
+        return
     mod = kernels_for("rms_norm" if rms else "layer_norm", x)
     ns, m, n, _ = _geometry(x, normalized_shape)
     if mod is None or m == 0 or n == 0:
         return
     sig = _plan.signature((grad_out, x) + stats + params)
     launched = _plan.signature((_launched_rows(grad_out, m, n), _launched_rows(x, m, n))
-                               + tuple(t.view(m) for t in stats) + params[:1])
-    if sig is not None and launched is not None and _plan.recorded(
+                               + tuple(t.view(m) for t in stats) + params[:1]) if sig is not None else None
+    if launched is not None and _plan.recorded(
             mod.backward_key(x.dtype, params[0], mask, bias_dtype, rms), launched):
         _store((op, sig, tuple(ns), mask), (m, n, tuple(x.shape), tuple(ns), mod, launched))
 
