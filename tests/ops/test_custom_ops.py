@@ -373,6 +373,29 @@ def test_batch_norm_double_backward_keeps_input_layout(fmt, shape, x_in_fmt):
         torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("x_in_fmt, m_in_fmt", [(True, True), (True, False), (False, True)])
+def test_eval_batch_norm_double_backward_layout_like_torch(x_in_fmt, m_in_fmt):
+    """In eval, torch's second-order gradient w.r.t. x is contiguous whatever the layouts of x and the gradients
+    flowing in (its formula's); normkit's had x's (channels_last). Values and every stride against torch."""
+    fmt, shape = torch.channels_last, (2, 3, 4, 4)
+    x0, g0, m = (torch.randn(shape, dtype=F64) + 0.5 for _ in range(3))
+    if x_in_fmt:
+        x0 = x0.contiguous(memory_format=fmt)
+    else:
+        g0 = g0.contiguous(memory_format=fmt)
+    if m_in_fmt:
+        m = m.contiguous(memory_format=fmt)
+    w0, rm, rv = torch.randn(3, dtype=F64), torch.randn(3, dtype=F64), torch.rand(3, dtype=F64) + 0.5
+    results = []
+    for bn in (torch.nn.functional.batch_norm, normkit.batch_norm):
+        x, w, g = x0.clone().requires_grad_(), w0.clone().requires_grad_(), g0.clone().requires_grad_()
+        gx, gw = torch.autograd.grad(bn(x, rm.clone(), rv.clone(), w, None, False), (x, w), g, create_graph=True)
+        results.append(torch.autograd.grad((gx * m).sum() + gw.square().sum(), (x, w, g)))
+    for a, e in zip(results[1], results[0]):
+        assert a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("fn", [normkit.add_layer_norm, normkit.add_rms_norm])
 def test_add_norm_sum_requires_grad_like_torch(fn):
     """s = x + residual requires grad only where x or residual does, as torch's sum (not when only weight does)."""

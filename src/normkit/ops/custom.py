@@ -224,8 +224,8 @@ def _(grad, x, weight, stat1, stat2, training, eps, mask):
 
 def _bn_double_backward_graph(grad, x, weight, s1, s2, training, eps, mask):
     ref = reference()
-    if x.requires_grad:  # the gradient w.r.t. x in x's layout, as ATen's (channels_last kept)
-        x = _GradInFormat.apply(x, _bn_fmt(x))
+    if x.requires_grad:  # the gradient w.r.t. x laid out as ATen's: x's in training (channels_last kept), contiguous
+        x = _GradInFormat.apply(x, _bn_fmt(x) if training else torch.contiguous_format)  # in eval (its formula's)
     if training:
         _, mean, invstd = ref.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
         grads = ref.native_batch_norm_backward(grad, x, weight, None, None, mean, invstd, True, eps, mask)
@@ -658,7 +658,8 @@ class _ContiguousFn(torch.autograd.Function):
     """``x.contiguous()`` of a dense channels_last(_3d) x through normkit's tile transpose. The backward returns
     the gradient in x's layout (the tile transpose again): a leaf's AccumulateGrad would otherwise make that copy
     with torch's slower strided one, and a convolution before it takes either layout. (torch's `contiguous`
-    passes the contiguous gradient on; the values are the same.)"""
+    passes the contiguous gradient on; the values are the same.) Differentiated (create_graph), the backward is
+    torch's copy, which autograd records: the kernel's is not."""
 
     @staticmethod
     def forward(ctx, x, fmt):
@@ -667,7 +668,9 @@ class _ContiguousFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return (None if g is None else _gn.in_layout(g, ctx.fmt)), None
+        if g is None:
+            return None, None
+        return (g.contiguous(memory_format=ctx.fmt) if torch.is_grad_enabled() else _gn.in_layout(g, ctx.fmt)), None
 
 
 def contiguous_autograd(x: Tensor) -> Tensor:
