@@ -183,6 +183,37 @@ def test_call_that_raises_must_not_touch_running_stats():
     assert ("error_state", "native_batch_norm/err_weight_size_train") in failed_rules(out)
 
 
+def _bn_bwd_clobbers_input(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                           output_mask):
+    gi, gw, gb = delegate_backend.native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
+                                                             save_mean, save_invstd, train, eps, output_mask)
+    if gi is not None:
+        input.copy_(gi)  # x's buffer, "dead after the backward", reused for grad_input (gradients still right)
+        gi = gi.clone()
+    return gi, gw, gb
+
+
+def _bn_eval_saves_the_running_mean(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, mean, invstd = delegate_backend.native_batch_norm(input, weight, bias, running_mean, running_var,
+                                                           training, momentum, eps)
+    if not training:  # the CUDA convention's filled eval statistics, but the running mean itself, not a copy
+        return out, running_mean, torch.rsqrt(running_var + eps)
+    return out, mean, invstd
+
+
+def test_a_call_that_writes_into_its_inputs():
+    outcomes = run(backend_with("bwd_clobbers_input", native_batch_norm_backward=_bn_bwd_clobbers_input),
+                   case="native_batch_norm/", errors=False)
+    assert "inputs" in rules_of(outcomes) and any("changed by the call" in d for d in details(outcomes, "inputs"))
+
+
+def test_outputs_aliasing_inputs():
+    outcomes = run(backend_with("eval_saves_running_mean", native_batch_norm=_bn_eval_saves_the_running_mean),
+                   case="native_batch_norm/", errors=False)
+    assert failed_cases(outcomes, {"aliasing"}) == cases_where(
+        "batch_norm", "native_batch_norm/", lambda c: not c.training and c.op == "native_batch_norm" and c.stats)
+
+
 def test_missing_functions_are_reported_not_failed():
     mod = types.ModuleType("only_layer_norm")
     mod.native_layer_norm = delegate_backend.native_layer_norm
@@ -501,7 +532,8 @@ def _in_momentum_reversed(input, weight, bias, running_mean, running_var, use_in
 ], ids=["biased_running_var", "updates_in_eval", "momentum_reversed"])
 def test_instance_norm_running_stats(fn, expect):
     out = run(backend_with("in_broken", instance_norm=fn), ("instance_norm",), "instance_norm/", errors=False)
-    assert rules_of(out) == {"running_stats"}
+    # (running statistics written in eval are also inputs a call changed)
+    assert rules_of(out) == ({"running_stats", "inputs"} if fn is _in_updates_in_eval else {"running_stats"})
     assert failed_cases(out) == cases_where("instance_norm", "instance_norm/", lambda c: c.op == "instance_norm"
                                             and expect(c))
     assert all(d.startswith("running") for d in details(out, "running_stats"))

@@ -209,3 +209,13 @@ def test_instance_norm(shape, momentum, eps):
         assert torch.equal(r1, a1) or (r1.isnan().all() and a1.isnan().all())
         assert torch.equal(r2, a2) or (r2.isnan().all() and a2.isnan().all())
         assert r1.isnan().all() == use_input_stats
+
+
+def test_layer_norm_backward_grad_bias_is_a_new_tensor_without_row_dims():
+    """normalized_shape covering the whole input (no row dims): grad_bias was grad_out itself (an alias), where
+    aten's outputs are new tensors (the conformance checker's "aliasing" rule found it)."""
+    x, g = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    w, b = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    _, mean, rstd = R.native_layer_norm(x, [2, 3], w, b, 1e-5)
+    gi, gw, gb = R.native_layer_norm_backward(g, x, [2, 3], mean, rstd, w, b, [True, True, True])
+    assert gb.untyped_storage().data_ptr() != g.untyped_storage().data_ptr() and torch.equal(gb, g)

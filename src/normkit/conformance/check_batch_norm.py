@@ -30,7 +30,7 @@ class BatchNormChecks:
               "_batch_norm_with_update": True}.get(op, case.training)
         rm, rv = _clone(I["running_mean"]), _clone(I["running_var"])
         rm0, rv0 = _clone(rm), _clone(rv)
-        got = self._call(_bn_invoke, fn, op, I, rm, rv, tr, case)
+        got = self._call(_bn_invoke, fn, op, I, rm, rv, tr, case, mutable=(rm, rv) if tr else ())
         rm64, rv64 = up(rm0), up(rv0)
         x64 = up(x)
         tb = self._baseline(lambda: _bn_forward_with_stats(self.torch.aten(op), op, I, tr, case))
@@ -182,7 +182,7 @@ class BatchNormChecks:
         versions = None if rm is None else (rm._version, rv._version)
         xi, wi, bi = _leaf(x), _leaf(w), _leaf(b)
         out = self._call(fn, xi, running_mean=rm, running_var=rv, weight=wi, bias=bi, training=case.training,
-                         momentum=case.momentum, eps=case.eps)
+                         momentum=case.momentum, eps=case.eps, mutable=(rm, rv) if case.training else ())
         if versions is not None and case.training:
             # aten's kernels write running stats without bumping their autograd version: an eval-mode call saved
             # them for its backward, which a training step in between must not make raise

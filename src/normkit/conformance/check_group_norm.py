@@ -86,9 +86,11 @@ class GroupNormChecks:
         xi, wi, bi = _leaf(x), _leaf(w), _leaf(b)
         if op == "F.instance_norm":
             out = self._call(fn, xi, running_mean=rm, running_var=rv, weight=wi, bias=bi,
-                             use_input_stats=use_input_stats, momentum=case.momentum, eps=case.eps)
+                             use_input_stats=use_input_stats, momentum=case.momentum, eps=case.eps,
+                             mutable=(rm, rv) if use_input_stats else ())
         else:
-            out = self._call(fn, xi, wi, bi, rm, rv, use_input_stats, case.momentum, case.eps, False)
+            out = self._call(fn, xi, wi, bi, rm, rv, use_input_stats, case.momentum, case.eps, False,
+                             mutable=(rm, rv) if use_input_stats else ())
         ref = self._in_oracle(case, I)
         tb = self._baseline(lambda: _f_with_running_stats_torch("instance_norm", I, case))
         self._meta("out", out, x.shape, x.dtype, ("contiguous",))  # aten normalizes input.contiguous() (§6)

@@ -68,7 +68,7 @@ class SyncBatchNormChecks:
             else:
                 extra = torch.tensor(counts, dtype=cdt, device=self.device)
                 cnt64 = up(extra)
-            got = self._call(fn, x, mean_all, invstd_all, rm, rv, m, eps, extra)
+            got = self._call(fn, x, mean_all, invstd_all, rm, rv, m, eps, extra, mutable=(rm, rv))
             rm64, rv64 = _clone(up(rm0)), _clone(up(rv0))
             ref = self._oracle("batch_norm_gather_stats_with_counts", up(x), up(mean_all), up(invstd_all),
                                rm64, rv64, m, eps, cnt64)

@@ -14,6 +14,10 @@ Rules (the ``rule`` field of every result):
                     double backward fails it, saying so
 * ``error``         error type and message for bad input
 * ``error_state``   a call that raises leaves its tensor arguments (running stats) untouched
+* ``inputs``        every call leaves its tensor arguments' values as they were, but the running statistics a
+                    training call updates (shown only where it fails)
+* ``aliasing``      no output shares memory with an argument: outputs are new tensors, an eval call's saved
+                    statistics copies (shown only where it fails)
 
 Value tolerance (contract §10 and design.md "Tests"):
 

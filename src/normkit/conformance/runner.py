@@ -261,13 +261,30 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         ok, detail = check_meta(name, got, shape, dtype, formats)
         self._rule(rule, op).add(ok, detail)
 
-    def _call(self, fn, *args, **kwargs):
+    def _call(self, fn, *args, mutable=(), **kwargs):
+        """``fn(*args, **kwargs)``, judged besides by two rules every call obeys (contract: outputs are new tensors,
+        inputs are read only): "inputs", every tensor argument (in dicts and sequences too) holds its values after
+        the call, except ``mutable`` ones (running statistics a training call updates); "aliasing", no output
+        shares memory with an argument (an eval call's saved statistics are copies of the running ones). Each
+        rule shows only where it fails."""
+        keep = {id(t) for t in mutable if t is not None}
+        inputs = [t for t in _tensors((args, kwargs)) if id(t) not in keep]
+        before = [t.detach().clone() for t in inputs]
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
         except Exception as e:
             if _not_on_device(e):
                 raise _NotOnDevice(self._op) from e
             raise
+        changed = [i for i, (t, b) in enumerate(zip(inputs, before)) if not _same_values(t, b)]
+        if changed:
+            self._rule("inputs").add(False, f"{len(changed)} input tensor(s) changed by the call (shapes "
+                                            f"{[tuple(inputs[i].shape) for i in changed][:3]})")
+        held = {_storage(t) for t in _tensors((args, kwargs))} - {None}
+        shared = [tuple(o.shape) for o in _tensors(out) if _storage(o) in held]
+        if shared:
+            self._rule("aliasing").add(False, f"output(s) of shape {shared[:3]} share memory with an argument")
+        return out
 
     def _grad_formats(self, x):
         fmt = suggested_format(x)
@@ -417,6 +434,37 @@ class _Shifted:
     def __init__(self, base, base_ref, ref):
         # value whose error vs `ref` equals ATen's error vs `base_ref`
         self.value = up(ref) + (up(base) - up(base_ref))
+
+
+def _tensors(obj) -> list:
+    """The tensors in obj (nested tuples, lists and dict values), each once."""
+    found, seen, todo = [], set(), [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, torch.Tensor):
+            if id(o) not in seen:
+                seen.add(id(o))
+                found.append(o)
+        elif isinstance(o, (tuple, list)):
+            todo.extend(o)
+        elif isinstance(o, dict):
+            todo.extend(o.values())
+    return found
+
+
+def _same_values(t: torch.Tensor, before: torch.Tensor) -> bool:
+    if t.shape != before.shape or t.dtype != before.dtype:
+        return False
+    if t.is_floating_point() or t.is_complex():
+        return bool(torch.equal(t.isnan(), before.isnan()) and torch.equal(t.nan_to_num(0.0), before.nan_to_num(0.0)))
+    return bool(torch.equal(t, before))
+
+
+def _storage(t: torch.Tensor):
+    """The address of t's memory, or None for an empty tensor (which may share a null or cached allocation)."""
+    if t.numel() == 0 or t.device.type == "meta":
+        return None
+    return (t.device, t.untyped_storage().data_ptr())
 
 
 def _mark(e: BaseException, where: str):

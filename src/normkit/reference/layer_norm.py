@@ -26,8 +26,9 @@ def _norm_dims(input: Tensor, normalized_shape: Sequence[int]) -> Tuple[int, ...
 
 
 def _sum_rows(t: Tensor, row_dims: Tuple[int, ...]) -> Tensor:
-    # sum(dim=()) would reduce every dim: with no row dims there is nothing to sum.
-    return t.sum(row_dims) if row_dims else t
+    # sum(dim=()) would reduce every dim: with no row dims there is nothing to sum, and a copy (grad_bias would
+    # otherwise be grad_out itself: outputs are new tensors)
+    return t.sum(row_dims) if row_dims else t.clone()
 
 
 def native_layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
