@@ -269,6 +269,13 @@ def batch_norm_cases() -> list:
     # CUDA gives inf, so this one is CPU-only
     add("6x3x10_train_constant_channel_eps0", ("fp64", "fp32"), shape=(6, 3, 10), eps=0.0, constant=True,
         devices=("cpu",), only=("native_batch_norm", "_native_batch_norm_legit"))
+    # past the tile and grid sizes kernels use, no count a multiple of a tile (session 43's mutants: a biased running
+    # variance or an unweighted partial-chunk merge above some n, a channels_last channel tail, went unseen)
+    # (sensitive: gradients summed over thousands of elements cancel to small sums, whose absolute error the
+    # default tolerance would take for the sum's; torch's own fp32 CPU kernels miss it there)
+    add("64x3x81_train_m0.1_large", ("fp32", "bf16+fp32"), shape=(64, 3, 81), momentum=0.1, sensitive=True)
+    add("8x12x7x9_channels_last_train_large", ("fp32", "bf16"), shape=(8, 12, 7, 9), layout="channels_last",
+        sensitive=True)
     # masks: only some gradients requested
     for mask in ((True, False, False), (False, True, True)):
         tag = "".join("1" if m else "0" for m in mask)
@@ -303,6 +310,9 @@ def layer_norm_cases() -> list:
     add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
     add("4x24_eps0", ("fp64",), shape=(4, 24), eps=0.0)
     add("4x256_wide", ("fp32", "bf16"), shape=(4, 256))
+    # past tile and grid sizes (a dropped partial tile of a wide row, rows past a persistent grid went unseen)
+    add("4x1500_wide_tail", ("fp32", "bf16"), shape=(4, 1500))
+    add("300x64_many_rows", ("fp32", "bf16"), shape=(300, 64))
     # masks with weight and bias defined (frozen params): the masked-out grads must be None, not computed
     for mask in ((True, False, False), (False, True, True)):
         add("4x6x8_mask" + "".join("1" if m else "0" for m in mask), ("fp32",), fn=("native_layer_norm",),
@@ -336,6 +346,8 @@ def rms_norm_cases() -> list:
     add("4x6x10_strided_params", ("fp32", "bf16+fp32"), shape=(4, 6, 10), strided_params=True)
     add("8x64_offset1000", ("fp32", "bf16"), shape=(8, 64), offset=1000.0, sensitive=True)
     add("4x24_eps1", ("fp32",), shape=(4, 24), eps=1.0)
+    add("4x1500_wide_tail", ("fp32", "bf16"), shape=(4, 1500))
+    add("300x64_many_rows", ("fp32", "bf16"), shape=(300, 64))
     return cases
 
 
@@ -371,6 +383,8 @@ def group_norm_cases() -> list:
     add("3x6x7_G3_strided_params", ("fp32", "bf16+fp32"), shape=(3, 6, 7), groups=3, strided_params=True,
         fn=("F.group_norm",))
     add("4x4x32_G2_offset1000", ("fp32", "bf16"), shape=(4, 4, 32), groups=2, offset=1000.0, sensitive=True)
+    add("2x4x50x51_G2_large_groups", ("fp32", "bf16"), shape=(2, 4, 50, 51), groups=2,  # 5100 elements a group
+        sensitive=True)  # (as batch norm's large cases: sums that cancel)
     add("3x4x9_G2_constant_channel", ("fp32",), shape=(3, 4, 9), groups=4, constant=True, sensitive=True)
     # masks with weight and bias defined (frozen params): the masked-out grads must be None, not computed
     for mask in ((True, False, False), (False, True, True)):
