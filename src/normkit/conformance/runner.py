@@ -268,7 +268,8 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         shares memory with an argument (an eval call's saved statistics are copies of the running ones). Each
         rule shows only where it fails."""
         keep = {id(t) for t in mutable if t is not None}
-        inputs = [t for t in _tensors((args, kwargs)) if id(t) not in keep]
+        arguments = _tensors((args, kwargs))
+        inputs = [t for t in arguments if id(t) not in keep]
         before = [t.detach().clone() for t in inputs]
         try:
             out = fn(*args, **kwargs)
@@ -280,7 +281,7 @@ class Runner(BatchNormChecks, LayerNormChecks, GroupNormChecks, SyncBatchNormChe
         if changed:
             self._rule("inputs").add(False, f"{len(changed)} input tensor(s) changed by the call (shapes "
                                             f"{[tuple(inputs[i].shape) for i in changed][:3]})")
-        held = {_storage(t) for t in _tensors((args, kwargs))} - {None}
+        held = {_storage(t) for t in arguments} - {None}
         shared = [tuple(o.shape) for o in _tensors(out) if _storage(o) in held]
         if shared:
             self._rule("aliasing").add(False, f"output(s) of shape {shared[:3]} share memory with an argument")
